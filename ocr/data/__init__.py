@@ -1,0 +1,1 @@
+"""Data pipeline: annotation I/O, image decode, sanitation, transforms, targets, datasets."""

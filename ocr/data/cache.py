@@ -1,0 +1,95 @@
+"""On-disk cache of decoded and resized images, keyed so that a stale entry can never be used.
+
+The key (:func:`cache_fingerprint`) hashes the annotation file's bytes, the transform config and the
+source of ``ocr/data/*.py``; entries live under ``<directory>/<fingerprint[:16]>/``. An entry's name also
+hashes the image id and, when given, the source file's size and modification time, so an image replaced
+in place is decoded again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ocr.utils.io import atomic_write_bytes
+
+__all__ = ["ImageCache", "cache_fingerprint", "code_version"]
+
+log = logging.getLogger(__name__)
+
+_DATA_PACKAGE = Path(__file__).resolve().parent
+
+
+def cache_fingerprint(annotation_path: str | Path | None, transform_config: Mapping[str, Any]) -> str:
+    """Hex sha256 over the annotation file bytes, the transform config and :func:`code_version`.
+
+    Args:
+        annotation_path: the split's annotation file; None for a folder of images (predict).
+        transform_config: anything that changes the cached pixels (sizes, interpolation, ...); mappings
+            and sequences such as OmegaConf containers are serialised as JSON with sorted keys.
+    """
+    digest = hashlib.sha256()
+    digest.update(b"annotations\0")
+    digest.update(Path(annotation_path).read_bytes() if annotation_path is not None else b"\0none\0")
+    digest.update(b"\0transform\0")
+    digest.update(json.dumps(_plain(transform_config), sort_keys=True, default=repr).encode())
+    digest.update(b"\0code\0")
+    digest.update(code_version().encode())
+    return digest.hexdigest()
+
+
+def code_version() -> str:
+    """Hex sha256 of the names and sources of ``ocr/data/*.py`` (the code that makes cached pixels)."""
+    digest = hashlib.sha256()
+    for path in sorted(_DATA_PACKAGE.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+class ImageCache:
+    """Decoded+resized images as ``.npy`` files under ``directory/fingerprint[:16]/``."""
+
+    def __init__(self, directory: str | Path, fingerprint: str) -> None:
+        """Use the cache folder of ``fingerprint`` under ``directory`` (created on first save)."""
+        self.directory = Path(directory) / fingerprint[:16]
+
+    def path(self, image_id: str, source: str | Path | None = None) -> Path:
+        """File of an entry; ``source`` (the image file) adds its size and mtime to the key."""
+        key = image_id
+        if source is not None:
+            stat = Path(source).stat()
+            key = f"{image_id}\0{stat.st_size}\0{stat.st_mtime_ns}"
+        return self.directory / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npy"
+
+    def load(self, image_id: str, source: str | Path | None = None) -> npt.NDArray[Any] | None:
+        """The cached array, or None on a miss or an unreadable entry."""
+        try:
+            return np.load(self.path(image_id, source), allow_pickle=False)
+        except (OSError, ValueError, EOFError):
+            return None
+
+    def save(self, image_id: str, image: npt.NDArray[Any], source: str | Path | None = None) -> None:
+        """Store ``image`` atomically; a failed write (race, full disk) is logged, never raised."""
+        buffer = io.BytesIO()
+        np.save(buffer, np.ascontiguousarray(image), allow_pickle=False)
+        try:
+            atomic_write_bytes(self.path(image_id, source), buffer.getvalue())
+        except OSError as exc:
+            log.warning("image cache: could not write %r to %s (%s)", image_id, self.directory, exc)
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and sequences (OmegaConf containers included) as plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [_plain(v) for v in value]
+    return value

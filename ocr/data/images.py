@@ -1,0 +1,215 @@
+"""Image decode: EXIF orientation, reduced-scale JPEG decode, and the EXIF rule for annotation frames.
+
+EXIF rule (``data.exif_mode``, see docs/architecture.md): ``rotated`` = annotations are stored in the
+upright frame; ``raw`` = annotations are in the stored-pixel frame and are mapped at load; ``auto`` = per
+image, the frame whose extents contain every polygon (within a small tolerance) is chosen; when both or
+neither fit, the image is *ambiguous* and ``rotated`` is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+from PIL import Image
+
+if TYPE_CHECKING:
+    from ocr.types import Polygon
+
+__all__ = [
+    "EXIF_MODES",
+    "DecodedImage",
+    "ImageReadError",
+    "orientation_matrix",
+    "read_image",
+    "resolve_frame",
+]
+
+log = logging.getLogger(__name__)
+
+EXIF_MODES = ("rotated", "raw", "auto")
+_ORIENTATION_TAG = 0x0112
+_JPEG_REDUCTIONS = (8, 4, 2)
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+
+
+class ImageReadError(OSError):
+    """An image file is missing, unreadable or corrupt; the message names the file and why."""
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    """A decoded, upright image.
+
+    Attributes:
+        image: (H, W, 3) uint8 RGB, EXIF orientation applied, possibly decoded at reduced scale.
+        orig_width: full-resolution width after EXIF orientation (original px).
+        orig_height: full-resolution height after EXIF orientation.
+        raw_width: full-resolution width of the stored pixels (before EXIF).
+        raw_height: full-resolution height of the stored pixels.
+        orientation: EXIF orientation tag 1..8 (1 when absent or invalid).
+        decode_scale: decoded px per original px (1.0, 1/2, 1/4 or 1/8); the decoded size is
+            ``ceil(orig * decode_scale)`` as JPEG DCT scaling rounds partial blocks up.
+    """
+
+    image: npt.NDArray[np.uint8]
+    orig_width: int
+    orig_height: int
+    raw_width: int
+    raw_height: int
+    orientation: int
+    decode_scale: float
+
+
+def read_image(path: str | Path, min_long_side: int | None = None) -> DecodedImage:
+    """Decode an image upright, at reduced scale when a JPEG is much larger than needed.
+
+    Args:
+        path: image file.
+        min_long_side: long side the caller needs; a JPEG whose long side is >= 2x this is decoded with
+            the largest DCT reduction (1/2, 1/4, 1/8) that keeps its long side >= ``min_long_side``.
+            None decodes at full resolution.
+
+    Raises:
+        ImageReadError: missing file, unreadable file or corrupt/truncated image data.
+    """
+    path = Path(path)
+    if not path.is_file():
+        reason = "not a file" if path.exists() else "missing file"
+        raise ImageReadError(f"{path}: {reason}")
+    try:
+        im = Image.open(path)
+    except Image.UnidentifiedImageError:
+        raise ImageReadError(f"{path}: unreadable (not a recognised image format)") from None
+    except (OSError, Image.DecompressionBombError) as exc:
+        raise ImageReadError(f"{path}: unreadable ({exc})") from None
+    with im:
+        raw_width, raw_height = im.size
+        orientation = _orientation(im)
+        try:
+            reduction = _draft(im, _reduction(im.format, max(raw_width, raw_height), min_long_side))
+            rgb = im.convert("RGB")
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+            raise ImageReadError(f"{path}: corrupt or truncated image data ({exc})") from None
+    if orientation in _TRANSPOSE:
+        rgb = rgb.transpose(_TRANSPOSE[orientation])
+    swap = orientation >= 5
+    return DecodedImage(
+        image=np.array(rgb, dtype=np.uint8),  # a writable copy: np.asarray of a PIL image is read-only
+        orig_width=raw_height if swap else raw_width,
+        orig_height=raw_width if swap else raw_height,
+        raw_width=raw_width,
+        raw_height=raw_height,
+        orientation=orientation,
+        decode_scale=1.0 / reduction,
+    )
+
+
+def orientation_matrix(orientation: int, raw_width: int, raw_height: int) -> npt.NDArray[np.float64]:
+    """(3, 3) transform from stored-pixel coordinates to upright coordinates for an EXIF orientation.
+
+    Coordinates are continuous (pixel ``i`` spans ``[i, i + 1)``), so pixel centres map to pixel centres.
+
+    Raises:
+        ValueError: ``orientation`` is not in 1..8.
+    """
+    w, h = float(raw_width), float(raw_height)
+    rows = {
+        1: ((1, 0, 0), (0, 1, 0)),
+        2: ((-1, 0, w), (0, 1, 0)),
+        3: ((-1, 0, w), (0, -1, h)),
+        4: ((1, 0, 0), (0, -1, h)),
+        5: ((0, 1, 0), (1, 0, 0)),
+        6: ((0, -1, h), (1, 0, 0)),
+        7: ((0, -1, h), (-1, 0, w)),
+        8: ((0, 1, 0), (-1, 0, w)),
+    }
+    if orientation not in rows:
+        raise ValueError(f"EXIF orientation: expected an integer in 1..8, got {orientation!r}")
+    return np.array([*rows[orientation], (0, 0, 1)], dtype=np.float64)
+
+
+def resolve_frame(polygons: list[Polygon], decoded: DecodedImage, mode: str) -> tuple[list[Polygon], bool]:
+    """Bring annotation polygons into original (upright) px following the EXIF rule.
+
+    Args:
+        polygons: (K, 2) polygons as stored in the annotation file.
+        decoded: the image they belong to (its orientation and sizes).
+        mode: ``"rotated"``, ``"raw"`` or ``"auto"`` (see the module docstring).
+
+    Returns:
+        The polygons in original px (float32) and whether the ``auto`` decision was ambiguous.
+
+    Raises:
+        ValueError: unknown ``mode``.
+    """
+    if mode not in EXIF_MODES:
+        raise ValueError(f"exif_mode: expected one of {EXIF_MODES}, got {mode!r}")
+    polys = [np.asarray(p, dtype=np.float32).reshape(-1, 2) for p in polygons]
+    if decoded.orientation == 1 or mode == "rotated":
+        return polys, False
+    ambiguous = False
+    if mode == "auto":
+        fits_rotated = _fits(polys, decoded.orig_width, decoded.orig_height)
+        fits_raw = _fits(polys, decoded.raw_width, decoded.raw_height)
+        ambiguous = fits_rotated == fits_raw and bool(polys)
+        if fits_rotated or ambiguous:
+            return polys, ambiguous
+    matrix = orientation_matrix(decoded.orientation, decoded.raw_width, decoded.raw_height)
+    return [_affine(p, matrix) for p in polys], ambiguous
+
+
+def _orientation(im: Image.Image) -> int:
+    try:
+        value = int(im.getexif().get(_ORIENTATION_TAG, 1))
+    except (TypeError, ValueError, SyntaxError, OSError) as exc:
+        log.debug("%s: unreadable EXIF orientation (%s); using 1", im.filename, exc)
+        return 1
+    return value if 1 <= value <= 8 else 1
+
+
+def _reduction(image_format: str | None, long_side: int, min_long_side: int | None) -> int:
+    if image_format != "JPEG" or not min_long_side or min_long_side <= 0 or long_side < 2 * min_long_side:
+        return 1
+    for reduction in _JPEG_REDUCTIONS:
+        if math.ceil(long_side / reduction) >= min_long_side:
+            return reduction
+    return 1
+
+
+def _draft(im: Image.Image, reduction: int) -> int:
+    """Ask the JPEG decoder for a 1/``reduction`` DCT-scaled decode; returns the reduction it applied."""
+    if reduction == 1:
+        return 1
+    # Floor division makes Pillow pick exactly ``reduction`` (it picks the largest 8/4/2/1 <= size ratio).
+    width = im.width
+    result = im.draft("RGB", (max(1, width // reduction), max(1, im.height // reduction)))
+    return 1 if result is None else max(1, round(width / result[1][2]))
+
+
+def _fits(polygons: list[Polygon], width: int, height: int) -> bool:
+    """Whether every finite point lies in ``[0, width] x [0, height]`` within a small tolerance."""
+    # A few px (or 0.5 % of the long side) of slack: annotators click on or just past the border.
+    tol = max(2.0, 0.005 * max(width, height))
+    for poly in polygons:
+        pts = poly[np.isfinite(poly).all(axis=1)]
+        if len(pts) and (pts.min() < -tol or pts[:, 0].max() > width + tol or pts[:, 1].max() > height + tol):
+            return False
+    return True
+
+
+def _affine(points: Polygon, matrix: npt.NDArray[np.float64]) -> Polygon:
+    return (points.astype(np.float64) @ matrix[:2, :2].T + matrix[:2, 2]).astype(np.float32)

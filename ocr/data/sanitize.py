@@ -1,0 +1,278 @@
+"""Polygon sanitation: the one place where annotation polygons are repaired or removed, with counts.
+
+Every polygon goes through the same steps, in this order; the first failing step names the reason:
+
+====================  =======================================================================
+reason                meaning
+====================  =======================================================================
+none                  the polygon is ``None``
+malformed             not convertible to (K, 2) numbers (ragged, strings, wrong shape)
+empty                 no points
+non_finite            a NaN or infinite coordinate
+too_few_points        fewer than 3 distinct points (consecutive duplicates are dropped)
+zero_area             no area (collinear points), also after repair
+out_of_image          nothing with area left after clipping to ``[0, width] x [0, height]``
+too_small             the shorter side of its minimum-area rectangle is below ``min_size``
+====================  =======================================================================
+
+``self_intersecting_repaired`` counts polygons that were invalid and were *kept* after repair: points
+in convex position (a quadrilateral clicked in the wrong order) become their convex hull; anything else
+becomes the largest polygon of shapely's ``make_valid``. Don't-care polygons are sanitised like the
+others and keep their flag; a removed polygon takes its flag with it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import shapely
+from shapely.geometry import MultiPoint, box
+from shapely.geometry import Polygon as ShapelyPolygon
+from shapely.geometry.polygon import orient
+
+if TYPE_CHECKING:
+    from ocr.types import Polygon
+
+__all__ = ["REASONS", "merge_counts", "sanitize_polygons"]
+
+REASONS: tuple[str, ...] = (
+    "none",
+    "empty",
+    "too_few_points",
+    "non_finite",
+    "too_small",
+    "zero_area",
+    "out_of_image",
+    "self_intersecting_repaired",
+    "malformed",
+)
+_MIN_AREA = 1e-6
+# Coordinates are clamped to +-1e9 px so that areas and intersections stay finite in float64.
+_COORD_LIMIT = 1e9
+
+
+def sanitize_polygons(
+    polygons: Sequence[Any], ignore: Sequence[bool], width: int, height: int, min_size: float = 1.0
+) -> tuple[list[Polygon], list[bool], dict[str, int]]:
+    """Repair or remove polygons for an image of ``width`` x ``height`` px; never raises on geometry.
+
+    Args:
+        polygons: anything per polygon; (K, 2) arrays or nested lists are expected.
+        ignore: don't-care flag per polygon.
+        width: image width in the polygons' frame.
+        height: image height in the polygons' frame.
+        min_size: minimum shorter side in px; <= 0 disables the ``too_small`` check.
+
+    Returns:
+        Kept polygons as (K, 2) float32 (vertex order kept unless clipped or repaired), their flags,
+        and counts by reason (only non-zero entries; see the module docstring).
+
+    Raises:
+        ValueError: ``polygons`` and ``ignore`` differ in length (a caller bug, not bad geometry).
+    """
+    if len(polygons) != len(ignore):
+        raise ValueError(
+            f"sanitize_polygons: expected one ignore flag per polygon, got {len(ignore)} flags "
+            f"for {len(polygons)} polygons"
+        )
+    w, h, min_size = float(width), float(height), float(min_size)
+    results: list[tuple[Polygon | None, str | None]] = [(None, None)] * len(polygons)
+    raw: dict[int, list[tuple[int, npt.NDArray[np.float64]]]] = {}
+    for i, poly in enumerate(polygons):
+        pts = None if poly is None else _as_points(poly)
+        if pts is None or len(pts) == 0:
+            results[i] = (None, "none" if poly is None else "malformed" if pts is None else "empty")
+        else:
+            raw.setdefault(len(pts), []).append((i, pts))
+    ready: dict[int, list[tuple[int, npt.NDArray[np.float64]]]] = {}
+    for items in raw.values():
+        for i, pts, reason in _prepare_group(items):
+            if pts is None:
+                results[i] = (None, reason)
+            else:
+                ready.setdefault(len(pts), []).append((i, pts))
+    for items in ready.values():
+        cleaned = _clean_group([pts for _, pts in items], w, h, min_size)
+        for (i, _), result in zip(items, cleaned, strict=True):
+            results[i] = result
+    kept = [poly for poly, _ in results if poly is not None]
+    flags = [bool(flag) for (poly, _), flag in zip(results, ignore, strict=True) if poly is not None]
+    return kept, flags, dict(Counter(reason for _, reason in results if reason is not None))
+
+
+def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
+    """Sum per-reason counts; only non-zero entries are kept."""
+    total: Counter[str] = Counter()
+    for c in counts:
+        total.update(c)
+    return {k: v for k, v in total.items() if v}
+
+
+def _prepare_group(
+    items: list[tuple[int, npt.NDArray[np.float64]]],
+) -> list[tuple[int, npt.NDArray[np.float64] | None, str | None]]:
+    """Checks that need no geometry, on polygons with the same point count.
+
+    Returns:
+        (index, (K >= 3, 2) distinct points or None, removal reason or None) per polygon.
+    """
+    stack = np.stack([pts for _, pts in items])  # (N, K, 2)
+    finite = np.isfinite(stack).all(axis=(1, 2))
+    repeats = (stack == np.roll(stack, -1, axis=1)).all(axis=2).any(axis=1)
+    huge = (np.abs(np.where(np.isfinite(stack), stack, 0.0)) > _COORD_LIMIT).any(axis=(1, 2))
+    out: list[tuple[int, npt.NDArray[np.float64] | None, str | None]] = []
+    for k, (i, pts) in enumerate(items):
+        if not finite[k]:
+            out.append((i, None, "non_finite"))
+            continue
+        if repeats[k]:
+            pts = _drop_repeats(pts)
+        if len(pts) < 3:
+            out.append((i, None, "too_few_points"))
+        else:
+            out.append((i, np.clip(pts, -_COORD_LIMIT, _COORD_LIMIT) if huge[k] else pts, None))
+    return out
+
+
+def _clean_group(
+    group: list[npt.NDArray[np.float64]], width: float, height: float, min_size: float
+) -> list[tuple[Polygon | None, str | None]]:
+    """Sanitise polygons with the same point count: simple convex ones inside the image in one pass."""
+    pts = np.stack(group)  # (N, K, 2)
+    inside = (
+        (pts.min(axis=(1, 2)) >= 0) & (pts[..., 0].max(axis=1) <= width) & (pts[..., 1].max(axis=1) <= height)
+    )
+    fast = inside & _simple_convex(pts)
+    area = np.abs(_signed_area(pts))
+    short = _short_sides(pts)
+    out: list[tuple[Polygon | None, str | None]] = []
+    for k, poly in enumerate(group):
+        if not fast[k]:
+            out.append(_clean_safe(poly, width, height, min_size))
+        elif area[k] <= _MIN_AREA:
+            out.append((None, "zero_area"))
+        elif min_size > 0 and short[k] < min_size:
+            out.append((None, "too_small"))
+        else:
+            out.append((poly.astype(np.float32), None))
+    return out
+
+
+def _as_points(poly: Any) -> npt.NDArray[np.float64] | None:
+    try:
+        arr = np.asarray(poly, dtype=np.float64)
+    except (ValueError, TypeError):
+        return None
+    if arr.ndim == 1 and arr.size % 2 == 0:
+        return arr.reshape(-1, 2)
+    if arr.ndim == 2 and arr.shape[1] == 2:
+        return arr
+    return None
+
+
+def _drop_repeats(pts: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Drop points equal to their successor, cyclically (so a closing point equal to the first goes)."""
+    nxt = np.empty_like(pts)
+    nxt[:-1] = pts[1:]
+    nxt[-1] = pts[0]
+    keep = (pts != nxt).any(axis=1)
+    if keep.all():
+        return pts
+    return pts[keep] if keep.any() else pts[:1]
+
+
+def _clean_safe(
+    pts: npt.NDArray[np.float64], width: float, height: float, min_size: float
+) -> tuple[Polygon | None, str | None]:
+    try:
+        return _clean(pts, width, height, min_size)
+    except (shapely.errors.GEOSException, ValueError, FloatingPointError):
+        return None, "malformed"
+
+
+def _clean(
+    pts: npt.NDArray[np.float64], width: float, height: float, min_size: float
+) -> tuple[Polygon | None, str | None]:
+    inside = bool(pts.min() >= 0 and pts[:, 0].max() <= width and pts[:, 1].max() <= height)
+    poly = ShapelyPolygon(pts)
+    repaired = not poly.is_valid
+    if repaired:
+        poly = _repair(pts, poly)
+        if poly is None:
+            return None, "zero_area"
+    elif poly.area <= _MIN_AREA:
+        return None, "zero_area"
+    if not inside:
+        poly = _largest(poly.intersection(box(0.0, 0.0, width, height)))
+        if poly is None:
+            return None, "out_of_image"
+    if min_size > 0 and _short_side(poly) < min_size:
+        return None, "too_small"
+    reason = "self_intersecting_repaired" if repaired else None
+    if inside and not repaired:
+        return pts.astype(np.float32), reason
+    sign = 1.0 if repaired or _signed_area(pts[None])[0] > 0 else -1.0
+    oriented = orient(ShapelyPolygon(poly.exterior), sign=sign)
+    return np.asarray(oriented.exterior.coords[:-1], dtype=np.float32), reason
+
+
+def _repair(pts: npt.NDArray[np.float64], poly: ShapelyPolygon) -> ShapelyPolygon | None:
+    hull = MultiPoint(pts).convex_hull
+    if isinstance(hull, ShapelyPolygon) and len(hull.exterior.coords) - 1 == len(np.unique(pts, axis=0)):
+        return hull if hull.area > _MIN_AREA else None
+    return _largest(shapely.make_valid(poly))
+
+
+def _largest(geom: Any) -> ShapelyPolygon | None:
+    parts = [
+        g for g in getattr(geom, "geoms", [geom]) if isinstance(g, ShapelyPolygon | shapely.MultiPolygon)
+    ]
+    polys = [p for g in parts for p in getattr(g, "geoms", [g]) if p.area > _MIN_AREA]
+    return max(polys, key=lambda p: p.area) if polys else None
+
+
+def _short_side(poly: ShapelyPolygon) -> float:
+    hull = poly.convex_hull
+    if not isinstance(hull, ShapelyPolygon):
+        return 0.0
+    return float(_short_sides(np.asarray(hull.exterior.coords[:-1])[None])[0])
+
+
+def _signed_area(pts: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Shoelace area of (N, K, 2) polygons; positive for clockwise order in image (y-down) px."""
+    x, y = pts[..., 0], pts[..., 1]
+    return 0.5 * (x * np.roll(y, -1, axis=1) - np.roll(x, -1, axis=1) * y).sum(axis=1)
+
+
+def _simple_convex(pts: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    """Whether each (K, 2) polygon of (N, K, 2) is strictly convex and turns around exactly once."""
+    edges = np.roll(pts, -1, axis=1) - pts
+    nxt = np.roll(edges, -1, axis=1)
+    cross = edges[..., 0] * nxt[..., 1] - edges[..., 1] * nxt[..., 0]
+    dot = (edges * nxt).sum(axis=2)
+    same_sign = (cross > 0).all(axis=1) | (cross < 0).all(axis=1)
+    # All turns the same way is not enough for K >= 5 (a pentagram turns twice).
+    once = np.abs(np.abs(np.arctan2(cross, dot).sum(axis=1)) - 2 * np.pi) < 1e-6
+    return same_sign & once
+
+
+def _short_sides(pts: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Shorter side of the minimum-area rectangle of each convex (K, 2) polygon of (N, K, 2).
+
+    Rotating calipers: the minimum-area rectangle of a convex polygon has a side along one of its edges.
+    """
+    edges = np.roll(pts, -1, axis=1) - pts
+    length = np.linalg.norm(edges, axis=2, keepdims=True)
+    u = edges / np.where(length > 0, length, 1.0)  # (N, K, 2) edge directions
+    n = np.stack([-u[..., 1], u[..., 0]], axis=2)
+    along = np.einsum("nkd,njd->nkj", u, pts)  # (N, K edges, K points)
+    across = np.einsum("nkd,njd->nkj", n, pts)
+    extent_u = along.max(axis=2) - along.min(axis=2)
+    extent_n = across.max(axis=2) - across.min(axis=2)
+    best = np.argmin(extent_u * extent_n, axis=1)
+    rows = np.arange(len(pts))
+    return np.minimum(extent_u[rows, best], extent_n[rows, best])

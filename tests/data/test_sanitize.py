@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from shapely.geometry import Polygon as ShapelyPolygon
+
+from ocr.data.sanitize import REASONS, merge_counts, sanitize_polygons
+
+W, H = 100, 80
+BOX = [[10, 10], [40, 10], [40, 30], [10, 30]]
+
+
+def _rotated_rect(cx: float, cy: float, long: float, short: float, angle_deg: float) -> np.ndarray:
+    a = np.deg2rad(angle_deg)
+    u, n = np.array([np.cos(a), np.sin(a)]), np.array([-np.sin(a), np.cos(a)])
+    corners = [(-1, -1), (1, -1), (1, 1), (-1, 1)]
+    return np.array([[cx, cy] + su * long / 2 * u + sn * short / 2 * n for su, sn in corners])
+
+
+def _one(poly, **kwargs):
+    return sanitize_polygons([poly], [False], W, H, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("poly", "reason"),
+    [
+        (None, "none"),
+        ([], "empty"),
+        (np.zeros((0, 2)), "empty"),
+        ([[1, 2]], "too_few_points"),
+        ([[1, 2], [5, 6]], "too_few_points"),
+        ([[1, 2], [5, 6], [1, 2], [1, 2]], "too_few_points"),
+        ([[1, 1], [1, 1], [1, 1]], "too_few_points"),
+        ([[0, 0], [np.nan, 1], [5, 5]], "non_finite"),
+        ([[0, 0], [np.inf, 1], [5, 5], [0, 5]], "non_finite"),
+        ([[0, 0], [5, 5], [10, 10]], "zero_area"),
+        ([[0, 0], [5, 5], [10, 10], [2, 2]], "zero_area"),
+        ([[200, 200], [300, 200], [300, 300]], "out_of_image"),
+        ([[-50, -50], [-10, -50], [-10, -10], [-50, -10]], "out_of_image"),
+        ([[100, 0], [120, 0], [120, 20], [100, 20]], "out_of_image"),
+        ([[1, 1], [50, 1], [50, 1.5], [1, 1.5]], "too_small"),
+        ([[1, 2], [3]], "malformed"),
+        ("abc", "malformed"),
+        ([[0, 0, 1], [1, 1, 1], [2, 2, 2]], "malformed"),
+        ({"x": 1}, "malformed"),
+    ],
+)
+def test_removal_reasons(poly, reason):
+    kept, flags, counts = _one(poly)
+    assert kept == [] and flags == []
+    assert counts == {reason: 1}
+    assert reason in REASONS
+
+
+def test_self_intersecting_quad_is_repaired_and_kept():
+    bow_tie = [[10, 10], [40, 30], [40, 10], [10, 30]]  # corners clicked in the wrong order
+    kept, flags, counts = sanitize_polygons([bow_tie], [True], W, H)
+    assert counts == {"self_intersecting_repaired": 1}
+    assert flags == [True]
+    repaired = ShapelyPolygon(kept[0])
+    assert repaired.is_valid
+    assert repaired.area == pytest.approx(600.0)
+
+
+def test_self_intersecting_non_convex_keeps_largest_part():
+    # A figure eight whose loops have different sizes: the larger loop survives.
+    poly = [[0, 0], [30, 30], [30, 0], [0, 30], [0, 20], [-10, 10]]
+    kept, _, counts = sanitize_polygons([np.array(poly) + 20], [False], W, H)
+    assert counts == {"self_intersecting_repaired": 1}
+    assert ShapelyPolygon(kept[0]).is_valid
+    assert ShapelyPolygon(kept[0]).area > 300
+
+
+def test_every_reason_in_one_call_and_flags_follow_their_polygon():
+    polys = [
+        None,
+        [],
+        [[1, 2]],
+        [[0, 0], [np.nan, 1], [5, 5]],
+        [[1, 1], [50, 1], [50, 1.5], [1, 1.5]],
+        [[0, 0], [5, 5], [10, 10]],
+        [[200, 200], [300, 200], [300, 300]],
+        [[10, 10], [40, 30], [40, 10], [10, 30]],
+        "abc",
+        BOX,
+        [[-10, -10], [50, -10], [50, 20], [-10, 20]],
+    ]
+    ignore = [True, False, True, False, True, False, True, True, False, True, False]
+    kept, flags, counts = sanitize_polygons(polys, ignore, W, H)
+    assert set(counts) == set(REASONS)
+    assert all(v == 1 for v in counts.values())
+    assert flags == [True, True, False]
+    assert len(kept) == 3
+
+
+def test_dont_care_polygons_are_never_dropped_for_being_dont_care():
+    polys = [np.array(BOX, np.float32)] * 3
+    kept, flags, counts = sanitize_polygons(polys, [True, True, True], W, H)
+    assert len(kept) == 3 and flags == [True, True, True] and counts == {}
+
+
+def test_valid_polygon_inside_keeps_vertex_order_and_dtype():
+    poly = np.array([[40, 10], [40, 30], [10, 30], [10, 10]], np.float64)
+    kept, _, counts = _one(poly)
+    assert counts == {}
+    assert kept[0].dtype == np.float32 and kept[0].shape == (4, 2)
+    np.testing.assert_array_equal(kept[0], poly)
+
+
+def test_closing_point_and_flat_list_are_accepted():
+    closed = [*BOX, BOX[0]]
+    flat = [v for p in BOX for v in p]
+    kept, _, counts = sanitize_polygons([closed, flat], [False, False], W, H)
+    assert counts == {}
+    for k in kept:
+        np.testing.assert_array_equal(k, np.array(BOX, np.float32))
+
+
+def test_clipping_keeps_the_inside_part_and_orientation():
+    poly = np.array([[-10, -10], [50, -10], [50, 20], [-10, 20]], np.float32)
+    kept, _, counts = _one(poly)
+    assert counts == {}
+    clipped = ShapelyPolygon(kept[0])
+    assert clipped.equals(ShapelyPolygon([[0, 0], [50, 0], [50, 20], [0, 20]]))
+    assert clipped.exterior.is_ccw == ShapelyPolygon(poly).exterior.is_ccw
+
+
+def test_huge_coordinates_are_clipped_without_overflow():
+    poly = [[-1e300, -1e300], [1e300, -1e300], [1e300, 1e300], [-1e300, 1e300]]
+    kept, _, counts = _one(poly)
+    assert counts == {}
+    assert ShapelyPolygon(kept[0]).equals(ShapelyPolygon([[0, 0], [W, 0], [W, H], [0, H]]))
+
+
+@pytest.mark.parametrize("angle", [0.0, 17.0, 45.0, 90.0, 133.0])
+def test_too_small_uses_the_minimum_area_rectangle(angle):
+    thin = _rotated_rect(50, 40, 30, 0.9, angle)
+    ok = _rotated_rect(50, 40, 30, 1.1, angle)
+    assert _one(thin)[2] == {"too_small": 1}
+    assert _one(ok)[2] == {}
+    assert _one(thin, min_size=0.0)[2] == {}
+    # The clipped (shapely) path applies the same rule: move the centre onto the border along the long axis.
+    d = np.array([np.cos(np.deg2rad(angle)), np.sin(np.deg2rad(angle))])
+    with np.errstate(divide="ignore"):
+        shift = min(50 / abs(d[0]), 40 / abs(d[1])) * d  # the centre (50, 40) walks to the nearest border
+    assert _one(thin + shift)[2] == {"too_small": 1}
+    kept, _, counts = _one(ok + shift)
+    assert counts == {} and ShapelyPolygon(kept[0]).area < ShapelyPolygon(ok).area * 0.75
+
+
+def test_zero_or_negative_image_size_removes_everything_without_raising():
+    kept, _, counts = sanitize_polygons([BOX], [False], 0, 0)
+    assert kept == [] and counts == {"out_of_image": 1}
+
+
+def test_mismatched_flags_are_a_caller_error():
+    with pytest.raises(ValueError, match="one ignore flag per polygon"):
+        sanitize_polygons([BOX, BOX], [False], W, H)
+
+
+def test_random_garbage_never_raises_and_kept_polygons_are_valid_and_inside():
+    rng = np.random.default_rng(0)
+    polys = []
+    for _ in range(400):
+        k = int(rng.integers(0, 8))
+        pts = rng.uniform(-30, 130, (k, 2))
+        pts[rng.random((k, 2)) < 0.03] = rng.choice([np.nan, np.inf, 1e200])
+        pts[rng.random(k) < 0.2] = pts[0] if k else 0
+        polys.append(pts if rng.random() < 0.5 else pts.tolist())
+    kept, flags, counts = sanitize_polygons(polys, [bool(i % 3) for i in range(400)], W, H)
+    assert len(kept) == len(flags) and sum(counts.values()) >= 400 - len(kept)
+    assert set(counts) <= set(REASONS)
+    for poly in kept:
+        shape = ShapelyPolygon(poly)
+        assert poly.dtype == np.float32 and poly.ndim == 2 and len(poly) >= 3
+        assert shape.is_valid and shape.area > 0
+        assert poly.min() >= 0 and poly[:, 0].max() <= W and poly[:, 1].max() <= H
+
+
+def test_merge_counts_sums_and_drops_zeros():
+    assert merge_counts({"none": 1, "empty": 0}, {"none": 2, "too_small": 3}, {}) == {
+        "none": 3,
+        "too_small": 3,
+    }
