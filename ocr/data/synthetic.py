@@ -1,0 +1,317 @@
+"""Synthetic receipts, the project's built-in dataset: deterministic from a seed, in the annotation format.
+
+Each image is a receipt (layout and word ink from :mod:`ocr.data.synthetic_layout`) on textured paper,
+warped by a slight rotation and perspective onto a background, then lit, blurred and noised. Word
+polygons are the tight ink boxes mapped by the same warp. Image ``i`` of a split is drawn from its own
+seed ``(seed, split, i)``, so adding training images changes neither validation nor test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from ocr.data.synthetic_layout import PaperWord, available_fonts, layout_receipt
+from ocr.utils.io import atomic_write_bytes, atomic_write_json
+
+__all__ = ["GENERATOR_VERSION", "SPLITS", "SyntheticReceipt", "render_receipt", "generate_dataset", "main"]
+
+GENERATOR_VERSION = 1
+SPLITS = ("train", "val", "test")
+_GENERATOR = "ocr.data.synthetic"
+_MANIFEST = "manifest.json"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SyntheticReceipt:
+    """One generated image: ``image`` (H, W, 3) uint8 RGB, words in image px, the JPEG quality to save at."""
+
+    image: npt.NDArray[np.uint8]
+    words: list[PaperWord]
+    jpeg_quality: int
+
+
+def render_receipt(seed: int | Sequence[int], long_side: int = 512) -> SyntheticReceipt:
+    """Render one receipt photo whose long (vertical) side is ``long_side`` px."""
+    rng = np.random.default_rng(seed)
+    scale = long_side / 512.0
+    paper_h = int(long_side * rng.uniform(0.72, 0.9))
+    paper_w = int(paper_h / rng.uniform(1.3, 2.5))
+    width = min(long_side, int(round(paper_w / rng.uniform(0.62, 0.88))))
+    alpha, words = layout_receipt(rng, paper_w, paper_h, _body_height(rng, scale))
+    paper = _paper(rng, alpha)
+    matrix = _placement(rng, paper_w, paper_h, width, long_side)
+    image = _composite(rng, paper, matrix, width, long_side)
+    image = _camera_effects(rng, image)
+    bounds = np.array([width, long_side], np.float32)
+    placed = [PaperWord(_warp_points(w.points, matrix, bounds), w.text, w.ignore) for w in words]
+    return SyntheticReceipt(image, placed, int(rng.integers(80, 96)))
+
+
+def _body_height(rng: np.random.Generator, scale: float) -> float:
+    """Body cap height: 9.5-13.5 px at long side 512, on a 0.25 px grid so glyph renders get reused."""
+    return round(float(rng.uniform(9.5, 13.5)) * scale * 4.0) / 4.0
+
+
+def _uniform(rng: np.random.Generator, low: float, high: float) -> float:
+    """A Python float, so arithmetic on float32 images stays float32 (NEP 50)."""
+    return float(rng.uniform(low, high))
+
+
+def _colour(rng: np.random.Generator, low: float, high: float, tint: float) -> list[float]:
+    grey = _uniform(rng, low, high)
+    return [grey + _uniform(rng, -tint, tint) for _ in range(3)]
+
+
+@functools.cache
+def _noise_bank(size: int) -> npt.NDArray[np.float32]:
+    """Fixed unit-variance noise; crops of it at random offsets are far cheaper than fresh normals."""
+    return np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+
+
+def _noise(rng: np.random.Generator, height: int, width: int) -> npt.NDArray[np.float32]:
+    """(height, width) float32 unit-variance noise, a view into the bank (do not write to it)."""
+    bank = _noise_bank(max(1024, 1 << (max(height, width) - 1).bit_length()))
+    y, x = (int(v) for v in rng.integers(0, (len(bank) - height + 1, len(bank) - width + 1)))
+    return bank[y : y + height, x : x + width]
+
+
+def _warp_points(points: np.ndarray, matrix: np.ndarray, bounds: np.ndarray) -> npt.NDArray[np.float32]:
+    """(K, 2) paper px -> image px, clipped to the image (cv2 here keeps the CLI free of torch imports)."""
+    warped = cv2.perspectiveTransform(points.reshape(-1, 1, 2).astype(np.float64), matrix).reshape(-1, 2)
+    return np.clip(warped, 0, bounds).astype(np.float32)
+
+
+def _low_freq(rng: np.random.Generator, height: int, width: int, cells: int) -> npt.NDArray[np.float32]:
+    """Smooth noise in about [-1, 1], shape (height, width) float32."""
+    grid = rng.uniform(-1, 1, (cells, cells)).astype(np.float32)
+    # cubic to 1/8 size, then linear: as smooth as a full-size cubic resize at a tenth of the cost
+    small = cv2.resize(grid, (width // 8 + 2, height // 8 + 2), interpolation=cv2.INTER_CUBIC)
+    return cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)
+
+
+def _paper(rng: np.random.Generator, alpha: np.ndarray) -> list[np.ndarray]:
+    """Paper with texture and the ink on it: R, G, B planes (h, w) float32 in [0, 255]."""
+    h, w = alpha.shape
+    base, ink = _colour(rng, 218, 250, 6), _colour(rng, 10, 70, 10)
+    texture = _low_freq(rng, h, w, int(rng.integers(3, 8))) * _uniform(rng, 2, 10)
+    texture += _noise(rng, h, w) * _uniform(rng, 1, 4)
+    fade = _low_freq(rng, h, w, int(rng.integers(2, 6)))
+    a = alpha * (_uniform(rng, 0.85, 1.0) - _uniform(rng, 0, 0.12) * (1.0 + fade))
+    texture *= 1.0 - a
+    return [texture + a * (i - b) + b for b, i in zip(base, ink, strict=True)]
+
+
+def _placement(rng: np.random.Generator, paper_w: int, paper_h: int, width: int, height: int) -> np.ndarray:
+    """Paper px -> image px homography: rotation within +-4 deg, mild perspective, kept inside the image."""
+    half = np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]], np.float64) * (paper_w / 2, paper_h / 2)
+    corners = half + rng.uniform(-1, 1, (4, 2)) * rng.uniform(0, 0.03) * (paper_w, paper_h)
+    theta = np.deg2rad(rng.uniform(-4, 4))
+    rot = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
+    corners = corners @ rot.T
+    size = np.array([width - 2.0, height - 2.0])
+    extent = corners.max(axis=0) - corners.min(axis=0)
+    corners *= min(1.0, float(np.min(size / extent)))
+    lo, hi = corners.min(axis=0), corners.max(axis=0)
+    room = size - (hi - lo)
+    offset = 1.0 - lo + room * rng.uniform(0.2, 0.8, 2)
+    src = np.array([[0, 0], [paper_w, 0], [paper_w, paper_h], [0, paper_h]], np.float32)
+    return cv2.getPerspectiveTransform(src, (corners + offset).astype(np.float32))
+
+
+def _composite(
+    rng: np.random.Generator, paper: list[np.ndarray], matrix: np.ndarray, width: int, height: int
+) -> list[np.ndarray]:
+    """Warp the paper planes onto a textured background with a soft shadow: planes (height, width)."""
+    light = rng.random() < 0.35  # scanner-lid white, as in many scanned receipt sets
+    colour = _colour(rng, 170, 235, 15) if light else _colour(rng, 25, 170, 60)
+    texture = _low_freq(rng, height, width, int(rng.integers(2, 6))) * _uniform(rng, 5, 25)
+    texture += _noise(rng, height, width) * _uniform(rng, 1, 5)
+    ones = np.ones(paper[0].shape, np.float32)
+    mask = cv2.warpPerspective(ones, matrix, (width, height), flags=cv2.INTER_LINEAR)
+    keep = (1.0 - _uniform(rng, 0.1, 0.45) * _shadow(rng, mask)) * (1.0 - mask)
+    texture *= keep
+    # a warped plane is already premultiplied by the mask at the paper border (zeros interpolated in)
+    return [
+        cv2.warpPerspective(p, matrix, (width, height), flags=cv2.INTER_LINEAR) + texture + keep * c
+        for p, c in zip(paper, colour, strict=True)
+    ]
+
+
+def _shadow(rng: np.random.Generator, mask: np.ndarray) -> np.ndarray:
+    """The paper mask shifted and blurred (computed at 1/4 size, where blurring is cheap): (H, W) float32."""
+    h, w = mask.shape
+    small = cv2.resize(mask, (w // 4 + 1, h // 4 + 1), interpolation=cv2.INTER_AREA)
+    shift = np.float32([[1, 0, rng.uniform(-0.75, 1.25)], [0, 1, rng.uniform(0, 1.5)]])
+    small = cv2.warpAffine(small, shift, small.shape[::-1])
+    small = cv2.GaussianBlur(small, (0, 0), _uniform(rng, 0.5, 1.5))
+    return cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)
+
+
+def _camera_effects(rng: np.random.Generator, planes: list[np.ndarray]) -> npt.NDArray[np.uint8]:
+    """Uneven light, brightness/contrast, mild blur and sensor noise; returns (h, w, 3) uint8 RGB."""
+    h, w = planes[0].shape
+    ys, xs = np.linspace(-0.5, 0.5, h, dtype=np.float32), np.linspace(-0.5, 0.5, w, dtype=np.float32)
+    contrast = _uniform(rng, 0.85, 1.1)
+    gain = contrast * (
+        1.0 + _uniform(rng, -0.15, 0.15) * ys[:, None] + _uniform(rng, -0.15, 0.15) * xs[None, :]
+    )
+    offset = 128.0 * (1.0 - contrast) + _uniform(rng, -20, 15)
+    image = cv2.merge([p * gain for p in planes])
+    if rng.random() < 0.5:
+        image = cv2.GaussianBlur(image, (0, 0), _uniform(rng, 0.3, 0.8))
+    sigma = _uniform(rng, 1.0, 5.0)
+    image += cv2.merge([_noise(rng, h, w) * sigma + offset for _ in range(3)])
+    return np.clip(image, 0, 255, out=image).astype(np.uint8)
+
+
+def _image_seed(seed: int, split: str, index: int) -> list[int]:
+    return [seed % 2**63, SPLITS.index(split), index]
+
+
+def _write_split(root: Path, split: str, count: int, seed: int, long_side: int) -> None:
+    images: dict[str, Any] = {}
+    for i in range(count):
+        name = f"{split}_{i:05d}.jpg"
+        receipt = render_receipt(_image_seed(seed, split, i), long_side)
+        bgr = cv2.cvtColor(receipt.image, cv2.COLOR_RGB2BGR)
+        ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, receipt.jpeg_quality])
+        if not ok:
+            raise OSError(f"{root / 'images' / split / name}: JPEG encoding failed")
+        atomic_write_bytes(root / "images" / split / name, data.tobytes())
+        words = {
+            f"{k + 1:04d}": {
+                "points": np.round(w.points.astype(np.float64), 2).tolist(),
+                "text": w.text,
+                "ignore": w.ignore,
+            }
+            for k, w in enumerate(receipt.words)
+        }
+        images[name] = {"words": words, "img_w": receipt.image.shape[1], "img_h": receipt.image.shape[0]}
+    (root / "images" / split).mkdir(parents=True, exist_ok=True)
+    atomic_write_json(root / "jsons" / f"{split}.json", {"images": images}, indent=None)
+
+
+def _read_manifest(out: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out / _MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _check_replaceable(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out}: expected a dataset directory, got a file")
+    if out.is_dir() and any(out.iterdir()):
+        found = _read_manifest(out)
+        if not isinstance(found, dict) or found.get("generator") != _GENERATOR:
+            raise FileExistsError(
+                f"{out}: expected an empty folder or one written by {_GENERATOR} (with {_MANIFEST}), "
+                "got other content; refusing to replace it"
+            )
+
+
+def _swap_into_place(tmp: Path, out: Path, manifest: dict[str, Any]) -> None:
+    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+    if out.exists():
+        os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        if _read_manifest(out) != manifest:  # a concurrent run that wrote the same set is fine
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def generate_dataset(
+    out_dir: str | Path, num_train: int, num_val: int, num_test: int, seed: int, long_side: int = 512
+) -> Path:
+    """Write the synthetic set to ``out_dir`` unless it already holds exactly this one.
+
+    Writes ``images/{train,val,test}/*.jpg``, ``jsons/{train,val,test}.json`` and ``manifest.json``
+    into a temporary folder beside ``out_dir`` and renames it into place, so readers never see a
+    partial set. The manifest holds the parameters, :data:`GENERATOR_VERSION` and the fonts found on
+    this system (a TrueType font is used only where one is installed); a folder with the same manifest
+    is left untouched, a different one is replaced.
+
+    Raises:
+        ValueError: a negative count or ``long_side`` < 64.
+        FileExistsError: ``out_dir`` holds something this generator did not write.
+    """
+    counts = {"train": num_train, "val": num_val, "test": num_test}
+    if min(counts.values()) < 0 or long_side < 64:
+        raise ValueError(f"expected counts >= 0 and long_side >= 64, got {counts} and long_side={long_side}")
+    out = Path(out_dir)
+    fonts = [f.name for f in available_fonts()]
+    manifest = {
+        "generator": _GENERATOR,
+        "version": GENERATOR_VERSION,
+        "seed": seed,
+        "long_side": long_side,
+        "num_images": counts,
+        "fonts": fonts,
+    }
+    if _read_manifest(out) == manifest:
+        log.info("synthetic dataset at %s is up to date", out)
+        return out
+    _check_replaceable(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    start = time.perf_counter()
+    log.info("generating %d synthetic receipts into %s", sum(counts.values()), out)
+    try:
+        for split, count in counts.items():
+            _write_split(tmp, split, count, seed, long_side)
+        atomic_write_json(tmp / _MANIFEST, manifest)
+        _swap_into_place(tmp, out, manifest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    total, seconds = sum(counts.values()), time.perf_counter() - start
+    log.info(
+        "wrote %d synthetic receipts to %s in %.1f s (%.1f ms/image)",
+        total,
+        out,
+        seconds,
+        1000 * seconds / max(total, 1),
+    )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: ``python -m ocr.data.synthetic --out DIR --num-train N --num-val M [--num-test K] --seed S``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ocr.data.synthetic", description="Generate the synthetic receipt dataset."
+    )
+    parser.add_argument("--out", required=True, type=Path, help="dataset root to create")
+    parser.add_argument("--num-train", required=True, type=int)
+    parser.add_argument("--num-val", required=True, type=int)
+    parser.add_argument("--num-test", default=0, type=int)
+    parser.add_argument("--seed", required=True, type=int)
+    parser.add_argument("--long-side", default=512, type=int, help="long side of every image in px")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    generate_dataset(args.out, args.num_train, args.num_val, args.num_test, args.seed, args.long_side)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
