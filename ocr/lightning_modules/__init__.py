@@ -1,0 +1,1 @@
+"""LightningModule and callbacks."""

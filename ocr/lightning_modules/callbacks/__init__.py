@@ -1,0 +1,1 @@
+"""Training callbacks: checkpoints, run status, crash triage."""

@@ -1,0 +1,149 @@
+"""DetectionModule: wires the DBNet network, DBLoss, post-processing and CLEval into Lightning."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from lightning import LightningModule
+from torch import Tensor, nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from ocr.types import Batch, DBOutput, Polygon
+
+__all__ = ["DetectionModule", "Prediction"]
+
+log = logging.getLogger(__name__)
+
+TENSOR_KEYS = ("images", "prob_map", "prob_mask", "thresh_map", "thresh_mask")
+Prediction = dict[str, Any]  # {"image_id": str, "polygons": list[Polygon] (original px), "scores": list[float]}
+
+
+class DetectionModule(LightningModule):
+    """Training, evaluation and prediction for a DBNet-family detector.
+
+    Args:
+        net: network returning :class:`ocr.types.DBOutput` logits.
+        loss: ``loss(output, batch) -> {"loss": ..., "loss/prob": ..., ...}``.
+        postprocess: ``postprocess(prob_map, geometry) -> [(polygons, scores), ...]`` in original px.
+        metric: CLEval metric with ``update(preds, gts, ignore, texts)`` and ``compute()``.
+        optimizer: partial optimizer, called with the parameters.
+        scheduler: partial scheduler, called with the optimizer and ``total_steps``.
+        channels_last: convert the network and images to channels_last on CUDA.
+        compile: wrap the network with ``torch.compile``.
+    """
+
+    def __init__(self, *, net: nn.Module, loss: nn.Module, postprocess: Callable[..., Any], metric: Any,
+                 optimizer: Callable[..., Optimizer], scheduler: Callable[..., LRScheduler],
+                 channels_last: bool, compile: bool) -> None:
+        super().__init__()
+        self.net = net
+        self.loss = loss
+        self.postprocess = postprocess
+        self.val_metric = metric
+        self.test_metric = metric.clone()
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.channels_last = channels_last
+        self.compile = compile
+        self.run_config: dict[str, Any] | None = None
+        self.last_cpu_batch: Batch | None = None
+        self.last_cpu_batch_idx: int | None = None
+        self._sanitation: Counter[str] = Counter()
+
+    def setup(self, stage: str) -> None:
+        if self.channels_last and self.device.type == "cuda":
+            self.net.to(memory_format=torch.channels_last)
+        if self.compile:
+            self.net = torch.compile(self.net)
+
+    def forward(self, images: Tensor) -> DBOutput:
+        return self.net(images)
+
+    def on_before_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        # A reference to the CPU batch for crash bundles: after a CUDA fault nothing can be copied back.
+        self.last_cpu_batch = batch
+        return batch
+
+    def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
+        # Only the tensors travel; polygons and geometry records stay host-side (and a new dict keeps
+        # last_cpu_batch untouched).
+        moved = dict(batch)
+        for key in TENSOR_KEYS:
+            moved[key] = batch[key].to(device, non_blocking=True)
+        return moved  # type: ignore[return-value]
+
+    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        if self.channels_last and batch["images"].device.type == "cuda":
+            batch["images"] = batch["images"].contiguous(memory_format=torch.channels_last)
+        return batch
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        self.last_cpu_batch_idx = batch_idx
+        losses = self.loss(self(batch["images"]), batch)
+        self._sanitation.update(batch["sanitation"])
+        batch_size = batch["images"].shape[0]
+        self.log_dict({f"train/{k}": v for k, v in losses.items()}, on_step=True, on_epoch=False,
+                      prog_bar=False, batch_size=batch_size)
+        self.log("train/loss_epoch", losses["loss"], on_step=False, on_epoch=True, prog_bar=True,
+                 batch_size=batch_size)
+        return losses["loss"]
+
+    def on_train_epoch_end(self) -> None:
+        if self._sanitation:
+            reasons = ", ".join(f"{k}={v}" for k, v in sorted(self._sanitation.items()))
+            log.info("Polygon sanitation, train epoch %d: %s", self.current_epoch, reasons)
+        self._sanitation.clear()
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate_step(batch, "val", self.val_metric)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metric("val", self.val_metric)
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate_step(batch, "test", self.test_metric)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metric("test", self.test_metric)
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:
+        output = self(batch["images"])
+        results = self.postprocess(torch.sigmoid(output.prob_logits.float()), batch["geometry"])
+        return [{"image_id": image_id, "polygons": polygons, "scores": scores}
+                for image_id, (polygons, scores) in zip(batch["image_id"], results)]
+
+    def _evaluate_step(self, batch: Batch, stage: str, metric: Any) -> None:
+        output = self(batch["images"])
+        losses = self.loss(output, batch)
+        self.log(f"{stage}/loss", losses["loss"], on_epoch=True, sync_dist=True,
+                 batch_size=batch["images"].shape[0])
+        results = self.postprocess(torch.sigmoid(output.prob_logits.float()), batch["geometry"])
+        pred_polygons: list[list[Polygon]] = [polygons for polygons, _ in results]
+        metric.update(pred_polygons, batch["polygons"], batch["ignore"], batch["texts"])
+
+    def _log_metric(self, stage: str, metric: Any) -> None:
+        scores: Mapping[str, Tensor] = metric.compute()
+        for name in ("hmean", "precision", "recall"):
+            self.log(f"{stage}/{name}", scores[name], prog_bar=name == "hmean", sync_dist=False)
+        metric.reset()
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = self.optimizer_factory(params=self.parameters())
+        estimated = self.trainer.estimated_stepping_batches
+        if not np.isfinite(estimated) or estimated <= 0:
+            raise ValueError(
+                f"scheduler: cannot size the schedule, estimated_stepping_batches={estimated}; "
+                "set trainer.max_steps or trainer.max_epochs")
+        total_steps = int(estimated)
+        scheduler = self.scheduler_factory(optimizer=optimizer, total_steps=total_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.run_config is not None:
+            checkpoint["ocr_config"] = self.run_config

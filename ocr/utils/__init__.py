@@ -1,0 +1,1 @@
+"""Small shared helpers: atomic IO, logging, hardware detection, lazy wandb."""

@@ -1,0 +1,45 @@
+"""Machine detection behind the ``hardware=auto`` preset (OmegaConf resolvers ``hw.*``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from omegaconf import OmegaConf
+
+__all__ = ["register_resolvers", "has_cuda", "auto_precision", "auto_workers", "pick"]
+
+
+def has_cuda() -> bool:
+    """True when a CUDA device is usable."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def auto_precision() -> str:
+    """bf16 autocast where the GPU supports it, fp16 autocast on older GPUs, fp32 on the CPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "32-true"
+    return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+
+
+def auto_workers(cap: int) -> int:
+    """DataLoader workers: the usable cores minus one for the main process, at most ``cap``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, min(int(cap), cores - 1))
+
+
+def pick(cpu_value: Any, cuda_value: Any) -> Any:
+    """``cuda_value`` when a GPU is usable, else ``cpu_value``."""
+    return cuda_value if has_cuda() else cpu_value
+
+
+def register_resolvers() -> None:
+    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:}`` and ``${hw.workers:cap}`` once."""
+    resolvers = {"hw.pick": pick, "hw.precision": auto_precision, "hw.workers": auto_workers}
+    for name, fn in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)

@@ -1,0 +1,94 @@
+"""Helpers shared by the thin Hydra entry points in ``runners/``."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from ocr.utils.io import atomic_write_text
+
+__all__ = ["instantiate_all", "save_config", "task_wrapper", "format_metrics", "run_dir", "get_metric_value",
+           "quiet_third_party"]
+
+log = logging.getLogger(__name__)
+
+
+def run_dir(cfg: DictConfig) -> Path:
+    """The run directory (``paths.output_dir``), created if missing."""
+    path = Path(cfg.paths.output_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def instantiate_all(group: DictConfig | None) -> list[Any]:
+    """Instantiate every ``_target_`` entry of a config group (callbacks, loggers), skipping ``None`` results."""
+    objects = []
+    for name, node in (group or {}).items():
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            raise ValueError(f"{name}: expected a config node with _target_, got {OmegaConf.to_yaml(node)!r}")
+        log.info("Instantiating %s <%s>", name, node._target_)
+        obj = instantiate(node)
+        if obj is not None:
+            objects.append(obj)
+    return objects
+
+
+def save_config(cfg: DictConfig, directory: Path) -> Path:
+    """Write the resolved config as ``config.yaml`` into the run directory (atomic)."""
+    return atomic_write_text(directory / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+
+def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
+    """Write ``.FAILURE`` for any exception (also those before the trainer starts), then re-raise."""
+
+    @functools.wraps(task)
+    def wrapped(cfg: DictConfig) -> Any:
+        from ocr.lightning_modules.callbacks.run_status import write_failure
+
+        try:
+            return task(cfg)
+        except BaseException as exc:
+            directory = Path(cfg.paths.output_dir)
+            if not (directory / ".FAILURE").exists() and not isinstance(exc, SystemExit):
+                write_failure(directory, exc)
+            log.error("Run directory: %s", directory)
+            raise
+
+    return wrapped
+
+
+def format_metrics(metrics: Mapping[str, float], title: str) -> str:
+    """A plain-text table of metrics for the console."""
+    if not metrics:
+        return f"{title}: (no metrics)"
+    width = max(len(k) for k in metrics)
+    lines = [title, "-" * (width + 12)]
+    lines += [f"{k:<{width}}  {v:>9.4f}" for k, v in sorted(metrics.items())]
+    return "\n".join(lines)
+
+
+def get_metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
+    """The value of ``name`` in ``metrics`` for Hydra sweeps (None, with a warning naming the
+    available metrics, when the run never produced it, e.g. it stopped before the first validation)."""
+    if not name:
+        return None
+    if name not in metrics:
+        log.warning("optimized_metric=%r was not produced by this run; available: %s", name, sorted(metrics))
+        return None
+    return float(metrics[name])
+
+
+def quiet_third_party() -> None:
+    """Defaults for a clean console: no albumentations update check, wandb offline without a key."""
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if "PROJECT_ROOT" not in os.environ:
+        os.environ["PROJECT_ROOT"] = str(Path(sys.argv[0]).resolve().parents[1])

@@ -1,0 +1,49 @@
+"""Predict a folder of images: submission CSV (one row per image), predictions JSON, optional overlays.
+
+    uv run runners/predict.py ckpt=outputs/train/<run>/checkpoints/last.ckpt image_dir=path/to/images
+"""
+
+from __future__ import annotations
+
+import hydra
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from ocr.utils.hardware import register_resolvers
+from ocr.utils.logging import get_logger
+from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
+
+register_resolvers()
+quiet_third_party()
+log = get_logger(__name__)
+
+
+@task_wrapper
+def predict(cfg: DictConfig) -> dict[str, str]:
+    """Run the checkpoint over ``image_dir``; returns the paths written."""
+    from ocr.lightning_modules.loading import module_from_checkpoint
+    from ocr.lightning_modules.prediction_io import save_overlays, save_predictions
+
+    directory = run_dir(cfg)
+    save_config(cfg, directory)
+    module = module_from_checkpoint(cfg.ckpt, postprocess=instantiate(cfg.postprocess), metric=None,
+                                    channels_last=cfg.module.channels_last)
+    datamodule = instantiate(cfg.data, predict_image_dir=cfg.image_dir)
+    trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
+    predictions = [p for batch in trainer.predict(module, datamodule=datamodule) for p in batch]
+    paths = save_predictions(predictions, directory)
+    if cfg.overlays:
+        paths["overlays"] = str(save_overlays(predictions, cfg.image_dir, directory / "overlays", cfg.max_overlays))
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    print(f"Run directory: {directory}")
+    return paths
+
+
+@hydra.main(config_path="../configs", config_name="predict", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    predict(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Score a checkpoint with CLEval on a labelled split; writes metrics.json into the run directory.
+
+    uv run runners/test.py ckpt=outputs/train/<run>/checkpoints/last.ckpt [split=test] [data=receipts data.root=...]
+"""
+
+from __future__ import annotations
+
+import hydra
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from ocr.utils.hardware import register_resolvers
+from ocr.utils.logging import get_logger
+from ocr.utils.runner import format_metrics, quiet_third_party, run_dir, save_config, task_wrapper
+
+register_resolvers()
+quiet_third_party()
+log = get_logger(__name__)
+
+
+@task_wrapper
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    """Test (``split=test``) or validate (``split=val``) the checkpoint; returns the metrics."""
+    from ocr.lightning_modules.loading import module_from_checkpoint
+    from ocr.utils.io import atomic_write_json
+
+    if cfg.split not in ("val", "test"):
+        raise ValueError(f"split: expected 'val' or 'test', got {cfg.split!r}")
+    directory = run_dir(cfg)
+    save_config(cfg, directory)
+    module = module_from_checkpoint(cfg.ckpt, postprocess=instantiate(cfg.postprocess),
+                                    metric=instantiate(cfg.metric), channels_last=cfg.module.channels_last)
+    datamodule = instantiate(cfg.data)
+    trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
+    run = trainer.test if cfg.split == "test" else trainer.validate
+    results = run(module, datamodule=datamodule)[0]
+    metrics = {k: float(v) for k, v in results.items()}
+    atomic_write_json(directory / "metrics.json", {"ckpt": str(cfg.ckpt), "split": cfg.split, "metrics": metrics})
+    print(format_metrics(metrics, f"CLEval on split '{cfg.split}' ({cfg.metric.mode} mode)"))
+    print(f"Run directory: {directory}")
+    return metrics
+
+
+@hydra.main(config_path="../configs", config_name="test", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    evaluate(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Train a DBNet detector: compose the config, instantiate, fit, then test the best checkpoint.
+
+    uv run runners/train.py                       # built-in synthetic receipts
+    uv run runners/train.py data=receipts data.root=../shared/datasets/sroie-compact trainer.max_steps=20
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hydra
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from ocr.utils.hardware import register_resolvers
+from ocr.utils.logging import get_logger
+from ocr.utils.runner import (format_metrics, get_metric_value, instantiate_all, quiet_third_party, run_dir,
+                              save_config, task_wrapper)
+
+register_resolvers()
+quiet_third_party()
+log = get_logger(__name__)
+
+
+@task_wrapper
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Fit, then test with the best checkpoint; returns the final metrics."""
+    import lightning as L
+
+    from ocr.debug.inject import fault_callbacks
+    from ocr.utils.io import atomic_write_json
+
+    directory = run_dir(cfg)
+    if cfg.seed is not None:
+        L.seed_everything(cfg.seed, workers=True)
+    callbacks = instantiate_all(cfg.callbacks) + fault_callbacks(cfg)  # first: the watchdog covers start-up
+    save_config(cfg, directory)
+    datamodule = instantiate(cfg.data)
+    module = instantiate(cfg.module, net=instantiate(cfg.model), loss=instantiate(cfg.loss),
+                         postprocess=instantiate(cfg.postprocess), metric=instantiate(cfg.metric))
+    module.run_config = OmegaConf.to_container(cfg, resolve=True)
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_all(cfg.logger) or False)
+
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    if cfg.test_after_fit:
+        trainer.test(module, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
+    atomic_write_json(directory / "metrics.json", {"metrics": metrics, "best_checkpoint": best or None})
+    print(format_metrics(metrics, "Final metrics"))
+    print(f"Best checkpoint: {best or '(none saved)'}")
+    print(f"Run directory: {directory}")
+    return metrics
+
+
+@hydra.main(config_path="../configs", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    metrics: dict[str, Any] = train(cfg)
+    return get_metric_value(metrics, cfg.optimized_metric)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+import pytest
+import torch
+
+from ocr.lightning_modules.schedule import build_warmup_scheduler, warmup_decay_factor
+
+
+def _lrs(kind: str, total: int, warmup_ratio: float) -> list[float]:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = build_warmup_scheduler(opt, total_steps=total, kind=kind, warmup_ratio=warmup_ratio, power=0.9,
+                                   min_lr_ratio=0.0)
+    lrs = []
+    for _ in range(total):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return lrs
+
+
+@pytest.mark.parametrize("kind", ["poly", "cosine"])
+def test_schedule_warms_up_then_decays_to_zero(kind: str) -> None:
+    lrs = _lrs(kind, total=100, warmup_ratio=0.1)
+    assert lrs[0] == pytest.approx(0.1)
+    assert max(lrs) == pytest.approx(1.0)
+    assert lrs.index(max(lrs)) == 9
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+    assert lrs[-1] < 0.05
+
+
+def test_schedule_is_not_constant_without_warmup() -> None:
+    lrs = _lrs("poly", total=10, warmup_ratio=0.0)
+    assert len(set(lrs)) == 10
+
+
+def test_schedule_rejects_bad_inputs() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match="total_steps"):
+        build_warmup_scheduler(opt, total_steps=0, kind="poly", warmup_ratio=0.0, power=1.0, min_lr_ratio=0.0)
+    with pytest.raises(ValueError, match="scheduler.kind"):
+        warmup_decay_factor(5, total_steps=10, warmup_steps=0, kind="step", power=1.0, min_lr_ratio=0.0)
