@@ -17,6 +17,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -1,0 +1,174 @@
+"""LightningDataModule for receipt detection: train/val/test splits and a predict folder scan."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping
+from pathlib import Path
+
+import cv2
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ocr.data.collate import collate_batch
+from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
+from ocr.data.synthetic import generate_dataset
+from ocr.data.transforms import Transform
+from ocr.types import Sample
+
+__all__ = ["ReceiptDataModule", "seed_worker"]
+
+log = logging.getLogger(__name__)
+
+SYNTHETIC_KEYS = ("num_train", "num_val", "num_test", "seed", "long_side")
+
+
+def seed_worker(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: no OpenCV thread pool, and distinct RNG streams per worker.
+
+    OpenCV's pool, once used in the parent before the fork, can hang the workers (see DESIGN.md).
+    ``torch.initial_seed()`` differs per worker and per epoch, so augmentations do too.
+    """
+    cv2.setNumThreads(0)
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+    info = torch.utils.data.get_worker_info()
+    transform = getattr(info.dataset, "transform", None) if info is not None else None
+    if hasattr(transform, "set_random_seed"):
+        transform.set_random_seed(seed)
+
+
+class ReceiptDataModule(L.LightningDataModule):
+    """Datasets and loaders for ``<root>/{images,jsons}``; predict scans ``predict_image_dir``."""
+
+    def __init__(
+        self,
+        *,
+        root: str,
+        train_split: str,
+        val_split: str,
+        test_split: str,
+        predict_image_dir: str | None,
+        train_transform: Transform,
+        eval_transform: Transform,
+        exif_mode: str,
+        on_missing_image: str,
+        min_polygon_size: float,
+        targets: Mapping[str, float],
+        cache_dir: str | None,
+        batch_size: int,
+        eval_batch_size: int,
+        num_workers: int,
+        pin_memory: bool,
+        persistent_workers: bool,
+        synthetic: Mapping[str, int] | None,
+    ) -> None:
+        """Store the config; datasets are built in ``setup``.
+
+        Args:
+            root: dataset folder (``images/<split>/``, ``jsons/<split>.json``).
+            train_split: split used for training.
+            val_split: split used for validation.
+            test_split: split used for testing.
+            predict_image_dir: folder scanned for prediction; None = ``<root>/images/<test_split>``.
+            train_transform: augmentation for the train split.
+            eval_transform: letterbox for val/test/predict.
+            exif_mode: ``rotated``, ``raw`` or ``auto``.
+            on_missing_image: ``skip`` or ``fail``.
+            min_polygon_size: polygons with a shorter side below this (px) are removed.
+            targets: shrink_ratio, thresh_min, thresh_max, min_text_size for ``make_db_targets``.
+            cache_dir: decoded-image cache folder; None disables it.
+            batch_size: train batch size.
+            eval_batch_size: val/test/predict batch size.
+            num_workers: DataLoader worker processes.
+            pin_memory: pin batches for faster host-to-GPU copies.
+            persistent_workers: keep workers between epochs (only used when ``num_workers > 0``).
+            synthetic: generator settings (num_train, num_val, num_test, seed, long_side); when given,
+                ``prepare_data`` generates the synthetic set into ``root`` (idempotent).
+        """
+        super().__init__()
+        if synthetic is not None and set(synthetic) != set(SYNTHETIC_KEYS):
+            raise ValueError(
+                f"synthetic: expected exactly the keys {SYNTHETIC_KEYS}, got {sorted(synthetic)}"
+            )
+        self.root = Path(root)
+        self.splits = {"fit": train_split, "validate": val_split, "test": test_split}
+        self.predict_image_dir = (
+            Path(predict_image_dir) if predict_image_dir else self.root / "images" / test_split
+        )
+        self.train_transform, self.eval_transform = train_transform, eval_transform
+        self.dataset_options = {
+            "exif_mode": exif_mode,
+            "on_missing_image": on_missing_image,
+            "min_polygon_size": min_polygon_size,
+            "targets": dict(targets),
+            "cache_dir": cache_dir,
+        }
+        self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
+        self.num_workers, self.pin_memory = int(num_workers), bool(pin_memory)
+        self.persistent_workers = bool(persistent_workers) and self.num_workers > 0
+        self.synthetic = None if synthetic is None else {k: int(synthetic[k]) for k in SYNTHETIC_KEYS}
+        self.datasets: dict[str, Dataset[Sample]] = {}
+
+    def prepare_data(self) -> None:
+        """Generate the synthetic set into ``root`` when configured (Lightning runs this on rank 0)."""
+        if self.synthetic is not None:
+            log.info("Ensuring the synthetic dataset in %s <data.synthetic=%s>", self.root, self.synthetic)
+            generate_dataset(self.root, **self.synthetic)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the datasets ``stage`` needs (all labelled splits when ``stage`` is None)."""
+        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
+        names = wanted.get(stage or "", ("train", "val", "test"))
+        for name in names:
+            if name not in self.datasets:
+                self.datasets[name] = self._build(name)
+
+    def _build(self, name: str) -> Dataset[Sample]:
+        if name == "predict":
+            dataset = ImageFolderDataset(image_dir=self.predict_image_dir, transform=self.eval_transform)
+            log.info("predict: %d images in %s", len(dataset), self.predict_image_dir)
+            return dataset
+        split = {"train": self.splits["fit"], "val": self.splits["validate"], "test": self.splits["test"]}[
+            name
+        ]
+        transform = self.train_transform if name == "train" else self.eval_transform
+        labelled = ReceiptDataset(root=self.root, split=split, transform=transform, **self.dataset_options)
+        log.info("%s dataset <data.root=%s>: %s", name, self.root, labelled.report.summary())
+        return labelled
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled train loader (drops a last incomplete batch so BatchNorm never sees a batch of 1)."""
+        return self._loader("train", self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        """Validation loader."""
+        return self._loader("val", self.eval_batch_size, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        """Test loader."""
+        return self._loader("test", self.eval_batch_size, shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """Predict loader over the image folder."""
+        return self._loader("predict", self.eval_batch_size, shuffle=False)
+
+    def _loader(self, name: str, batch_size: int, shuffle: bool) -> DataLoader:
+        if name not in self.datasets:
+            self.setup({"train": "fit", "val": "validate"}.get(name, name))
+        dataset = self.datasets[name]
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=shuffle and len(dataset) > batch_size,  # type: ignore[arg-type]
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.persistent_workers,
+            worker_init_fn=seed_worker,
+            collate_fn=collate_batch,
+        )

@@ -1,0 +1,337 @@
+"""Train and eval transforms: source image + polygons (original px) -> network input + Geometry.
+
+Every geometric step of a sample (scale, flip, rotation, crop, letterbox) is folded into ONE affine
+matrix that moves the pixels (a single ``cv2.resize``/``cv2.warpAffine``) and the polygons alike, so
+no polygon point can be dropped or re-ordered and ``Geometry.matrix`` is exact by construction.
+Albumentations supplies the photometric augmentations (colour, blur, noise), which never move pixels.
+
+Coordinates are continuous: pixel ``i`` spans ``[i, i + 1)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+import albumentations as A
+import cv2
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch import Tensor
+
+from ocr.geometry import apply_matrix
+from ocr.types import Geometry, Polygon
+
+__all__ = [
+    "EvalTransform",
+    "SourceImage",
+    "TrainTransform",
+    "Transform",
+    "TransformResult",
+    "denormalize",
+    "normalize",
+]
+
+
+@dataclass(frozen=True)
+class SourceImage:
+    """An upright image that is the original image scaled by exactly ``scale``.
+
+    Attributes:
+        image: (h, w, 3) uint8 RGB; ``h ~= orig_height * scale`` (sizes are rounded, the scale is exact).
+        scale: source px per original px (<= 1 when decoded/resized down).
+        orig_width: original width (px after EXIF orientation).
+        orig_height: original height.
+    """
+
+    image: npt.NDArray[np.uint8]
+    scale: float
+    orig_width: int
+    orig_height: int
+
+
+class TransformResult(NamedTuple):
+    """Output of a transform call."""
+
+    image: Tensor  # (3, H, W) float32, normalised
+    polygons: list[Polygon]  # input px, same count/order/points as given; not clipped
+    geometry: Geometry  # input px -> original px
+
+
+class Transform(Protocol):
+    """What datasets need from a transform."""
+
+    @property
+    def source_long_side(self) -> int:
+        """Long side (px) the source image needs; larger originals are decoded/cached at this size."""
+        ...
+
+    def __call__(
+        self, source: SourceImage, polygons_orig_px: Sequence[Polygon], ignore: Sequence[bool]
+    ) -> TransformResult:
+        """Map the source image and its polygons (original px) into input px."""
+        ...
+
+
+def normalize(image: npt.NDArray[np.uint8], mean: Sequence[float], std: Sequence[float]) -> Tensor:
+    """(H, W, 3) uint8 RGB -> (3, H, W) float32 tensor ``(image / 255 - mean) / std``."""
+    arr = (image.astype(np.float32) / 255.0 - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
+
+
+def denormalize(image: Tensor, mean: Sequence[float], std: Sequence[float]) -> npt.NDArray[np.uint8]:
+    """(3, H, W) normalised tensor -> (H, W, 3) uint8 RGB (for visualisation)."""
+    arr = image.detach().cpu().numpy().transpose(1, 2, 0) * np.asarray(std) + np.asarray(mean)
+    return np.clip(arr * 255.0 + 0.5, 0, 255).astype(np.uint8)
+
+
+class EvalTransform:
+    """Letterbox: aspect-preserving resize of the original to ``long_side``, padded bottom/right."""
+
+    def __init__(self, *, long_side: int, mean: Sequence[float], std: Sequence[float], fill: int) -> None:
+        """Build the eval transform.
+
+        Args:
+            long_side: side of the square network input (px).
+            mean: per-channel normalisation mean (RGB, in [0, 1] units).
+            std: per-channel normalisation std.
+            fill: padding value (0..255).
+        """
+        if long_side <= 0:
+            raise ValueError(f"long_side: expected a positive int, got {long_side!r}")
+        self.long_side = int(long_side)
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+        self.fill = int(fill)
+
+    @property
+    def source_long_side(self) -> int:
+        """Long side the source image needs (decode/cache at this size when the original is larger)."""
+        return self.long_side
+
+    def __call__(
+        self, source: SourceImage, polygons_orig_px: Sequence[Polygon], ignore: Sequence[bool]
+    ) -> TransformResult:
+        """Letterbox ``source`` and map ``polygons_orig_px`` into input px (``ignore`` is not needed)."""
+        side = self.long_side
+        scale = side / max(source.orig_width, source.orig_height)  # input px per original px
+        factor = scale / source.scale
+        # dsize=(0, 0) makes OpenCV use fx/fy as the exact scale (dsize would round it).
+        resized = _resize(source.image, factor)[:side, :side]
+        canvas = np.full((side, side, 3), self.fill, dtype=np.uint8)
+        canvas[: resized.shape[0], : resized.shape[1]] = resized
+        orig_to_input = np.diag([scale, scale, 1.0])
+        geometry = Geometry(
+            np.diag([1.0 / scale, 1.0 / scale, 1.0]), source.orig_width, source.orig_height, side, side
+        )
+        polygons = [apply_matrix(p, orig_to_input) for p in polygons_orig_px]
+        return TransformResult(normalize(canvas, self.mean, self.std), polygons, geometry)
+
+
+class TrainTransform:
+    """Random scale + flip + rotation + text-keeping crop in one warp, then photometric jitter."""
+
+    def __init__(
+        self,
+        *,
+        crop_size: int,
+        train_long_side: int,
+        scale_range: Sequence[float],
+        rotate_limit: float,
+        p_rotate: float,
+        p_flip: float,
+        p_text_crop: float,
+        brightness: float,
+        contrast: float,
+        saturation: float,
+        hue: float,
+        p_color: float,
+        blur_limit: Sequence[int],
+        p_blur: float,
+        noise_std_range: Sequence[float],
+        p_noise: float,
+        mean: Sequence[float],
+        std: Sequence[float],
+        fill: int,
+    ) -> None:
+        """Build the train transform.
+
+        Args:
+            crop_size: side of the square crop fed to the network (px).
+            train_long_side: the original is first scaled so its long side is this (px) ...
+            scale_range: ... then by a factor drawn uniformly from this (min, max) range.
+            rotate_limit: rotation angle drawn from [-limit, limit] degrees with probability ``p_rotate``.
+            p_rotate: probability of a rotation.
+            p_flip: probability of a horizontal flip.
+            p_text_crop: probability that the crop window is placed around a random non-ignored polygon
+                (otherwise uniformly over the image).
+            brightness: ColorJitter brightness.
+            contrast: ColorJitter contrast.
+            saturation: ColorJitter saturation.
+            hue: ColorJitter hue.
+            p_color: probability of the colour jitter.
+            blur_limit: (min, max) odd kernel size of the Gaussian/motion blur.
+            p_blur: probability of a blur.
+            noise_std_range: Gaussian noise std range as a fraction of 255.
+            p_noise: probability of noise.
+            mean: per-channel normalisation mean.
+            std: per-channel normalisation std.
+            fill: border value (0..255) where the crop leaves the image.
+        """
+        lo, hi = (float(s) for s in scale_range)
+        if not 0 < lo <= hi:
+            raise ValueError(f"scale_range: expected 0 < min <= max, got {tuple(scale_range)}")
+        if crop_size <= 0 or train_long_side <= 0:
+            raise ValueError(
+                f"crop_size/train_long_side: expected positive ints, got {crop_size}/{train_long_side}"
+            )
+        self.crop_size = int(crop_size)
+        self.train_long_side = int(train_long_side)
+        self.scale_range = (lo, hi)
+        self.rotate_limit = float(rotate_limit)
+        self.p_rotate, self.p_flip, self.p_text_crop = float(p_rotate), float(p_flip), float(p_text_crop)
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+        self.fill = int(fill)
+        blur = (int(blur_limit[0]), int(blur_limit[1]))
+        self.photometric = A.Compose(
+            [
+                A.ColorJitter(
+                    brightness=brightness, contrast=contrast, saturation=saturation, hue=hue, p=p_color
+                ),
+                A.OneOf([A.GaussianBlur(blur_limit=blur), A.MotionBlur(blur_limit=blur)], p=p_blur),
+                A.GaussNoise(std_range=(float(noise_std_range[0]), float(noise_std_range[1])), p=p_noise),
+            ]
+        )
+        # Seeded from numpy's global RNG so that seed_everything() before instantiation is reproducible;
+        # DataLoader workers re-seed through ReceiptDataModule's worker_init_fn.
+        self.set_random_seed(int(np.random.randint(0, 2**31 - 1)))
+
+    def set_random_seed(self, seed: int) -> None:
+        """Re-seed the geometric and photometric random generators (called per DataLoader worker)."""
+        self._rng = np.random.default_rng(seed)
+        self.photometric.set_random_seed(seed)
+
+    @property
+    def source_long_side(self) -> int:
+        """Long side the source image needs for the largest scale factor."""
+        return int(np.ceil(self.train_long_side * self.scale_range[1]))
+
+    def __call__(
+        self, source: SourceImage, polygons_orig_px: Sequence[Polygon], ignore: Sequence[bool]
+    ) -> TransformResult:
+        """Augment ``source``; ``ignore`` keeps don't-care polygons from being chosen as crop centres."""
+        rng = self._rng
+        scale = (
+            self.train_long_side / max(source.orig_width, source.orig_height) * rng.uniform(*self.scale_range)
+        )
+        factor = scale / source.scale  # scaled px per source px
+        image, pre = source.image, np.diag([source.scale, source.scale, 1.0])  # original -> image px
+        if factor < 1.0:
+            # Downscale with area averaging first; warpAffine's bilinear sampling would alias.
+            image = _resize(image, factor)
+            pre, factor = np.diag([scale, scale, 1.0]), 1.0
+        angle = rng.uniform(-self.rotate_limit, self.rotate_limit) if rng.random() < self.p_rotate else 0.0
+        flip = bool(rng.random() < self.p_flip)
+        height, width = source.orig_height * scale, source.orig_width * scale
+        warp = _scale_flip_rotate(factor, flip, angle, width, height)  # image px -> scaled px
+        orig_to_scaled = warp @ pre
+        text = (
+            _text_box(polygons_orig_px, ignore, orig_to_scaled, rng)
+            if rng.random() < self.p_text_crop
+            else None
+        )
+        w, h = source.orig_width, source.orig_height
+        bounds = _box(np.array([[0, 0], [w, 0], [0, h], [w, h]], np.float32), orig_to_scaled)
+        x0 = _axis_origin(bounds[0], bounds[2], self.crop_size, None if text is None else text[0::2], rng)
+        y0 = _axis_origin(bounds[1], bounds[3], self.crop_size, None if text is None else text[1::2], rng)
+        crop = np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0], [0.0, 0.0, 1.0]]) @ warp
+        out = cv2.warpAffine(
+            image,
+            _pixel_index_matrix(crop)[:2],
+            (self.crop_size, self.crop_size),
+            flags=cv2.INTER_LINEAR,
+            borderMode=cv2.BORDER_CONSTANT,
+            borderValue=(self.fill,) * 3,
+        )
+        out = self.photometric(image=out)["image"]
+        orig_to_input = crop @ pre
+        geometry = Geometry(
+            np.linalg.inv(orig_to_input),
+            source.orig_width,
+            source.orig_height,
+            self.crop_size,
+            self.crop_size,
+        )
+        polygons = [apply_matrix(p, orig_to_input) for p in polygons_orig_px]
+        return TransformResult(normalize(out, self.mean, self.std), polygons, geometry)
+
+
+def _resize(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uint8]:
+    """Resize by exactly ``factor`` (continuous coordinates scale by ``factor``)."""
+    if abs(factor - 1.0) < 1e-12:
+        return image
+    interp = cv2.INTER_AREA if factor < 1.0 else cv2.INTER_LINEAR
+    return cv2.resize(image, (0, 0), fx=factor, fy=factor, interpolation=interp)
+
+
+def _scale_flip_rotate(
+    factor: float, flip: bool, angle: float, width: float, height: float
+) -> npt.NDArray[np.float64]:
+    """(3, 3) image px -> scaled px: scale by ``factor``, mirror in x, rotate ``angle`` deg about the centre.
+
+    ``width``/``height`` are the scaled image size (continuous).
+    """
+    matrix = np.diag([factor, factor, 1.0])
+    if flip:
+        matrix = np.array([[-1.0, 0.0, width], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]) @ matrix
+    if angle:
+        rot = np.vstack([cv2.getRotationMatrix2D((width / 2.0, height / 2.0), angle, 1.0), [0.0, 0.0, 1.0]])
+        matrix = rot @ matrix
+    return matrix
+
+
+def _box(
+    points: npt.NDArray[np.float32], matrix: npt.NDArray[np.float64]
+) -> tuple[float, float, float, float]:
+    """Axis-aligned (x0, y0, x1, y1) of ``points`` after ``matrix``."""
+    pts = apply_matrix(points, matrix)
+    return float(pts[:, 0].min()), float(pts[:, 1].min()), float(pts[:, 0].max()), float(pts[:, 1].max())
+
+
+def _text_box(
+    polygons: Sequence[Polygon],
+    ignore: Sequence[bool],
+    matrix: npt.NDArray[np.float64],
+    rng: np.random.Generator,
+) -> tuple[float, float, float, float] | None:
+    """Box of one random usable (finite, non-ignored) polygon after ``matrix``; None when there is none."""
+    usable = [
+        p
+        for p, ign in zip(polygons, ignore, strict=True)
+        if not ign and len(p) and np.isfinite(np.asarray(p, np.float64)).all()
+    ]
+    if not usable:
+        return None
+    return _box(np.asarray(usable[int(rng.integers(len(usable)))], np.float32), matrix)
+
+
+def _axis_origin(
+    img_lo: float, img_hi: float, crop: int, text: tuple[float, float] | None, rng: np.random.Generator
+) -> float:
+    """Start of the crop window along one axis: inside the image (or the image inside it), around ``text``."""
+    lo, hi = (img_lo, img_hi - crop) if img_hi - img_lo >= crop else (img_hi - crop, img_lo)
+    if text is not None:
+        t_lo, t_hi = text
+        a, b = (t_hi - crop, t_lo) if t_hi - t_lo <= crop else (t_lo, t_hi - crop)
+        if max(lo, a) <= min(hi, b):
+            lo, hi = max(lo, a), min(hi, b)
+    return float(rng.uniform(lo, hi))
+
+
+def _pixel_index_matrix(matrix: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Convert a continuous-coordinate transform to OpenCV's pixel-centre-at-integer convention."""
+    shift = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, 0.5], [0.0, 0.0, 1.0]])
+    return np.linalg.inv(shift) @ matrix @ shift
