@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import random
 from collections.abc import Mapping
@@ -113,6 +115,17 @@ class ReceiptDataModule(L.LightningDataModule):
         self.persistent_workers = bool(persistent_workers) and self.num_workers > 0
         self.synthetic = None if synthetic is None else {k: int(synthetic[k]) for k in SYNTHETIC_KEYS}
         self.datasets: dict[str, Dataset[Sample]] = {}
+
+    @functools.cached_property
+    def fingerprint(self) -> str | None:
+        """Short sha256 of the split annotation files, stored with checkpoints (None when none exist)."""
+        digest, found = hashlib.sha256(), False
+        for split in sorted(set(self.splits.values())):
+            path = self.root / "jsons" / f"{split}.json"
+            if path.is_file():
+                digest.update(split.encode() + b"\0" + path.read_bytes())
+                found = True
+        return digest.hexdigest()[:16] if found else None
 
     def prepare_data(self) -> None:
         """Generate the synthetic set into ``root`` when configured (Lightning runs this on rank 0)."""

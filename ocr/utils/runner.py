@@ -51,11 +51,11 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
 
     @functools.wraps(task)
     def wrapped(cfg: DictConfig) -> Any:
-        from ocr.lightning_modules.callbacks.run_status import write_failure
-
         try:
             return task(cfg)
         except BaseException as exc:
+            from ocr.lightning_modules.callbacks.run_status import write_failure
+
             directory = Path(cfg.paths.output_dir)
             if not (directory / ".FAILURE").exists() and not isinstance(exc, SystemExit):
                 write_failure(directory, exc)

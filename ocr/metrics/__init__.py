@@ -1,0 +1,1 @@
+"""CLEval, the project's own implementation (pure numpy + shapely), and its torchmetrics wrapper."""

@@ -1,0 +1,255 @@
+"""CLEval (Baek et al. 2020, character-level evaluation) for detection, for polygons of any point count.
+
+One implementation, two modes (docs/metrics.md):
+- ``upstream``: the reference ``cleval`` 0.1.1 package's rules, micro-averaged over the dataset;
+- ``competition``: the receipt leaderboards' variant, pseudo character counts for every box, P/R/H as the
+  mean of per-image values.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ocr.metrics.cleval_geometry import ImageGeometry, measure_image
+from ocr.metrics.cleval_match import PairTables, count_chars, dont_care_detections, match_matrix
+
+__all__ = [
+    "CLEvalOptions",
+    "ImageResult",
+    "DatasetResult",
+    "evaluate_image",
+    "evaluate_dataset",
+    "summarise",
+    "scores_from_counts",
+    "DONT_CARE_TEXT",
+]
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["upstream", "competition"]
+MODES: tuple[str, ...] = ("upstream", "competition")
+DONT_CARE_TEXT = "###"
+
+
+@dataclass(frozen=True)
+class CLEvalOptions:
+    """Scoring options (values come from configs/metric/cleval.yaml).
+
+    Attributes:
+        mode: ``upstream`` or ``competition``.
+        max_detections: detections kept per image (the first ones); None keeps all.
+        area_precision_threshold: intersection / detection area needed for a match.
+        recall_granularity_weight: penalty per extra detection on a split GT.
+        precision_granularity_weight: penalty per extra GT merged into one detection.
+        vertical_aspect_ratio_threshold: quads with width/height below it are read top to bottom.
+        case_sensitive: compare transcriptions case-sensitively (upstream character counts).
+    """
+
+    mode: Mode
+    max_detections: int | None
+    area_precision_threshold: float
+    recall_granularity_weight: float
+    precision_granularity_weight: float
+    vertical_aspect_ratio_threshold: float
+    case_sensitive: bool
+
+    def __post_init__(self) -> None:
+        """Reject values no run can mean."""
+        if self.mode not in MODES:
+            raise ValueError(f"CLEval mode: expected one of {MODES}, got {self.mode!r}")
+        if self.max_detections is not None and self.max_detections < 0:
+            raise ValueError(f"CLEval max_detections: expected >= 0 or None, got {self.max_detections}")
+        if not 0.0 <= self.area_precision_threshold <= 1.0:
+            raise ValueError(
+                f"CLEval area_precision_threshold: expected in [0, 1], got {self.area_precision_threshold}"
+            )
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    """CLEval counts and scores of one image (don't-care boxes excluded from every count)."""
+
+    num_gt_chars: int
+    num_det_chars: int  # centres inside matched pairs + characters charged for unmatched detections
+    tp_chars: int
+    fp_chars: int
+    recall_penalty: float
+    precision_penalty: float
+    num_gt: int
+    num_det: int
+    num_gt_ignored: int
+    num_det_ignored: int
+    num_split: int
+    num_merged: int
+    num_dropped_detections: int  # beyond max_detections
+    precision: float
+    recall: float
+    hmean: float
+
+
+@dataclass(frozen=True)
+class DatasetResult:
+    """Per-image results and the dataset scores of the chosen mode."""
+
+    images: list[ImageResult]
+    precision: float
+    recall: float
+    hmean: float
+
+
+def scores_from_counts(
+    tp: float, recall_penalty: float, precision_penalty: float, num_gt_chars: float, num_det_chars: float
+) -> tuple[float, float, float]:
+    """(precision, recall, hmean) from character counts; 0 where a denominator is 0."""
+    recall = max(0.0, tp - recall_penalty) / num_gt_chars if num_gt_chars > 0 else 0.0
+    precision = max(0.0, tp - precision_penalty) / num_det_chars if num_det_chars > 0 else 0.0
+    hmean = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return precision, recall, hmean
+
+
+def evaluate_image(
+    pred_polygons: Sequence[npt.ArrayLike],
+    gt_polygons: Sequence[npt.ArrayLike],
+    gt_ignore: Sequence[bool],
+    gt_texts: Sequence[str | None] | None,
+    options: CLEvalOptions,
+) -> ImageResult:
+    """Score one image.
+
+    Args:
+        pred_polygons: detections, each (K, 2) with K >= 3, in the same pixel frame as the GT.
+        gt_polygons: ground truth, each (K, 2) with K >= 3.
+        gt_ignore: don't-care flag per GT (text "###" also marks one).
+        gt_texts: transcription per GT or None (upstream mode counts its characters).
+        options: scoring options.
+
+    Raises:
+        ValueError: a polygon with fewer than 3 points, a wrong shape or non-finite coordinates, or
+            mismatched list lengths; the message names the polygon.
+    """
+    if len(gt_ignore) != len(gt_polygons) or (gt_texts is not None and len(gt_texts) != len(gt_polygons)):
+        raise ValueError(
+            f"CLEval: expected one ignore flag (and text) per GT polygon, got {len(gt_polygons)} polygons, "
+            f"{len(gt_ignore)} flags, {None if gt_texts is None else len(gt_texts)} texts"
+        )
+    dropped = 0
+    if options.max_detections is not None and len(pred_polygons) > options.max_detections:
+        dropped = len(pred_polygons) - options.max_detections
+        pred_polygons = pred_polygons[: options.max_detections]
+    texts = list(gt_texts) if gt_texts is not None else [None] * len(gt_polygons)
+    gt_dc = np.array(
+        [bool(f) or t == DONT_CARE_TEXT for f, t in zip(gt_ignore, texts, strict=True)], dtype=bool
+    )
+    geo = measure_image(pred_polygons, gt_polygons, gt_dc, texts, options)
+    return _score(geo, gt_dc, options, dropped)
+
+
+def _score(
+    geo: ImageGeometry, gt_dc: npt.NDArray[np.bool_], options: CLEvalOptions, dropped: int
+) -> ImageResult:
+    tables = PairTables(geo.area_precision, geo.pcc_count, gt_dc, options.area_precision_threshold)
+    det_dc = dont_care_detections(tables)
+    det_valid = ~det_dc
+    match = match_matrix(tables, det_valid)
+    counts, det_side = count_chars(
+        match,
+        geo.hit_gt,
+        geo.hit_pcc,
+        geo.hit_det,
+        options.recall_granularity_weight,
+        options.precision_granularity_weight,
+    )
+    unmatched = det_valid & ~match.any(axis=0)
+    fp_chars = int(geo.det_fp_chars[unmatched].sum())
+    num_gt_chars = int(geo.gt_chars[~gt_dc].sum())
+    num_det_chars = det_side + fp_chars
+    precision, recall, hmean = scores_from_counts(
+        counts.tp, counts.recall_penalty, counts.precision_penalty, num_gt_chars, num_det_chars
+    )
+    return ImageResult(
+        num_gt_chars=num_gt_chars,
+        num_det_chars=num_det_chars,
+        tp_chars=counts.tp,
+        fp_chars=fp_chars,
+        recall_penalty=counts.recall_penalty,
+        precision_penalty=counts.precision_penalty,
+        num_gt=int(np.count_nonzero(~gt_dc)),
+        num_det=int(np.count_nonzero(det_valid)),
+        num_gt_ignored=int(np.count_nonzero(gt_dc)),
+        num_det_ignored=int(np.count_nonzero(det_dc)),
+        num_split=counts.num_split,
+        num_merged=counts.num_merged,
+        num_dropped_detections=dropped,
+        precision=precision,
+        recall=recall,
+        hmean=hmean,
+    )
+
+
+def summarise(images: Sequence[ImageResult], mode: Mode) -> DatasetResult:
+    """Dataset scores: summed character counts (upstream) or the mean of per-image scores (competition)."""
+    if mode not in MODES:
+        raise ValueError(f"CLEval mode: expected one of {MODES}, got {mode!r}")
+    if mode == "competition":
+        n = len(images)
+        precision = sum(r.precision for r in images) / n if n else 0.0
+        recall = sum(r.recall for r in images) / n if n else 0.0
+        hmean = sum(r.hmean for r in images) / n if n else 0.0
+    else:
+        precision, recall, hmean = scores_from_counts(
+            sum(r.tp_chars for r in images),
+            sum(r.recall_penalty for r in images),
+            sum(r.precision_penalty for r in images),
+            sum(r.num_gt_chars for r in images),
+            sum(r.num_det_chars for r in images),
+        )
+    return DatasetResult(list(images), precision, recall, hmean)
+
+
+def evaluate_dataset(
+    pred_polygons: Sequence[Sequence[npt.ArrayLike]],
+    gt_polygons: Sequence[Sequence[npt.ArrayLike]],
+    gt_ignore: Sequence[Sequence[bool]],
+    gt_texts: Sequence[Sequence[str | None]] | None,
+    options: CLEvalOptions,
+    names: Sequence[str] | None = None,
+) -> DatasetResult:
+    """Score a dataset: :func:`evaluate_image` per image, then :func:`summarise`.
+
+    Args:
+        pred_polygons: per image, the detections (see :func:`evaluate_image`).
+        gt_polygons: per image, the ground truth.
+        gt_ignore: per image, the don't-care flags.
+        gt_texts: per image, the transcriptions, or None.
+        options: scoring options.
+        names: image names for error messages (default: the index).
+
+    Raises:
+        ValueError: the per-image lists differ in length, or an image's input is malformed (the message
+            names the image index).
+    """
+    n = len(gt_polygons)
+    if len(pred_polygons) != n or len(gt_ignore) != n or (gt_texts is not None and len(gt_texts) != n):
+        raise ValueError(
+            f"CLEval: expected one entry per image in every list, got {len(pred_polygons)} predictions, "
+            f"{n} GT, {len(gt_ignore)} ignore lists, {None if gt_texts is None else len(gt_texts)} text lists"
+        )
+    results = []
+    for i in range(n):
+        texts = None if gt_texts is None else gt_texts[i]
+        try:
+            results.append(evaluate_image(pred_polygons[i], gt_polygons[i], gt_ignore[i], texts, options))
+        except ValueError as exc:
+            raise ValueError(f"image {names[i] if names is not None else i}: {exc}") from None
+    dropped = sum(r.num_dropped_detections for r in results)
+    if dropped:
+        log.warning(
+            "CLEval: %d detections beyond max_detections=%s were not scored", dropped, options.max_detections
+        )
+    return summarise(results, options.mode)

@@ -1,0 +1,118 @@
+"""CLEval instance matching and character scoring on precomputed GT x detection matrices (pure numpy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["PairTables", "CharCounts", "dont_care_detections", "match_matrix", "count_chars"]
+
+BoolMat = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class PairTables:
+    """Everything matching needs about one image, G ground-truth boxes by D detections.
+
+    Attributes:
+        area_precision: (G, D) float32 intersection / detection area.
+        pcc_count: (G, D) int number of GT g's pseudo-character centres inside detection d.
+        gt_dc: (G,) don't-care ground truth.
+        threshold: area-precision constraint (0.3 in the paper).
+    """
+
+    area_precision: npt.NDArray[np.float32]
+    pcc_count: npt.NDArray[np.int64]
+    gt_dc: BoolMat
+    threshold: float
+
+    @property
+    def ap_ok(self) -> BoolMat:
+        """(G, D) area precision meets the constraint, compared in float32 like the reference."""
+        return self.area_precision >= np.float32(self.threshold)
+
+
+@dataclass(frozen=True)
+class CharCounts:
+    """Character totals of one image before the P/R/H division."""
+
+    tp: int  # GT character centres covered by a matched detection, each counted once
+    overlapped: int  # further covers of already counted centres
+    recall_penalty: float
+    precision_penalty: float
+    num_split: int  # GTs matched to >= 2 detections
+    num_merged: int  # detections matched to >= 2 GTs
+
+
+def _ap_sum(tables: PairTables, rows: BoolMat) -> npt.NDArray[np.float64]:
+    """(D,) sum over the masked GT rows of area precision, float32 values accumulated in float64."""
+    return np.where(rows, tables.area_precision, 0.0).astype(np.float64).sum(axis=0)
+
+
+def dont_care_detections(tables: PairTables) -> BoolMat:
+    """(D,) detections that fall mostly on don't-care regions and are left out of scoring."""
+    num_det = tables.area_precision.shape[1]
+    if not tables.gt_dc.any():
+        return np.zeros(num_det, dtype=bool)
+    dc = tables.gt_dc[:, None]
+    on_one = (tables.ap_ok & dc).any(axis=0)
+    spread = _ap_sum(tables, dc & (tables.pcc_count > 0)) >= tables.threshold
+    return on_one | spread
+
+
+def match_matrix(tables: PairTables, det_valid: BoolMat) -> BoolMat:
+    """(G, D) union of the one-to-one, one-to-many (split) and many-to-one (merge) matches."""
+    gt_valid = ~tables.gt_dc
+    qual = tables.ap_ok & (tables.pcc_count > 0)  # (G, D)
+    # One-to-one counts candidates over all boxes, don't-care ones included (reference rule).
+    one = qual & (qual.sum(axis=1, keepdims=True) == 1) & (qual.sum(axis=0, keepdims=True) == 1)
+    one &= gt_valid[:, None] & det_valid[None, :]
+
+    split_cand = qual & det_valid[None, :] & gt_valid[:, None]
+    split = split_cand & (split_cand.sum(axis=1, keepdims=True) >= 2)
+
+    merge_cand = (tables.pcc_count > 0) & gt_valid[:, None] & det_valid[None, :]
+    merge_ok = (merge_cand.sum(axis=0) >= 2) & (_ap_sum(tables, merge_cand) >= tables.threshold)
+    merge = merge_cand & merge_ok[None, :]
+    return one | split | merge
+
+
+def count_chars(
+    match: BoolMat,
+    hit_gt: npt.NDArray[np.intp],
+    hit_pcc: npt.NDArray[np.intp],
+    hit_det: npt.NDArray[np.intp],
+    recall_weight: float,
+    precision_weight: float,
+) -> tuple[CharCounts, int]:
+    """Character counts from the matches and the (centre, detection) inclusion pairs.
+
+    Args:
+        match: (G, D) matched pairs.
+        hit_gt: (H,) GT of each centre-inside-detection hit.
+        hit_pcc: (H,) global centre index of each hit.
+        hit_det: (H,) detection of each hit.
+        recall_weight: granularity penalty per extra detection of a split GT.
+        precision_weight: granularity penalty per extra GT of a merging detection.
+
+    Returns:
+        The counts and the number of centre hits inside matched pairs (the detection-side characters).
+    """
+    kept = match[hit_gt, hit_det]
+    covered = np.zeros(int(hit_pcc.max(initial=-1)) + 1, dtype=bool)
+    covered[hit_pcc[kept]] = True
+    tp = int(np.count_nonzero(covered))
+    det_side = int(np.count_nonzero(kept))
+    dets_per_gt = match.sum(axis=1)
+    gts_per_det = match.sum(axis=0)
+    counts = CharCounts(
+        tp=tp,
+        overlapped=det_side - tp,
+        recall_penalty=float(np.maximum(dets_per_gt - 1, 0).sum()) * recall_weight,
+        precision_penalty=float(np.maximum(gts_per_det - 1, 0).sum()) * precision_weight,
+        num_split=int(np.count_nonzero(dets_per_gt > 1)),
+        num_merged=int(np.count_nonzero(gts_per_det > 1)),
+    )
+    return counts, det_side

@@ -1,0 +1,66 @@
+"""Score a submission CSV or predictions JSON against an annotation file with CLEval.
+
+    uv run runners/evaluate.py gt=data/jsons/val.json pred=outputs/predict/<run>/submission.csv \
+        [metric.mode=upstream] [out_dir=...]
+
+The last stdout line is ``{"precision": ..., "recall": ..., "hmean": ..., "num_images": ...}``; per-image
+results go to ``cleval_per_image.csv`` in the run directory (or ``out_dir=``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from ocr.metrics.cleval import CLEvalOptions
+from ocr.metrics.files import evaluate_files, worst_images, write_image_results
+from ocr.utils.runner import quiet_third_party, run_dir
+
+quiet_third_party()
+log = logging.getLogger(__name__)
+
+
+# No task_wrapper: it imports lightning (and torch) up front; scoring files needs neither.
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    """Score ``cfg.pred`` against ``cfg.gt``; returns the summary printed as JSON."""
+    metric = OmegaConf.to_container(cfg.metric, resolve=True)
+    metric.pop("_target_")  # the options of ocr.metrics.metric.CLEvalMetric, minus the class path
+    options = CLEvalOptions(**metric)
+    names, result = evaluate_files(cfg.gt, cfg.pred, options)
+    directory = Path(cfg.out_dir) if cfg.out_dir is not None else run_dir(cfg)
+    csv_path = write_image_results(directory / "cleval_per_image.csv", names, result.images)
+    for name, image in worst_images(names, result.images, cfg.worst):
+        log.info(
+            "worst: %s hmean=%.4f precision=%.4f recall=%.4f (gt %d, det %d, split %d, merged %d)",
+            name,
+            image.hmean,
+            image.precision,
+            image.recall,
+            image.num_gt,
+            image.num_det,
+            image.num_split,
+            image.num_merged,
+        )
+    log.info("CLEval (%s mode) over %d images; per-image results: %s", options.mode, len(names), csv_path)
+    summary = {
+        "precision": result.precision,
+        "recall": result.recall,
+        "hmean": result.hmean,
+        "num_images": len(names),
+    }
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+@hydra.main(config_path="../configs", config_name="evaluate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point."""
+    evaluate(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""The torchmetrics wrapper: same numbers as evaluate_dataset, and a correct DDP reduction."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ocr.metrics.cleval import CLEvalOptions, evaluate_dataset
+from ocr.metrics.metric import CLEvalMetric
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "cleval_upstream.json"
+KWARGS = dict(
+    max_detections=500,
+    area_precision_threshold=0.3,
+    recall_granularity_weight=1.0,
+    precision_granularity_weight=1.0,
+    vertical_aspect_ratio_threshold=0.5,
+    case_sensitive=True,
+)
+
+
+def _batches() -> list[tuple[list, list, list, list]]:
+    images = json.loads(FIXTURE.read_text())["images"][-12:]
+    out = []
+    for c in images:
+        out.append(
+            (
+                [np.asarray(q, dtype=np.float32) for q in c["pred"]],
+                [np.asarray(w["points"], dtype=np.float32) for w in c["gt"]],
+                [w["ignore"] for w in c["gt"]],
+                [w["text"] for w in c["gt"]],
+            )
+        )
+    return out
+
+
+def _expected(mode: str, images: list) -> dict[str, float]:
+    r = evaluate_dataset(
+        [i[0] for i in images],
+        [i[1] for i in images],
+        [i[2] for i in images],
+        [i[3] for i in images],
+        CLEvalOptions(mode=mode, **KWARGS),
+    )
+    return {"precision": r.precision, "recall": r.recall, "hmean": r.hmean}
+
+
+def _update(metric: CLEvalMetric, images: list) -> None:
+    for start in range(0, len(images), 4):
+        chunk = images[start : start + 4]
+        metric.update(
+            [i[0] for i in chunk], [i[1] for i in chunk], [i[2] for i in chunk], [i[3] for i in chunk]
+        )
+
+
+@pytest.mark.parametrize("mode", ["competition", "upstream"])
+def test_metric_matches_evaluate_dataset(mode: str) -> None:
+    images = _batches()
+    metric = CLEvalMetric(mode=mode, **KWARGS)
+    with pytest.warns(UserWarning, match="before the ``update``"):
+        assert metric.compute()["hmean"].item() == 0.0
+    _update(metric, images)
+    got = {k: v.item() for k, v in metric.compute().items()}
+    assert got == pytest.approx(_expected(mode, images), abs=1e-6)
+    assert got["hmean"] < 1.0
+    metric.reset()
+    with pytest.warns(UserWarning, match="before the ``update``"):
+        assert metric.compute()["hmean"].item() == 0.0
+
+
+def test_update_rejects_mismatched_batches() -> None:
+    metric = CLEvalMetric(mode="competition", **KWARGS)
+    with pytest.raises(ValueError, match="one entry per image"):
+        metric.update([[]], [], [], None)
+    with pytest.raises(ValueError, match="batch image 0"):
+        metric.update([[np.zeros((2, 2))]], [[]], [[]], None)
+
+
+def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    images = _batches()
+    result = {}
+    for mode in ("competition", "upstream"):
+        metric = CLEvalMetric(mode=mode, **KWARGS)
+        _update(metric, images[rank::world])  # the two ranks see different images
+        result[mode] = {k: v.item() for k, v in metric.compute().items()}
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def test_ddp_two_process_reduction_equals_single_process(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # fork (Linux) reuses this process's imported torch; spawn would re-import it in each child (~15 s).
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    mp.start_processes(_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True, start_method=method)
+    images = _batches()
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        for mode in ("competition", "upstream"):
+            assert got[mode] == pytest.approx(_expected(mode, images), abs=1e-6)
+    assert torch.distributed.is_available()

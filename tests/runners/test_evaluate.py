@@ -1,0 +1,73 @@
+"""runners/evaluate.py end to end with plain ``python runners/evaluate.py`` (PYTHONPATH = repo root)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ocr.utils.submission import write_submission_csv
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [
+        sys.executable,
+        str(REPO / "runners" / "evaluate.py"),
+        *overrides,
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_evaluate_submission_csv(tmp_path: Path) -> None:
+    word = [[10, 10], [110, 10], [110, 30], [10, 30]]
+    gt = {
+        "images": {
+            "a.jpg": {"words": {"0001": {"points": word, "text": "HELLO"}}},
+            "b.jpg": {
+                "words": {
+                    "0001": {"points": word},
+                    "0002": {"points": [[10, 50], [110, 50], [110, 70], [10, 70]], "ignore": True},
+                }
+            },
+            "c.jpg": {"words": {"0001": {"points": word}}},
+        }
+    }
+    (tmp_path / "gt.json").write_text(json.dumps(gt))
+    half = np.array([[10, 10], [60, 10], [60, 30], [10, 30]])
+    write_submission_csv(tmp_path / "sub.csv", {"a.jpg": [np.array(word)], "b.jpg": [half]})  # c.jpg missing
+    proc = _run(tmp_path, "gt=gt.json", "pred=sub.csv", f"out_dir={tmp_path / 'out'}")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    # per image H: a = 1, b = 2 * 0.4 / 1.4 (half covered), c = 0 (no row); competition = their mean
+    assert summary["num_images"] == 3
+    assert summary["hmean"] == pytest_approx((1 + 0.8 / 1.4) / 3)
+    rows = list(csv.DictReader((tmp_path / "out" / "cleval_per_image.csv").open()))
+    assert [r["filename"] for r in rows] == ["a.jpg", "b.jpg", "c.jpg"]
+    assert rows[1]["num_gt_ignored"] == "1"
+
+    upstream = _run(tmp_path, "gt=gt.json", "pred=gt.json", "metric.mode=upstream", f"out_dir={tmp_path}")
+    assert upstream.returncode == 0, upstream.stderr
+    assert json.loads(upstream.stdout.strip().splitlines()[-1])["hmean"] == 1.0
+
+
+def test_evaluate_reports_a_malformed_submission(tmp_path: Path) -> None:
+    (tmp_path / "gt.json").write_text(json.dumps({"images": {}}))
+    (tmp_path / "sub.csv").write_text("filename,polygons\na.jpg,1 2 3\n")
+    proc = _run(tmp_path, "gt=gt.json", "pred=sub.csv")
+    assert proc.returncode != 0
+    assert "sub.csv:2: polygon 0" in proc.stderr
+
+
+def pytest_approx(value: float):
+    import pytest
+
+    return pytest.approx(value, abs=1e-9)
