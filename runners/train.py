@@ -39,7 +39,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
     module = instantiate(cfg.module, net=instantiate(cfg.model), loss=instantiate(cfg.loss),
                          postprocess=instantiate(cfg.postprocess), metric=instantiate(cfg.metric))
     module.run_config = OmegaConf.to_container(cfg, resolve=True)
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_all(cfg.logger) or False)
+    loggers = instantiate_all(cfg.logger)
+    if not loggers:  # logger=none: Lightning's LR monitor refuses to run without a logger
+        callbacks = [c for c in callbacks if type(c).__name__ != "LearningRateMonitor"]
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}

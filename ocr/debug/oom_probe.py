@@ -1,0 +1,162 @@
+"""Largest training batch size that fits: ``python -m ocr.debug.oom_probe [options] [overrides...]``.
+
+Builds the configured model and loss (Hydra overrides as for ``runners/train.py``), then runs full
+training steps (forward, loss, backward, AdamW step, with the configured precision) on random batches
+of the training crop size, doubling the batch size until CUDA runs out of memory and bisecting
+between the last size that fitted and the first that did not. On the CPU nothing runs out of memory:
+there it only checks that the step runs, up to ``--max``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["find_largest_batch", "main", "random_batch"]
+
+HEADROOM = 0.85  # validation, fragmentation and other processes need some memory too
+
+
+def random_batch(batch_size: int, size: int, device: str) -> dict[str, Any]:
+    """A batch with the training tensors' shapes and value ranges (see ``ocr.types.Batch``)."""
+    import torch
+
+    shape = (batch_size, 1, size, size)
+    return {
+        "images": torch.randn(batch_size, 3, size, size, device=device),
+        "prob_map": (torch.rand(shape, device=device) > 0.9).float(),
+        "prob_mask": torch.ones(shape, device=device),
+        "thresh_map": 0.3 + 0.4 * torch.rand(shape, device=device),
+        "thresh_mask": (torch.rand(shape, device=device) > 0.8).float(),
+        "image_id": [f"probe_{i}" for i in range(batch_size)],
+    }
+
+
+def find_largest_batch(fits: Callable[[int], bool], low: int, high: int) -> tuple[int | None, int | None]:
+    """Largest ``b`` in ``[low, high]`` with ``fits(b)`` (assumed monotone), and the smallest that failed."""
+    ok, bad, size = None, None, low
+    while size <= high:
+        if not fits(size):
+            bad = size
+            break
+        ok, size = size, size * 2
+    if ok is None or bad is None:
+        return ok, bad
+    while bad - ok > 1:
+        middle = (ok + bad) // 2
+        ok, bad = (middle, bad) if fits(middle) else (ok, middle)
+    return ok, bad
+
+
+def _compose(overrides: list[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    from ocr.utils.hardware import register_resolvers
+
+    register_resolvers()
+    config_dir = Path(__file__).resolve().parents[2] / "configs"
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def _make_step(cfg: Any, device: str, size: int) -> Callable[[int], bool]:
+    import torch
+    from hydra.utils import instantiate
+
+    net, loss_fn = instantiate(cfg.model).to(device).train(), instantiate(cfg.loss).to(device)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(str(cfg.trainer.precision))
+    use_autocast = device == "cuda" and dtype is not None
+
+    def fits(batch_size: int) -> bool:
+        try:
+            batch = random_batch(batch_size, size, device)
+            with torch.autocast(device, dtype=dtype or torch.float32, enabled=use_autocast):
+                output = net(batch["images"])
+            loss_fn(output, batch)["loss"].backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            result = True
+        except torch.cuda.OutOfMemoryError:
+            result = False
+        optimizer.zero_grad(set_to_none=True)
+        batch = output = None
+        gc.collect()
+        if device == "cuda":
+            peak = torch.cuda.max_memory_allocated() / 2**30
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        sys.stdout.write(
+            f"batch {batch_size:4d}: {'fits' if result else 'OUT OF MEMORY'}"
+            + (f" (peak {peak:.2f} GiB)" if device == "cuda" else "")
+            + "\n"
+        )
+        sys.stdout.flush()
+        return result
+
+    return fits
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: 0 when some batch size fits, 1 when not even ``--min`` does."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ocr.debug.oom_probe",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--min", type=int, default=1, dest="low")
+    parser.add_argument("--max", type=int, default=512, dest="high")
+    parser.add_argument(
+        "--image-size", type=int, help="square input side (default: data.train_transform.crop_size)"
+    )
+    parser.add_argument("--out", type=Path, default=Path("outputs/debug"), help="folder for oom_probe.json")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=dbnet_resnet50_fpn")
+    args = parser.parse_args(argv)
+    import torch
+    from omegaconf import OmegaConf
+
+    from ocr.utils.io import atomic_write_json
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.stderr.write("oom-probe: no CUDA GPU visible; use --device cpu to only check that a step runs\n")
+        return 2
+    cfg = _compose(args.overrides)
+    size = args.image_size or int(OmegaConf.select(cfg, "data.train_transform.crop_size", default=640))
+    sys.stdout.write(
+        f"model {cfg.model.encoder.name if 'encoder' in cfg.model else cfg.model._target_}, "
+        f"input {size}x{size}, precision {cfg.trainer.precision}, device {args.device}\n"
+    )
+    ok, bad = find_largest_batch(_make_step(cfg, args.device, size), args.low, args.high)
+    suggestion = max(1, int(ok * HEADROOM)) if ok else None
+    report = {
+        "device": args.device,
+        "image_size": size,
+        "precision": str(cfg.trainer.precision),
+        "overrides": args.overrides,
+        "largest_fitting_batch": ok,
+        "first_failing_batch": bad,
+        "searched": [args.low, args.high],
+        "suggested_batch_size": suggestion,
+    }
+    path = atomic_write_json(args.out / "oom_probe.json", report)
+    if ok is None:
+        sys.stdout.write(
+            f"not even batch {args.low} fits: try a smaller --image-size or model\nreport: {path}\n"
+        )
+        return 1
+    sys.stdout.write(
+        f"largest batch that trains: {ok}{'' if bad else ' (search limit reached)'}; suggested "
+        f"data.batch_size={suggestion} (about {HEADROOM:.0%} of it, for headroom)\nreport: {path}\n"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Replay a crash bundle: ``python -m ocr.debug.replay <bundle dir> [--device cpu|cuda] [--blocking]
+[--sanitizer TOOL]``.
+
+Rebuilds the network and loss from the bundle's ``config.yaml`` (weights from the last good checkpoint
+when the bundle names one, else fresh from the config's seed), runs forward + loss + backward on the
+saved CPU batch and says whether the failure reproduces. A fault injected by config
+(``debug.inject``) at the bundle's step is applied again, as the run did.
+
+Exit status (``git bisect run`` compatible): 0 = the step ran clean (not reproduced), 1 = the failure
+reproduced (exception, or non-finite loss/gradients), 2 = the bundle could not be replayed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Bundle", "ReplayResult", "find_bundle", "load_bundle", "main", "replay_step"]
+
+EXIT_CLEAN, EXIT_REPRODUCED, EXIT_UNUSABLE = 0, 1, 2
+
+
+@dataclass
+class Bundle:
+    """The parts of a crash bundle replay needs."""
+
+    path: Path
+    config: Any  # DictConfig
+    state: dict[str, Any]
+    batch: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """``reproduced`` is True for an exception or a non-finite loss/gradient; ``detail`` says which."""
+
+    reproduced: bool
+    detail: str
+
+
+def find_bundle(path: Path) -> Path:
+    """``path`` itself when it holds ``state.json``, else ``path/crash``.
+
+    Raises:
+        FileNotFoundError: neither holds a crash bundle.
+    """
+    for candidate in (path, path / "crash"):
+        if (candidate / "state.json").is_file():
+            return candidate
+    raise FileNotFoundError(f"no crash bundle (state.json) in {path} or {path / 'crash'}")
+
+
+def load_bundle(path: Path) -> Bundle:
+    """Load config, state and the CPU batch (a pickle written by this project: only load your own)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    path = find_bundle(path)
+    state = json.loads((path / "state.json").read_text())
+    if not (path / "config.yaml").is_file() or not (path / "batch.pt").is_file():
+        raise FileNotFoundError(
+            f"{path}: replay needs config.yaml and batch.pt (the crash happened before a batch?)"
+        )
+    batch = torch.load(path / "batch.pt", map_location="cpu", weights_only=False)
+    return Bundle(path=path, config=OmegaConf.load(path / "config.yaml"), state=state, batch=batch)
+
+
+def _build(bundle: Bundle, device: str) -> tuple[Any, Any, str]:
+    import torch
+    from hydra.utils import instantiate
+
+    cfg = bundle.config
+    seed = cfg.get("seed")
+    if seed is not None:
+        torch.manual_seed(int(seed))
+    net, loss = instantiate(cfg.model), instantiate(cfg.loss)
+    source = f"fresh weights (seed {seed})"
+    checkpoint = bundle.state.get("last_checkpoint")
+    if checkpoint and Path(checkpoint).is_file():
+        state_dict = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+        weights = {k.removeprefix("net."): v for k, v in state_dict.items() if k.startswith("net.")}
+        net.load_state_dict(weights)
+        source = f"checkpoint {checkpoint}"
+    return net.to(device).train(), loss.to(device), source
+
+
+def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
+    import torch
+
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _injected_fault(bundle: Bundle) -> str | None:
+    from omegaconf import OmegaConf
+
+    from ocr.debug.inject import DEFAULT_INJECT_STEP
+
+    kind = OmegaConf.select(bundle.config, "debug.inject", default=None)
+    step = OmegaConf.select(bundle.config, "debug.inject_step", default=None)
+    step = DEFAULT_INJECT_STEP if step is None else int(step)
+    failed_at = bundle.state.get("first_bad_step")
+    failed_at = bundle.state.get("global_step") if failed_at is None else failed_at
+    return str(kind) if kind is not None and failed_at == step else None
+
+
+def replay_step(bundle: Bundle, device: str) -> ReplayResult:
+    """Forward + loss + backward of the bundle's batch on ``device``."""
+    import torch
+
+    from ocr.debug.inject import apply_fault, poison_loss
+
+    net, loss_fn, source = _build(bundle, device)
+    sys.stdout.write(f"model: {source}; device: {device}\n")
+    batch = _to_device(bundle.batch, device)
+    precision = str(bundle.config.trainer.get("precision", "32-true"))
+    autocast_dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    fault = _injected_fault(bundle)
+    try:
+        if fault is not None:
+            sys.stdout.write(f"config injects {fault!r} at the failed step: applying it again\n")
+            if fault in ("exception", "bad_index"):
+                apply_fault(fault, batch, int(bundle.state["global_step"]))
+        with torch.autocast(
+            device,
+            dtype=autocast_dtype or torch.float32,
+            enabled=device == "cuda" and autocast_dtype is not None,
+        ):
+            output = net(batch["images"])
+        losses = loss_fn(output, batch)
+        if fault == "nan_loss":
+            losses = poison_loss(losses)
+        losses["loss"].backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:
+        return ReplayResult(True, f"exception {type(exc).__name__}: {exc}")
+    terms = {k: float(v.detach().float().cpu()) for k, v in losses.items()}
+    bad_terms = [k for k, v in terms.items() if not torch.isfinite(torch.tensor(v))]
+    bad_grads = [
+        n for n, p in net.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()
+    ]
+    if bad_terms or bad_grads:
+        return ReplayResult(
+            True,
+            f"non-finite loss terms {bad_terms}, non-finite grads in {len(bad_grads)} "
+            f"tensors (first: {bad_grads[:3]})",
+        )
+    return ReplayResult(False, f"loss terms finite: {json.dumps(terms)}")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m ocr.debug.replay",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("bundle", type=Path, help="crash bundle folder (<run dir>/crash) or the run dir")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--blocking",
+        action="store_true",
+        help="CUDA_LAUNCH_BLOCKING=1 TORCH_USE_CUDA_DSA=1: errors point at the failing kernel",
+    )
+    parser.add_argument(
+        "--sanitizer",
+        choices=("memcheck", "racecheck", "initcheck", "synccheck"),
+        help="re-run this replay under compute-sanitizer with this tool (implies --device cuda)",
+    )
+    return parser.parse_args(argv)
+
+
+def _run_under_sanitizer(args: argparse.Namespace) -> int:
+    from ocr.debug.sanitizer import run_sanitizer
+
+    bundle = find_bundle(args.bundle)
+    command = [sys.executable, "-m", "ocr.debug.replay", str(bundle), "--device", "cuda"]
+    command += ["--blocking"] if args.blocking else []
+    report = bundle / f"replay-sanitizer-{args.sanitizer}.txt"
+    return run_sanitizer(args.sanitizer, command, report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status documented in the module docstring."""
+    args = _parse(argv)
+    if args.sanitizer:
+        return _run_under_sanitizer(args)
+    if args.blocking:
+        # Read when the CUDA context is created, which has not happened yet in this process.
+        os.environ.update({"CUDA_LAUNCH_BLOCKING": "1", "TORCH_USE_CUDA_DSA": "1"})
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.stderr.write("replay: --device cuda requested but no CUDA GPU is visible; use --device cpu\n")
+        return EXIT_UNUSABLE
+    try:
+        bundle = load_bundle(args.bundle)
+    except (FileNotFoundError, json.JSONDecodeError) as exc:
+        sys.stderr.write(f"replay: {exc}\n")
+        return EXIT_UNUSABLE
+    state = bundle.state
+    sys.stdout.write(
+        f"bundle: {bundle.path}\noriginal failure at step {state.get('global_step')}: "
+        f"{state.get('exception_type')}: {state.get('exception_message')}\n"
+    )
+    result = replay_step(bundle, args.device)
+    verdict = "REPRODUCED" if result.reproduced else "NOT REPRODUCED"
+    sys.stdout.write(f"{verdict}: {result.detail}\n")
+    if not result.reproduced and state.get("first_bad_step") not in (None, state.get("detected_at_step")):
+        sys.stdout.write(
+            "hint: the first bad step was earlier than the saved batch; rerun the training with "
+            "callbacks.nonfinite_guard.check_every_n_steps=1 to capture it\n"
+        )
+    return EXIT_REPRODUCED if result.reproduced else EXIT_CLEAN
+
+
+if __name__ == "__main__":
+    sys.exit(main())

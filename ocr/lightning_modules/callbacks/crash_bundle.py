@@ -1,0 +1,213 @@
+"""Crash bundle: on any exception, write what is needed to understand and replay the failure.
+
+``<run dir>/crash/`` gets ``batch.pt`` (the last batch exactly as it was on the CPU, before the device
+transfer), ``config.yaml``, ``environment.json``, ``traceback.txt``, ``state.json`` (step, epoch, exception,
+last good checkpoint) and ``rng.pt``; on a CUDA out-of-memory error also ``memory.txt`` with
+``torch.cuda.memory_summary()`` and a suggestion. Nothing is copied back from the GPU: after an
+asynchronous CUDA fault the context is poisoned and even ``.cpu()`` fails.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import random
+import traceback
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+from omegaconf import OmegaConf
+
+from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.utils.environment import collect_environment
+from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+__all__ = ["CrashBundle", "is_cuda_error", "last_checkpoint_path", "write_crash_bundle"]
+
+log = logging.getLogger(__name__)
+
+CUDA_ERROR_MARKERS = (
+    "CUDA error",
+    "CUDA_ERROR",
+    "cuDNN error",
+    "CUBLAS_STATUS",
+    "device-side assert",
+    "illegal memory access",
+    "AcceleratorError",
+    "NCCL",
+)
+
+
+def is_cuda_error(exception: BaseException) -> bool:
+    """Whether the exception looks like a (possibly sticky) CUDA fault rather than a Python-level error."""
+    if isinstance(exception, torch.cuda.OutOfMemoryError):
+        return False
+    text = f"{type(exception).__name__}: {exception}"
+    return any(marker in text for marker in CUDA_ERROR_MARKERS)
+
+
+def last_checkpoint_path(trainer: L.Trainer) -> str | None:
+    """The most recent checkpoint saved by the trainer's checkpoint callback (last, else best)."""
+    callback = trainer.checkpoint_callback
+    for attr in ("last_model_path", "best_model_path"):
+        path = getattr(callback, attr, "") if callback is not None else ""
+        if path and Path(path).exists():
+            return str(path)
+    return None
+
+
+def _rng_states() -> dict[str, Any]:
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            states["cuda"] = torch.cuda.get_rng_state_all()
+    except Exception as exc:
+        states["cuda_error"] = f"{type(exc).__name__}: {exc}"
+    return states
+
+
+def _batch_shapes(batch: Any) -> dict[str, list[int]]:
+    if not isinstance(batch, dict):
+        return {}
+    return {key: list(value.shape) for key, value in batch.items() if isinstance(value, torch.Tensor)}
+
+
+def _torch_save_bytes(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _memory_report(batch: Any) -> tuple[dict[str, Any], str]:
+    """Allocator figures and a suggestion after an OOM (the allocator state is still readable then)."""
+    figures: dict[str, Any] = {"batch_shapes": _batch_shapes(batch)}
+    summary = ""
+    try:
+        figures.update(
+            {
+                "allocated_gib": torch.cuda.memory_allocated() / 2**30,
+                "reserved_gib": torch.cuda.memory_reserved() / 2**30,
+                "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+                "total_gib": torch.cuda.get_device_properties(0).total_memory / 2**30,
+            }
+        )
+        summary = torch.cuda.memory_summary()
+    except Exception as exc:
+        figures["error"] = f"{type(exc).__name__}: {exc}"
+    images = figures["batch_shapes"].get("images")
+    batch_size = images[0] if images else None
+    smaller = max(1, batch_size // 2) if batch_size else None
+    figures["suggestion"] = (
+        f"Out of memory with batch shape {images}: try data.batch_size={smaller}"
+        f"{' (half of ' + str(batch_size) + ')' if batch_size else ''}, or find the largest batch that fits "
+        "with `scripts/debug_cuda.sh oom-probe`; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+        "reduces fragmentation when reserved >> allocated."
+    )
+    return figures, summary
+
+
+def _config_text(run_dir: Path, pl_module: L.LightningModule) -> str | None:
+    saved = run_dir / "config.yaml"
+    if saved.exists():
+        return saved.read_text()
+    config = getattr(pl_module, "run_config", None)
+    if config is None and getattr(pl_module, "hparams", None):
+        config = dict(pl_module.hparams)
+    return OmegaConf.to_yaml(OmegaConf.create(config)) if config else None
+
+
+def write_crash_bundle(
+    run_dir: Path,
+    trainer: L.Trainer,
+    pl_module: L.LightningModule,
+    exception: BaseException,
+    environment: dict[str, Any] | None,
+) -> Path:
+    """Write ``run_dir/crash/`` for ``exception`` and return that directory.
+
+    Args:
+        run_dir: the run directory.
+        trainer: the trainer that raised.
+        pl_module: the module; its ``last_cpu_batch`` (when present) is saved as ``batch.pt``.
+        exception: the exception being handled.
+        environment: an environment report taken before the fault (CUDA is not queried again after a
+            CUDA error); ``None`` collects one now.
+    """
+    crash = run_dir / "crash"
+    cuda_fault = is_cuda_error(exception)
+    oom = isinstance(exception, torch.cuda.OutOfMemoryError)
+    # A NonFiniteLossError may carry the batch of the first bad step; else the last batch.
+    batch = getattr(exception, "cpu_batch", None)
+    if batch is None:
+        batch = getattr(pl_module, "last_cpu_batch", None)
+    state: dict[str, Any] = {
+        "exception_type": f"{type(exception).__module__}.{type(exception).__name__}",
+        "exception_message": str(exception),
+        "cuda_fault": cuda_fault,
+        "out_of_memory": oom,
+        "stage": str(trainer.state.stage.value) if trainer.state.stage else None,
+        "global_step": trainer.global_step,
+        "epoch": trainer.current_epoch,
+        "batch_idx": getattr(pl_module, "last_cpu_batch_idx", None),
+        "first_bad_step": getattr(exception, "step", None),
+        "detected_at_step": getattr(exception, "checked_at", None),
+        "last_checkpoint": last_checkpoint_path(trainer),
+        "batch_file": "batch.pt" if batch is not None else None,
+        "batch_shapes": _batch_shapes(batch),
+    }
+    trace = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
+    atomic_write_text(crash / "traceback.txt", trace)
+    if batch is not None:
+        atomic_write_bytes(crash / "batch.pt", _torch_save_bytes(batch))
+    config = _config_text(run_dir, pl_module)
+    if config is not None:
+        atomic_write_text(crash / "config.yaml", config)
+    env = dict(environment) if environment is not None else collect_environment(query_cuda=not cuda_fault)
+    atomic_write_json(crash / "environment.json", env)
+    atomic_write_bytes(crash / "rng.pt", _torch_save_bytes(_rng_states()))
+    if oom:
+        figures, summary = _memory_report(batch)
+        state["memory"] = figures
+        atomic_write_text(crash / "memory.txt", summary or "memory_summary unavailable\n")
+        log.error(figures["suggestion"])
+    atomic_write_json(crash / "state.json", state)
+    return crash
+
+
+class CrashBundle(Callback):
+    """Writes a crash bundle into ``<run dir>/crash/`` when fit/validate/test raises.
+
+    Args:
+        dirpath: run directory; ``None`` uses ``trainer.default_root_dir``.
+    """
+
+    def __init__(self, *, dirpath: str | None) -> None:
+        self.dirpath = dirpath
+        self._environment: dict[str, Any] | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Taken up front: after a CUDA fault the device can no longer be queried.
+        if self._environment is None:
+            self._environment = collect_environment(query_cuda=True)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if not trainer.is_global_zero:
+            return
+        run_dir = resolve_run_dir(self.dirpath, trainer)
+        try:
+            crash = write_crash_bundle(run_dir, trainer, pl_module, exception, self._environment)
+        except Exception:
+            # The original exception matters more than a failed bundle: log and let it propagate.
+            log.exception("Could not write the crash bundle into %s", run_dir / "crash")
+            return
+        log.error("Crash bundle written to %s; replay it with: scripts/debug_cuda.sh replay %s", crash, crash)

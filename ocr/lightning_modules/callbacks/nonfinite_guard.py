@@ -1,0 +1,156 @@
+"""Stop training on a NaN/Inf loss or gradient without a host-device sync on every step.
+
+Each step adds ``~isfinite(loss)`` to a flag that stays on the device, and records the first bad step
+there with ``torch.where`` against a device-side step counter. The host reads the flag only every
+``check_every_n_steps`` steps and at epoch end, so the default mode costs a few tiny kernels per step.
+On a hit it raises :class:`NonFiniteLossError`, which Lightning routes through ``on_exception`` to the
+crash bundle.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor
+from torch.optim import Optimizer
+
+from ocr.lightning_modules.callbacks.crash_bundle import is_cuda_error
+from ocr.utils.io import atomic_write_json
+
+__all__ = ["NonFiniteGuard", "NonFiniteLossError"]
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A non-finite loss or gradient; ``step`` is the first bad global step, ``what`` names the tensor."""
+
+    def __init__(self, step: int, what: str, checked_at: int) -> None:
+        self.step = step
+        self.what = what
+        self.checked_at = checked_at
+        super().__init__(
+            f"non-finite {what} first seen at global step {step} (detected at step {checked_at}); "
+            "the crash bundle holds the last batch. For the exact batch of the first bad step rerun with "
+            "callbacks.nonfinite_guard.check_every_n_steps=1; replay with "
+            "scripts/debug_cuda.sh replay <run dir>/crash"
+        )
+
+
+def _loss_tensor(outputs: Any) -> Tensor | None:
+    if isinstance(outputs, Tensor):
+        return outputs
+    if isinstance(outputs, dict) and isinstance(outputs.get("loss"), Tensor):
+        return outputs["loss"]
+    return None
+
+
+class NonFiniteGuard(Callback):
+    """Raises :class:`NonFiniteLossError` when a training loss (or gradient) is NaN/Inf.
+
+    Args:
+        check_every_n_steps: read the device flag every N training steps (1 = exact but syncs every step).
+        check_grads: also check the total gradient norm before each optimizer step (ignored under
+            fp16 mixed precision, where the grad scaler skips inf/NaN steps on purpose).
+    """
+
+    def __init__(self, *, check_every_n_steps: int, check_grads: bool) -> None:
+        if check_every_n_steps < 1:
+            raise ValueError(f"check_every_n_steps: expected >= 1, got {check_every_n_steps}")
+        self.check_every_n_steps = check_every_n_steps
+        self.check_grads = check_grads
+        self._step: Tensor | None = None  # device-side global step of the batch in flight
+        self._first_bad: dict[str, Tensor] = {}  # what -> device scalar, -1 while all finite
+        self._host_step = 0
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._host_step = trainer.global_step
+        if self._step is None:
+            # One host->device copy at the first step; afterwards the counter advances on the device.
+            self._step = torch.tensor(trainer.global_step, device=pl_module.device, dtype=torch.long)
+
+    def _record(self, what: str, finite: Tensor) -> None:
+        assert self._step is not None
+        first = self._first_bad.get(what)
+        if first is None:
+            first = torch.full_like(self._step, -1)
+        self._first_bad[what] = torch.where(~finite & (first < 0), self._step, first)
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Optimizer
+    ) -> None:
+        if not self.check_grads or self._step is None or str(trainer.precision).startswith("16"):
+            return
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        if grads:
+            total = torch.nn.utils.get_total_norm(grads, error_if_nonfinite=False)
+            self._record("gradient norm", torch.isfinite(total))
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        loss = _loss_tensor(outputs)
+        if loss is not None and self._step is not None:
+            self._record("loss", torch.isfinite(loss.detach()).all())
+        if self._step is not None:
+            self._step += 1
+        if (self._host_step + 1) % self.check_every_n_steps == 0:
+            self.check(self._host_step)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.check(self._host_step)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._step = None
+        self._first_bad = {}
+
+    def check(self, checked_at: int) -> None:
+        """Read the device flags (one sync) and raise :class:`NonFiniteLossError` on a hit.
+
+        Raises:
+            NonFiniteLossError: a loss or gradient norm was NaN/Inf at some step since the last check.
+        """
+        bad = self._first_bad_steps()
+        if bad:
+            step, what = bad[0]
+            raise NonFiniteLossError(step=step, what=what, checked_at=checked_at)
+
+    def _first_bad_steps(self) -> list[tuple[int, str]]:
+        """``(first bad step, tensor name)`` pairs, earliest first (one host-device sync)."""
+        if not self._first_bad:
+            return []
+        names = list(self._first_bad)
+        firsts = torch.stack([self._first_bad[name] for name in names]).tolist()
+        return sorted((int(step), name) for step, name in zip(firsts, names, strict=True) if step >= 0)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        # Another error (e.g. the loss's own finite-input check a step later) may hide an earlier NaN:
+        # record it beside the crash bundle. Never touch the device after a CUDA fault.
+        if (
+            isinstance(exception, NonFiniteLossError)
+            or is_cuda_error(exception)
+            or not trainer.is_global_zero
+        ):
+            return
+        try:
+            bad = self._first_bad_steps()
+        except RuntimeError:
+            return
+        if bad:
+            path = Path(trainer.default_root_dir) / "crash" / "nonfinite.json"
+            atomic_write_json(path, {"first_bad": [{"step": step, "what": what} for step, what in bad]})
+            log.error(
+                "Non-finite %s first seen at global step %d, before this exception (%s)",
+                bad[0][1],
+                bad[0][0],
+                path,
+            )

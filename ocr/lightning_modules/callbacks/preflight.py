@@ -1,0 +1,56 @@
+"""Preflight: the doctor's fast checks at the start of every run, saved as ``<run dir>/preflight.json``."""
+
+from __future__ import annotations
+
+import logging
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.utils.doctor import format_table
+from ocr.utils.doctor_checks import CheckResult, fast_checks, worst_status
+from ocr.utils.io import atomic_write_json
+
+__all__ = ["Preflight", "PreflightError"]
+
+log = logging.getLogger(__name__)
+
+
+class PreflightError(RuntimeError):
+    """A preflight check failed and ``fail_on_error`` is set."""
+
+
+class Preflight(Callback):
+    """Runs the fast doctor checks once per run at fit start; logs the table, saves ``preflight.json``.
+
+    Args:
+        dirpath: run directory; ``None`` uses ``trainer.default_root_dir``.
+        fail_on_error: raise :class:`PreflightError` when a check fails (else only log it).
+    """
+
+    def __init__(self, *, dirpath: str | None, fail_on_error: bool) -> None:
+        self.dirpath = dirpath
+        self.fail_on_error = fail_on_error
+        self.results: list[CheckResult] = []
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit" or self.results or not trainer.is_global_zero:
+            return
+        run_dir = resolve_run_dir(self.dirpath, trainer)
+        self.results = fast_checks(run_dir)
+        verdict = worst_status(self.results)
+        atomic_write_json(
+            run_dir / "preflight.json", {"verdict": verdict, "checks": [r.to_dict() for r in self.results]}
+        )
+        table = format_table(self.results)
+        if verdict == "ok":
+            log.info("Preflight checks (full report: python -m ocr.utils.doctor):\n%s", table)
+        else:
+            log.warning("Preflight checks found problems:\n%s", table)
+        if verdict == "fail" and self.fail_on_error:
+            failed = [r.name for r in self.results if r.status == "fail"]
+            raise PreflightError(
+                f"preflight checks failed: {failed}; see {run_dir / 'preflight.json'} "
+                "<callbacks.preflight.fail_on_error=true>"
+            )

@@ -1,0 +1,181 @@
+"""Stall watchdog: dump every thread's Python stack when no step completes for ``timeout_s`` seconds.
+
+The daemon thread starts in ``__init__`` (the runner builds callbacks before data setup and before the
+first CUDA call), so hangs in imports, dataset scans, DataLoader worker start-up and the first step are
+covered too. The dump goes to stderr through ``faulthandler`` (no Python locks needed, so it works while
+the main thread is stuck inside C code) and to ``<run dir>/stall-<n>.txt``.
+"""
+
+from __future__ import annotations
+
+import _thread
+import faulthandler
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from ocr.utils.io import atomic_write_bytes
+
+__all__ = ["StallWatchdog", "dump_all_stacks"]
+
+log = logging.getLogger(__name__)
+
+EXIT_CODE_STALL = 124  # as timeout(1): scripts can tell a stall from a crash
+
+
+def dump_all_stacks() -> bytes:
+    """Every thread's Python stack, as ``faulthandler`` prints it."""
+    with tempfile.TemporaryFile() as handle:
+        faulthandler.dump_traceback(file=handle, all_threads=True)
+        handle.seek(0)
+        return handle.read()
+
+
+class StallWatchdog(Callback):
+    """Dumps all thread stacks when no train/val/test batch completes within ``timeout_s``.
+
+    Args:
+        timeout_s: seconds without a completed step (or since start-up) before a dump.
+        repeat: dump again every ``timeout_s`` while the stall lasts (else only once per stall).
+        exit_on_stall: after the first dump, interrupt the main thread (KeyboardInterrupt, so the usual
+            ``.FAILURE``/crash bundle are written) and, if it is still stuck ``timeout_s`` later,
+            ``os._exit(124)``.
+        dirpath: where ``stall-<n>.txt`` goes; ``None`` uses ``trainer.default_root_dir`` once known,
+            ``outputs/`` before that.
+    """
+
+    def __init__(self, *, timeout_s: float, repeat: bool, exit_on_stall: bool, dirpath: str | None) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s: expected > 0 seconds, got {timeout_s}")
+        self.timeout_s = float(timeout_s)
+        self.repeat = repeat
+        self.exit_on_stall = exit_on_stall
+        self.dirpath = Path(dirpath) if dirpath is not None else None
+        self.dumps: list[Path] = []
+        self._last_beat = time.monotonic()
+        self._last_event = "start-up (no step completed yet)"
+        self._interrupted_at: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.start()
+
+    def start(self) -> None:
+        """Start (or restart) the watchdog thread; the stall clock starts now."""
+        self.feed("start-up (no step completed yet)")
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="stall-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (idempotent)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+        self._thread = None
+
+    def feed(self, event: str) -> None:
+        """Record progress: the stall clock restarts."""
+        self._last_beat = time.monotonic()
+        self._last_event = event
+        self._interrupted_at = None
+
+    def _run(self) -> None:
+        stall_beat: float | None = None
+        dumps_in_stall = 0
+        while not self._stop.wait(timeout=min(1.0, self.timeout_s / 4)):
+            beat, now = self._last_beat, time.monotonic()
+            if beat != stall_beat:
+                stall_beat, dumps_in_stall = beat, 0
+            if self._interrupted_at is not None and now - self._interrupted_at >= self.timeout_s:
+                self._hard_exit(now - self._interrupted_at)
+            due = now - beat >= self.timeout_s * (dumps_in_stall + 1)
+            if not due or (dumps_in_stall and not self.repeat):
+                continue
+            self._report(now - beat)
+            dumps_in_stall += 1
+            if self.exit_on_stall and self._interrupted_at is None:
+                log.error("Stall: interrupting the main thread <callbacks.stall_watchdog.exit_on_stall=true>")
+                self._interrupted_at = time.monotonic()
+                _thread.interrupt_main()
+
+    def _report(self, stalled_s: float) -> None:
+        header = (
+            f"\n*** stall watchdog: no training/validation step completed for {stalled_s:.0f} s "
+            f"(timeout_s={self.timeout_s:g}); last progress: {self._last_event}. "
+            "Stacks of all threads follow. ***\n"
+        ).encode()
+        stacks = dump_all_stacks()
+        try:
+            os.write(sys.__stderr__.fileno() if sys.__stderr__ else 2, header + stacks)
+        except (OSError, ValueError):
+            pass
+        path = (self.dirpath or Path("outputs")) / f"stall-{len(self.dumps) + 1}.txt"
+        try:
+            atomic_write_bytes(path, header + stacks)
+            self.dumps.append(path)
+            log.error("Stall: stacks of all threads written to %s", path)
+        except OSError as exc:
+            log.error("Stall: could not write %s: %s", path, exc)
+
+    @staticmethod
+    def _hard_exit(waited_s: float) -> None:
+        log.error(
+            "Stall: main thread still stuck %.0f s after the interrupt; exiting with code %d",
+            waited_s,
+            EXIT_CODE_STALL,
+        )
+        logging.shutdown()
+        os._exit(EXIT_CODE_STALL)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.dirpath is None:
+            self.dirpath = Path(trainer.default_root_dir)
+        self.start()
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.feed(f"train step {trainer.global_step} (batch {batch_idx})")
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self.feed(f"validation batch {batch_idx}")
+
+    def on_test_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self.feed(f"test batch {batch_idx}")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.feed("validation end")
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.stop()
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self.stop()

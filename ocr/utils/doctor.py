@@ -1,0 +1,209 @@
+"""Preflight doctor: ``python -m ocr.utils.doctor [--json] [--out DIR]``.
+
+Prints a verdict table (ok / warn / fail with a one-line fix) and writes ``doctor.json`` and
+``doctor.txt`` into ``--out``. Exit status: 0 when nothing failed, 1 when a check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ocr.utils.doctor_checks import CheckResult, SquaresDataset, fast_checks, worst_status
+from ocr.utils.environment import collect_environment
+from ocr.utils.io import atomic_write_json, atomic_write_text
+
+__all__ = ["check_dataloader", "check_smoke_conv", "check_wandb_import", "format_table", "main", "run_doctor"]
+
+SMOKE_TIMEOUT_S = 300.0
+WANDB_IMPORT_TIMEOUT_S = 60.0
+WANDB_IMPORT_WARN_S = 10.0
+DATALOADER_TIMEOUT_S = 60
+
+
+def _child_env() -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def check_smoke_conv() -> CheckResult:
+    """Conv forward+backward in fp32/bf16, cuDNN on/off, in a child process that may crash safely."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ocr.utils.smoke"],
+            capture_output=True,
+            text=True,
+            timeout=SMOKE_TIMEOUT_S,
+            env=_child_env(),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return CheckResult(
+            "smoke_conv",
+            "fail",
+            f"smoke convolutions hung for {SMOKE_TIMEOUT_S:.0f} s",
+            "run scripts/debug_cuda.sh blocking and check the driver (nvidia-smi)",
+        )
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    results = [line for line in lines if "started" not in line]
+    done = {line["variant"] for line in results}
+    died_in = [line["variant"] for line in lines if "started" in line and line["variant"] not in done]
+    summary = ", ".join(
+        f"{r['variant']}: {'ok' if r['ok'] else r.get('error') or 'rel_err ' + str(r.get('rel_err'))}"
+        for r in results
+    )
+    if proc.returncode < 0 or died_in:
+        where = died_in[0] if died_in else "start-up"
+        return CheckResult(
+            "smoke_conv",
+            "fail",
+            f"process died (exit {proc.returncode}) during {where}; {summary}",
+            "illegal instruction => CPU/GPU arch mismatch: see the cpu/gpu rows and CUDA_DEBUGGING.md",
+        )
+    if proc.returncode != 0 or not results:
+        tail = proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else []
+        return CheckResult(
+            "smoke_conv",
+            "fail",
+            f"{summary or 'no result'} {' '.join(tail)}".strip(),
+            "compare cudnn on/off rows: if only cuDNN fails, update the driver/torch or set "
+            "torch.backends.cudnn.enabled=False",
+        )
+    return CheckResult("smoke_conv", "ok", summary)
+
+
+def check_dataloader(num_workers: int = 2) -> CheckResult:
+    """Start DataLoader workers and fetch one batch within a timeout."""
+    import torch.utils.data
+
+    start = time.perf_counter()
+    loader = torch.utils.data.DataLoader(
+        SquaresDataset(), batch_size=4, num_workers=num_workers, timeout=DATALOADER_TIMEOUT_S
+    )
+    try:
+        batches = list(loader)
+    except Exception as exc:
+        return CheckResult(
+            "dataloader",
+            "fail",
+            f"{num_workers} workers: {type(exc).__name__}: {exc}",
+            "set data.num_workers=0 to confirm, then check /dev/shm and cv2.setNumThreads(0)",
+        )
+    elapsed = time.perf_counter() - start
+    return CheckResult(
+        "dataloader", "ok", f"{num_workers} workers started, {len(batches)} batches in {elapsed:.2f} s"
+    )
+
+
+def check_wandb_import() -> CheckResult:
+    """Time ``import wandb`` in a child process (a hung import must not hang the doctor)."""
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", "import wandb"],
+            capture_output=True,
+            text=True,
+            timeout=WANDB_IMPORT_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return CheckResult(
+            "wandb_import",
+            "fail",
+            f"import wandb hung > {WANDB_IMPORT_TIMEOUT_S:.0f} s",
+            "use logger=csv, or WANDB_MODE=offline; check proxies/network",
+        )
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+        return CheckResult(
+            "wandb_import",
+            "warn",
+            f"wandb not importable: {last}",
+            "only needed for logger=wandb (the default logger is csv)",
+        )
+    status = "warn" if elapsed > WANDB_IMPORT_WARN_S else "ok"
+    return CheckResult(
+        "wandb_import",
+        status,
+        f"import wandb took {elapsed:.1f} s (incl. interpreter start)",
+        "slow import: use logger=csv or WANDB_MODE=offline" if status == "warn" else "",
+    )
+
+
+def _slow_checks() -> Iterator[CheckResult]:
+    for check in (check_smoke_conv, check_dataloader, check_wandb_import):
+        try:
+            yield check()
+        except Exception as exc:
+            yield CheckResult(
+                check.__name__.removeprefix("check_"),
+                "warn",
+                f"check crashed: {type(exc).__name__}: {exc}",
+                "report this as a bug",
+            )
+
+
+def run_doctor(output_dir: Path, fast: bool = False) -> list[CheckResult]:
+    """Run the fast checks and, unless ``fast``, the slow ones."""
+    results = fast_checks(output_dir)
+    if not fast:
+        results.extend(_slow_checks())
+    return results
+
+
+def format_table(results: list[CheckResult]) -> str:
+    """A plain-text verdict table: one row per check, fixes for the non-ok ones."""
+    width = max((len(r.name) for r in results), default=5)
+    lines = [f"{'check':<{width}}  status  detail", "-" * (width + 60)]
+    for r in results:
+        lines.append(f"{r.name:<{width}}  {r.status:<6}  {r.detail}")
+        if r.fix:
+            lines.append(f"{'':<{width}}  {'':<6}  fix: {r.fix}")
+    lines.append(f"verdict: {worst_status(results)}")
+    return "\n".join(lines)
+
+
+def _report(results: list[CheckResult]) -> dict[str, Any]:
+    return {
+        "verdict": worst_status(results),
+        "checks": [r.to_dict() for r in results],
+        "environment": collect_environment(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m ocr.utils.doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("outputs"),
+        help="folder for doctor.json/doctor.txt; its disk is the one checked (default: outputs)",
+    )
+    parser.add_argument(
+        "--fast", action="store_true", help="only the checks that run at every training start"
+    )
+    args = parser.parse_args(argv)
+    results = run_doctor(args.out, fast=args.fast)
+    report, table = _report(results), format_table(results)
+    atomic_write_json(args.out / "doctor.json", report)
+    atomic_write_text(args.out / "doctor.txt", table + "\n")
+    sys.stdout.write((json.dumps(report, indent=2, default=str) if args.json else table) + "\n")
+    if not args.json:
+        sys.stdout.write(f"report: {args.out / 'doctor.json'}\n")
+    return 1 if report["verdict"] == "fail" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Preflight checks: each returns :class:`CheckResult` (ok / warn / fail, a detail and a one-line fix).
+
+The fast checks (no subprocess, no GPU work) also run at the start of every training run; the slow ones
+(smoke convolutions in a child process, DataLoader workers, the wandb import) run in the doctor.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ocr.utils.environment import (
+    cpu_info,
+    cuda_info,
+    driver_version,
+    package_versions,
+    required_cpu_flags,
+    wsl_info,
+)
+
+__all__ = [
+    "CheckResult",
+    "SquaresDataset",
+    "Status",
+    "check_cpu_flags",
+    "check_disk",
+    "check_gpu_arch",
+    "check_shared_memory",
+    "check_versions",
+    "check_wsl",
+    "fast_checks",
+    "worst_status",
+]
+
+Status = Literal["ok", "warn", "fail"]
+_RANK = {"ok": 0, "warn": 1, "fail": 2}
+MIN_FREE_DISK_GIB = (1.0, 10.0)  # fail below the first, warn below the second
+MIN_SHM_GIB = 1.0
+
+
+class SquaresDataset:
+    """A picklable toy dataset for the DataLoader worker start-up check."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> int:
+        return index * index
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One doctor verdict; ``fix`` is a one-line instruction (empty when ``status == "ok"``)."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def worst_status(results: list[CheckResult]) -> Status:
+    """The most severe status among ``results`` (``ok`` when empty)."""
+    return max((r.status for r in results), key=_RANK.__getitem__, default="ok")
+
+
+def check_versions() -> CheckResult:
+    """torch, CUDA runtime, cuDNN and driver versions; warns on a CPU-only torch build."""
+    versions = package_versions(("torch", "lightning"))
+    info = cuda_info(query_devices=False)
+    driver = driver_version()
+    detail = (
+        f"torch {versions['torch']}, lightning {versions['lightning']}, CUDA runtime {info['torch_cuda']}, "
+        f"cuDNN {info['cudnn']}, driver {driver or 'none'}"
+    )
+    if info["torch_cuda"] is None and driver:
+        return CheckResult(
+            "versions",
+            "warn",
+            detail + " (CPU-only torch on a machine with an NVIDIA driver)",
+            "install a CUDA build of torch (uv sync picks the one in pyproject/uv.lock)",
+        )
+    return CheckResult("versions", "ok", detail)
+
+
+def check_gpu_arch() -> CheckResult:
+    """Each GPU's compute capability must be compiled into torch (else: 'no kernel image is available')."""
+    info = cuda_info(query_devices=True)
+    if info.get("error"):
+        return CheckResult(
+            "gpu",
+            "fail",
+            f"CUDA query failed: {info['error']}",
+            "check the driver with nvidia-smi; under WSL2 update the Windows NVIDIA driver",
+        )
+    if not info["available"]:
+        return CheckResult(
+            "gpu",
+            "warn",
+            "no CUDA GPU visible: training runs on the CPU (slow)",
+            "on a GPU machine check nvidia-smi, CUDA_VISIBLE_DEVICES and the torch CUDA build",
+        )
+    arch = set(info["arch_list"])
+    problems, names = [], []
+    for device in info["devices"]:
+        sm = "sm_" + device["capability"].replace(".", "")
+        names.append(f"{device['name']} ({sm}, {device['total_memory_gib']} GiB)")
+        # A PTX entry (compute_XY) for an older or equal arch can be JIT-compiled for newer GPUs.
+        ptx_ok = any(a.startswith("compute_") and int(a[8:]) <= int(sm[3:]) for a in arch if a[8:].isdigit())
+        if sm not in arch and not ptx_ok:
+            problems.append(f"{sm} not in torch arch list {sorted(arch)}")
+    if problems:
+        return CheckResult(
+            "gpu",
+            "fail",
+            "; ".join(names + problems),
+            "install a torch build compiled for this GPU (see pytorch.org 'Get started')",
+        )
+    return CheckResult("gpu", "ok", ", ".join(names) + f"; bf16: {info.get('bf16_supported')}")
+
+
+def check_cpu_flags() -> CheckResult:
+    """The SIMD level torch dispatches to must be supported by this CPU (else: 'illegal instruction')."""
+    info = cpu_info()
+    capability = info["torch_capability"]
+    if not info["flags_known"]:
+        return CheckResult("cpu", "ok", f"{info['model']}; torch CPU capability {capability} (flags unknown)")
+    missing = [f for f in required_cpu_flags(capability) if not info["flags"].get(f)]
+    present = ",".join(f for f, on in info["flags"].items() if on)
+    detail = f"{info['model']}; torch dispatches {capability}; CPU flags: {present}"
+    if missing:
+        return CheckResult(
+            "cpu",
+            "fail",
+            f"{detail}; missing {missing}",
+            "export ATEN_CPU_CAPABILITY=default (or avx2) before running",
+        )
+    if not info["flags"].get("avx2"):
+        return CheckResult(
+            "cpu",
+            "warn",
+            detail + "; no AVX2 (a VM may hide it): slow, and some wheels need it",
+            "enable CPU flag pass-through in the VM/hypervisor, or use ATEN_CPU_CAPABILITY=default",
+        )
+    return CheckResult("cpu", "ok", detail)
+
+
+def check_wsl(output_dir: Path) -> CheckResult:
+    """WSL2 detection; warns when outputs live on the slow /mnt/<drive> bridge."""
+    info = wsl_info()
+    if not info["is_wsl"]:
+        return CheckResult("wsl", "ok", f"not WSL (kernel {info['kernel_release']})")
+    detail = f"WSL{info['wsl_version'] or ''} (kernel {info['kernel_release']}). Caveats: " + "; ".join(
+        info["caveats"]
+    )
+    if str(output_dir.resolve()).startswith("/mnt/"):
+        return CheckResult(
+            "wsl", "warn", detail, "move the project and outputs/ into the Linux filesystem (~/)"
+        )
+    return CheckResult("wsl", "ok", detail)
+
+
+def _existing_parent(path: Path) -> Path:
+    path = path.resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_disk(output_dir: Path) -> CheckResult:
+    """Free disk space where checkpoints and logs are written."""
+    usage = shutil.disk_usage(_existing_parent(output_dir))
+    free_gib = usage.free / 2**30
+    detail = f"{free_gib:.1f} GiB free under {output_dir}"
+    fail_below, warn_below = MIN_FREE_DISK_GIB
+    if free_gib < fail_below:
+        return CheckResult(
+            "disk", "fail", detail, "free space or point paths.output_dir / hydra.run.dir elsewhere"
+        )
+    if free_gib < warn_below:
+        return CheckResult("disk", "warn", detail, "checkpoints need ~100 MB each; free some space")
+    return CheckResult("disk", "ok", detail)
+
+
+def check_shared_memory() -> CheckResult:
+    """``/dev/shm`` size: DataLoader workers pass batches through it (Docker's default is 64 MB)."""
+    shm = Path("/dev/shm")
+    if not shm.exists():
+        return CheckResult("shm", "ok", "/dev/shm absent (not Linux): workers use file descriptors")
+    total_gib = shutil.disk_usage(shm).total / 2**30
+    detail = f"/dev/shm {total_gib:.2f} GiB"
+    if total_gib < MIN_SHM_GIB:
+        return CheckResult(
+            "shm",
+            "warn",
+            detail + ": DataLoader workers may die with 'bus error'",
+            "docker run --shm-size=8g (or --ipc=host), or set data.num_workers=0",
+        )
+    return CheckResult("shm", "ok", detail)
+
+
+def fast_checks(output_dir: Path) -> list[CheckResult]:
+    """The checks cheap enough for every training run (well under a second once torch is imported)."""
+    checks = [
+        ("versions", check_versions),
+        ("gpu", check_gpu_arch),
+        ("cpu", check_cpu_flags),
+        ("wsl", lambda: check_wsl(output_dir)),
+        ("disk", lambda: check_disk(output_dir)),
+        ("shm", check_shared_memory),
+    ]
+    results = []
+    for name, check in checks:
+        try:
+            results.append(check())
+        except Exception as exc:
+            results.append(
+                CheckResult(
+                    name,
+                    "warn",
+                    f"check crashed: {type(exc).__name__}: {exc}",
+                    "report this as a bug in ocr/utils/doctor_checks.py",
+                )
+            )
+    return results

@@ -1,0 +1,83 @@
+"""compute-sanitizer report parsing and the batch-size search (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ocr.debug import sanitizer
+from ocr.debug.oom_probe import find_largest_batch
+
+MEMCHECK = """========= COMPUTE-SANITIZER
+epoch 0
+========= Invalid __global__ read of size 4 bytes
+=========     at void gather_kernel<float>(const float *, long *, float *)+0x1c0 in gather.cu:12
+=========     by thread (3,0,0) in block (0,0,0)
+========= ERROR SUMMARY: 1 error
+"""
+ASSERT = """========= COMPUTE-SANITIZER
+/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1422: indexSelectSmallIndex: block: [0,0,0], thread: [0,0,0] \
+Assertion `srcIndex < srcSelectDimSize` failed.
+========= Program hit cudaErrorAssert (error 710) due to "device-side assert triggered" on CUDA API call to \
+cudaStreamSynchronize.
+=========     Saved host backtrace up to driver entry point at error
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_summary_names_kernel_of_invalid_read() -> None:
+    summary = sanitizer.summarize_report(MEMCHECK)
+    assert summary.errors == 1
+    assert summary.first_error == "Invalid __global__ read of size 4 bytes"
+    assert summary.kernel is not None and summary.kernel.startswith("void gather_kernel<float>")
+
+
+def test_summary_names_kernel_of_device_assert() -> None:
+    summary = sanitizer.summarize_report(ASSERT)
+    assert summary.errors == 1 and "cudaErrorAssert" in (summary.first_error or "")
+    assert summary.kernel is not None and summary.kernel.startswith("indexSelectSmallIndex")
+
+
+def test_clean_and_unfinished_reports() -> None:
+    assert (
+        sanitizer.summarize_report(
+            "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
+        ).describe()
+        == "0 errors"
+    )
+    assert sanitizer.summarize_report("========= COMPUTE-SANITIZER\nKilled\n").errors is None
+
+
+def test_missing_sanitizer_explains_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sanitizer, "find_compute_sanitizer", lambda: None)
+    assert sanitizer.run_sanitizer("memcheck", ["true"], tmp_path / "r.txt") == sanitizer.EXIT_NOT_FOUND
+    assert "CUDA toolkit" in capsys.readouterr().err
+
+
+def test_batch_search_finds_the_boundary() -> None:
+    calls: list[int] = []
+
+    def fits(size: int) -> bool:
+        calls.append(size)
+        return size <= 37
+
+    assert find_largest_batch(fits, 1, 512) == (37, 38)
+    assert find_largest_batch(lambda s: True, 1, 16) == (16, None)
+    assert find_largest_batch(lambda s: False, 2, 16) == (None, 2)
+    assert len(calls) < 16
+
+
+def test_probe_cli_on_cpu_with_the_real_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hydra.core.global_hydra import GlobalHydra
+
+    from ocr.debug.oom_probe import main
+
+    GlobalHydra.instance().clear()
+    assert main(["--device", "cpu", "--max", "2", "--image-size", "64", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "oom_probe.json").read_text())
+    assert report["largest_fitting_batch"] == 2 and report["first_failing_batch"] is None
+    assert "largest batch that trains: 2" in capsys.readouterr().out

@@ -1,0 +1,60 @@
+"""Crash bundle: files written on an exception, CPU batch saved as it was, OOM extras."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from triage_tiny import TinyModule, fit_tiny, tiny_loader
+
+from ocr.debug.inject import FaultInjector, InjectedFaultError
+from ocr.lightning_modules.callbacks.crash_bundle import CrashBundle, is_cuda_error, write_crash_bundle
+
+
+def test_bundle_written_on_injected_exception(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("seed: 3\n")
+    module = TinyModule()
+    with pytest.raises(InjectedFaultError):
+        fit_tiny(
+            tmp_path,
+            [CrashBundle(dirpath=None), FaultInjector(kind="exception", step=2, stall_s=0)],
+            module=module,
+        )
+    crash = tmp_path / "crash"
+    state = json.loads((crash / "state.json").read_text())
+    assert state["global_step"] == 2
+    assert state["exception_type"].endswith("InjectedFaultError")
+    assert state["batch_shapes"]["images"] == [2, 3, 16, 16]
+    batch = torch.load(crash / "batch.pt", weights_only=False)
+    expected = list(tiny_loader())[2]  # step 2 = third batch of the first epoch
+    assert torch.equal(batch["images"], expected["images"])
+    assert "InjectedFaultError" in (crash / "traceback.txt").read_text()
+    assert (crash / "config.yaml").read_text() == "seed: 3\n"
+    assert "packages" in json.loads((crash / "environment.json").read_text())
+    rng = torch.load(crash / "rng.pt", weights_only=False)
+    assert {"torch", "numpy", "python"} <= set(rng)
+    assert not (crash / "memory.txt").exists()
+
+
+def test_oom_bundle_has_memory_report_and_suggestion(tmp_path: Path) -> None:
+    module = TinyModule()
+    module.last_cpu_batch = {"images": torch.zeros(8, 3, 16, 16)}
+    trainer = L.Trainer(default_root_dir=tmp_path, logger=False, accelerator="cpu")
+    exc = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    crash = write_crash_bundle(tmp_path, trainer, module, exc, environment={"test": True})
+    state = json.loads((crash / "state.json").read_text())
+    assert state["out_of_memory"] is True and state["cuda_fault"] is False
+    assert "data.batch_size=4" in state["memory"]["suggestion"]
+    assert state["memory"]["batch_shapes"]["images"] == [8, 3, 16, 16]
+    assert (crash / "memory.txt").exists()
+    assert json.loads((crash / "environment.json").read_text()) == {"test": True}
+
+
+def test_cuda_error_classification() -> None:
+    assert is_cuda_error(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert is_cuda_error(RuntimeError("CUDA error: device-side assert triggered"))
+    assert not is_cuda_error(torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    assert not is_cuda_error(ValueError("images: expected (B, 3, H, W)"))

@@ -1,0 +1,65 @@
+"""scripts/debug_cuda.sh on a machine without a GPU: help, doctor, and a CPU run with an injected fault."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "debug_cuda.sh"
+TINY = [
+    "data.synthetic.num_train=4",
+    "data.synthetic.num_val=2",
+    "data.synthetic.num_test=2",
+    "data.synthetic.long_side=96",
+    "data.train_transform.crop_size=64",
+    "data.train_transform.train_long_side=96",
+    "data.eval_transform.long_side=96",
+    "data.batch_size=2",
+    "data.eval_batch_size=2",
+    "logger=csv",
+]
+
+
+def _run(
+    args: list[str], tmp_path: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DEBUG_OUT": str(tmp_path / "debug"), "WANDB_MODE": "offline", **(extra_env or {})}
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_help_explains_every_subcommand(tmp_path: Path) -> None:
+    result = _run(["--help"], tmp_path)
+    assert result.returncode == 0
+    for sub in ("doctor", "cpu", "blocking", "sanitizer", "replay", "oom-probe", "CUDA_LAUNCH_BLOCKING"):
+        assert sub in result.stdout
+    assert _run(["bogus"], tmp_path).returncode == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_doctor_without_gpu_says_so(tmp_path: Path) -> None:
+    result = _run(["doctor"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no NVIDIA GPU visible" in result.stderr
+    assert "no CUDA GPU visible" in result.stdout and "verdict: warn" in result.stdout
+    (report,) = (tmp_path / "debug").glob("*-doctor/doctor.json")
+    checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
+    assert checks["smoke_conv"]["status"] == "ok" and "cpu bf16" in checks["smoke_conv"]["detail"]
+    assert {"dataloader", "wandb_import", "disk", "wsl"} <= set(checks)
+
+
+def test_cpu_run_with_injected_exception_leaves_bundle(tmp_path: Path) -> None:
+    args = ["cpu", *TINY, f"data.root={tmp_path / 'data'}", "+debug.inject=exception", "+debug.inject_step=1"]
+    result = _run(args, tmp_path, {"DEBUG_STEPS": "2"})
+    assert result.returncode == 1
+    assert "short training run on the CPU" in result.stderr and "FAILED (exit 1)" in result.stderr
+    (run,) = (tmp_path / "debug").glob("*-cpu")
+    assert "InjectedFaultError" in (run / ".FAILURE").read_text()
+    assert (run / "crash" / "batch.pt").is_file() and (run / "preflight.json").is_file()

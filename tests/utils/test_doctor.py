@@ -1,0 +1,59 @@
+"""Doctor: fast checks run cleanly without a GPU; verdicts, table and JSON; CPU-flag mismatch fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ocr.utils import doctor_checks
+from ocr.utils.doctor import check_dataloader, format_table, main
+from ocr.utils.doctor_checks import CheckResult, fast_checks, worst_status
+
+
+def test_fast_checks_cover_everything(tmp_path: Path) -> None:
+    results = fast_checks(tmp_path / "out")
+    assert [r.name for r in results] == ["versions", "gpu", "cpu", "wsl", "disk", "shm"]
+    assert all(r.status in ("ok", "warn", "fail") for r in results)
+    assert all(r.fix for r in results if r.status != "ok")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_no_gpu_is_a_clean_warning(tmp_path: Path) -> None:
+    gpu = next(r for r in fast_checks(tmp_path) if r.name == "gpu")
+    assert gpu.status == "warn" and "no CUDA GPU visible" in gpu.detail
+
+
+def test_cpu_capability_beyond_cpu_flags_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = {
+        "model": "old cpu",
+        "flags_known": True,
+        "torch_capability": "AVX512",
+        "flags": {"avx": True, "avx2": True, "fma": True, "avx512f": False},
+    }
+    monkeypatch.setattr(doctor_checks, "cpu_info", lambda: fake)
+    result = doctor_checks.check_cpu_flags()
+    assert result.status == "fail" and "ATEN_CPU_CAPABILITY" in result.fix
+
+
+def test_worst_status_and_table() -> None:
+    results = [CheckResult("a", "ok", "fine"), CheckResult("b", "warn", "hmm", "do x")]
+    assert worst_status(results) == "warn" and worst_status([]) == "ok"
+    table = format_table(results)
+    assert "fix: do x" in table and table.endswith("verdict: warn")
+
+
+def test_dataloader_workers_start() -> None:
+    assert check_dataloader(num_workers=2).status == "ok"
+
+
+def test_cli_fast_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["--fast", "--json", "--out", str(tmp_path)])
+    report = json.loads(capsys.readouterr().out)
+    assert status == (1 if report["verdict"] == "fail" else 0)
+    assert {c["name"] for c in report["checks"]} >= {"gpu", "cpu", "disk"}
+    assert "packages" in report["environment"]
+    assert json.loads((tmp_path / "doctor.json").read_text())["verdict"] == report["verdict"]
+    assert (tmp_path / "doctor.txt").read_text().strip().endswith(f"verdict: {report['verdict']}")
