@@ -1,0 +1,195 @@
+"""DB post-processing: probability map -> text polygons + scores in original px.
+
+Pixel convention: a pixel's index is its coordinate (as for ``cv2.fillPoly``, which draws the targets),
+so a contour traced on the thresholded map lies on the same coordinates the target polygon was drawn at.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+import pyclipper
+from torch import Tensor
+
+from ocr.geometry import to_original
+from ocr.types import Geometry, Polygon
+
+__all__ = ["DBPostProcessor", "boxes_from_bitmap", "unclip_polygon", "score_polygon", "min_area_box"]
+
+OutputMode = Literal["polygon", "box"]
+OUTPUT_MODES = ("polygon", "box")
+# Douglas-Peucker tolerance for polygon mode, relative to the contour perimeter (DB reference: 0.01).
+APPROX_EPSILON_RATIO = 0.01
+# pyclipper works on integers: offset in 1/256 px so the result keeps sub-pixel precision.
+CLIPPER_SCALE = 256
+ARC_TOLERANCE_PX = 0.25
+
+
+def score_polygon(prob_map: npt.NDArray[np.float32], polygon: Polygon) -> float:
+    """Mean probability inside ``polygon`` (input px), computed on its bounding-box crop only."""
+    height, width = prob_map.shape
+    x0, y0 = np.clip(np.floor(polygon.min(axis=0)).astype(int), 0, [width - 1, height - 1])
+    x1, y1 = np.clip(np.ceil(polygon.max(axis=0)).astype(int), 0, [width - 1, height - 1])
+    mask = np.zeros((y1 - y0 + 1, x1 - x0 + 1), dtype=np.uint8)
+    shifted = np.round(polygon - [x0, y0]).astype(np.int32)
+    cv2.fillPoly(mask, [shifted.reshape(-1, 1, 2)], 1)
+    return float(cv2.mean(prob_map[y0 : y1 + 1, x0 : x1 + 1], mask)[0])
+
+
+def unclip_polygon(polygon: Polygon, unclip_ratio: float) -> Polygon | None:
+    """Expand ``polygon`` by ``D = area * unclip_ratio / perimeter`` (rounded joins).
+
+    Returns:
+        (K, 2) float32, the largest piece when the offset splits it, or None when it vanishes.
+    """
+    area = abs(cv2.contourArea(polygon.astype(np.float32)))
+    perimeter = cv2.arcLength(polygon.astype(np.float32).reshape(-1, 1, 2), True)
+    if perimeter <= 0:
+        return None
+    offset = pyclipper.PyclipperOffset(arc_tolerance=ARC_TOLERANCE_PX * CLIPPER_SCALE)
+    fixed_point = np.round(polygon.astype(np.float64) * CLIPPER_SCALE).astype(np.int64)
+    offset.AddPath(fixed_point.tolist(), pyclipper.JT_ROUND, pyclipper.ET_CLOSEDPOLYGON)
+    pieces = offset.Execute(area * unclip_ratio / perimeter * CLIPPER_SCALE)
+    if not pieces:
+        return None
+    largest = max(pieces, key=lambda p: abs(cv2.contourArea(np.asarray(p, dtype=np.float32))))
+    return (np.asarray(largest, dtype=np.float64) / CLIPPER_SCALE).astype(np.float32).reshape(-1, 2)
+
+
+def min_area_box(polygon: Polygon) -> tuple[Polygon, float]:
+    """Minimum-area rectangle of ``polygon``: (4, 2) float32 corners clockwise from top-left, short side."""
+    rect = cv2.minAreaRect(polygon.astype(np.float32).reshape(-1, 1, 2))
+    corners = cv2.boxPoints(rect)  # (4, 2)
+    center = corners.mean(axis=0)
+    angles = np.arctan2(corners[:, 1] - center[1], corners[:, 0] - center[0])
+    corners = corners[np.argsort(angles)]  # clockwise on screen, since y points down
+    first = int(np.argmin(corners.sum(axis=1)))
+    return np.roll(corners, -first, axis=0).astype(np.float32), float(min(rect[1]))
+
+
+def _candidate(contour: npt.NDArray[np.int32], output: OutputMode) -> Polygon | None:
+    """The polygon to score for one contour: the contour itself (box) or its simplification (polygon)."""
+    if output == "polygon":
+        epsilon = APPROX_EPSILON_RATIO * cv2.arcLength(contour, True)
+        contour = cv2.approxPolyDP(contour, epsilon, True)
+    points = contour.reshape(-1, 2).astype(np.float32)
+    return points if len(points) >= 3 else None
+
+
+def boxes_from_bitmap(
+    prob_map: npt.NDArray[np.float32],
+    bitmap: npt.NDArray[np.bool_],
+    *,
+    box_thresh: float,
+    unclip_ratio: float,
+    max_candidates: int,
+    min_size: float,
+    output: OutputMode,
+) -> tuple[list[Polygon], list[float]]:
+    """Text regions of one image in input px.
+
+    Args:
+        prob_map: (H, W) float32 probabilities.
+        bitmap: (H, W) bool, ``prob_map > thresh``.
+        box_thresh: minimum mean probability inside a candidate.
+        unclip_ratio: expansion of each kept candidate (see :func:`unclip_polygon`).
+        max_candidates: contours considered, largest area first.
+        min_size: minimum shorter side (input px) of a candidate's min-area rectangle, before unclip.
+        output: ``box`` (4-point min-area rectangle of the expanded region) or ``polygon``.
+
+    Returns:
+        Polygons (K, 2) float32 in input px and their scores.
+    """
+    contours, _ = cv2.findContours(bitmap.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    contours = sorted(contours, key=cv2.contourArea, reverse=True)[:max_candidates]
+    polygons: list[Polygon] = []
+    scores: list[float] = []
+    for contour in contours:
+        candidate = _candidate(contour, output)
+        if candidate is None or min_area_box(candidate)[1] < min_size:
+            continue
+        score = score_polygon(prob_map, candidate)
+        if score < box_thresh:
+            continue
+        expanded = unclip_polygon(candidate, unclip_ratio)
+        if expanded is None or len(expanded) < 3:
+            continue
+        polygons.append(min_area_box(expanded)[0] if output == "box" else expanded)
+        scores.append(score)
+    return polygons, scores
+
+
+def _clip_to_image(polygon: Polygon, geometry: Geometry) -> Polygon:
+    upper = np.array([geometry.orig_width, geometry.orig_height], dtype=np.float32)
+    return np.clip(polygon, 0.0, upper).astype(np.float32)
+
+
+class DBPostProcessor:
+    """Batch wrapper around :func:`boxes_from_bitmap` that maps results to original px.
+
+    Args:
+        thresh: binarisation threshold on the probability map.
+        box_thresh: minimum mean probability inside a candidate.
+        unclip_ratio: candidate expansion, ``D = area * unclip_ratio / perimeter``.
+        max_candidates: contours considered per image, largest first.
+        min_size: minimum shorter side (input px) of a candidate before unclip.
+        output: ``box`` or ``polygon``.
+    """
+
+    def __init__(
+        self,
+        *,
+        thresh: float,
+        box_thresh: float,
+        unclip_ratio: float,
+        max_candidates: int,
+        min_size: float,
+        output: OutputMode,
+    ) -> None:
+        if output not in OUTPUT_MODES:
+            raise ValueError(f"postprocess.output: expected one of {OUTPUT_MODES}, got {output!r}")
+        if not 0.0 <= thresh <= 1.0 or not 0.0 <= box_thresh <= 1.0:
+            raise ValueError(
+                f"postprocess.thresh/box_thresh: expected values in [0, 1], got {thresh}, {box_thresh}"
+            )
+        self.thresh = thresh
+        self.box_thresh = box_thresh
+        self.unclip_ratio = unclip_ratio
+        self.max_candidates = max_candidates
+        self.min_size = min_size
+        self.output: OutputMode = output
+
+    def __call__(self, prob_map: Tensor, geometry: list[Geometry]) -> list[tuple[list[Polygon], list[float]]]:
+        """Per image: polygons (K, 2) float32 in original px, clipped to the image, and their scores.
+
+        Args:
+            prob_map: (B, 1, H, W) probabilities (sigmoid of ``prob_logits``), any device.
+            geometry: one record per image, mapping input px -> original px.
+
+        Raises:
+            ValueError: ``prob_map`` is not (B, 1, H, W) or there is not one geometry per image.
+        """
+        if prob_map.ndim != 4 or prob_map.shape[1] != 1:
+            raise ValueError(f"prob_map: expected (B, 1, H, W), got {tuple(prob_map.shape)}")
+        if len(geometry) != prob_map.shape[0]:
+            raise ValueError(
+                f"geometry: expected {prob_map.shape[0]} records (batch size), got {len(geometry)}"
+            )
+        maps = prob_map.detach().float().cpu().numpy()[:, 0]  # (B, H, W), one transfer per batch
+        results = []
+        for image_map, record in zip(maps, geometry, strict=True):
+            polygons_px, scores = boxes_from_bitmap(
+                image_map,
+                image_map > self.thresh,
+                box_thresh=self.box_thresh,
+                unclip_ratio=self.unclip_ratio,
+                max_candidates=self.max_candidates,
+                min_size=self.min_size,
+                output=self.output,
+            )
+            polygons_orig_px = [_clip_to_image(p, record) for p in to_original(polygons_px, record)]
+            results.append((polygons_orig_px, scores))
+        return results

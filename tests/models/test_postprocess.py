@@ -1,0 +1,170 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from shapely.geometry import Polygon as ShapelyPolygon
+from shapely.geometry import box as shapely_box
+
+from ocr.models.postprocess import (
+    DBPostProcessor,
+    boxes_from_bitmap,
+    min_area_box,
+    score_polygon,
+    unclip_polygon,
+)
+from ocr.types import Geometry
+
+SIZE = 128
+# input px -> original px: scale 2, then offset (10, 5)
+SCALED = Geometry(np.array([[2.0, 0, 10], [0, 2.0, 5], [0, 0, 1]]), 300, 270, SIZE, SIZE)
+IDENTITY = Geometry(np.eye(3), SIZE, SIZE, SIZE, SIZE)
+
+
+def make_processor(**overrides):
+    args = {
+        "thresh": 0.3,
+        "box_thresh": 0.5,
+        "unclip_ratio": 1.5,
+        "max_candidates": 1000,
+        "min_size": 3,
+        "output": "box",
+    }
+    args.update(overrides)
+    return DBPostProcessor(**args)
+
+
+def prob_with(rects, size=SIZE):
+    """rects: (x0, y0, x1, y1, value) inclusive pixel ranges, as cv2.fillPoly draws the targets."""
+    prob = np.zeros((size, size), np.float32)
+    for x0, y0, x1, y1, value in rects:
+        prob[y0 : y1 + 1, x0 : x1 + 1] = value
+    return torch.from_numpy(prob)[None, None]
+
+
+def expected_box_orig(x0, y0, x1, y1, ratio, geometry=SCALED):
+    w, h = x1 - x0, y1 - y0
+    d = w * h * ratio / (2 * (w + h))
+    corners = np.array([[x0 - d, y0 - d], [x1 + d, y0 - d], [x1 + d, y1 + d], [x0 - d, y1 + d]])
+    homo = np.c_[corners, np.ones(4)] @ geometry.matrix.T
+    return homo[:, :2]
+
+
+RECTS = [(10, 20, 49, 29, 0.9), (60, 70, 99, 89, 0.8)]
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.5])
+def test_box_mode_recovers_rectangles_in_original_px(ratio):
+    [(polygons, scores)] = make_processor(unclip_ratio=ratio)(prob_with(RECTS), [SCALED])
+    assert len(polygons) == 2
+    # largest area first
+    for polygon, score, (x0, y0, x1, y1, value) in zip(polygons, scores, RECTS[::-1], strict=True):
+        assert polygon.dtype == np.float32 and polygon.shape == (4, 2)
+        np.testing.assert_allclose(polygon, expected_box_orig(x0, y0, x1, y1, ratio), atol=0.05)
+        assert score == pytest.approx(value, abs=1e-6)
+
+
+def test_polygon_mode_matches_unclipped_rectangle():
+    [(polygons, scores)] = make_processor(output="polygon")(prob_with(RECTS), [SCALED])
+    assert len(polygons) == 2
+    for polygon, (x0, y0, x1, y1, _) in zip(polygons, RECTS[::-1], strict=True):
+        expected = expected_box_orig(x0, y0, x1, y1, 1.5)
+        np.testing.assert_allclose(polygon.min(axis=0), expected.min(axis=0), atol=0.05)
+        np.testing.assert_allclose(polygon.max(axis=0), expected.max(axis=0), atol=0.05)
+        target = shapely_box(*expected.min(axis=0), *expected.max(axis=0))
+        got = ShapelyPolygon(polygon)
+        assert got.is_valid and got.intersection(target).area / got.union(target).area > 0.95
+    assert scores == pytest.approx([0.8, 0.9])
+
+
+def test_low_score_regions_are_dropped():
+    [(polygons, scores)] = make_processor(box_thresh=0.5)(prob_with([(10, 10, 40, 30, 0.4)]), [SCALED])
+    assert polygons == [] and scores == []
+    [(polygons, _)] = make_processor(box_thresh=0.35)(prob_with([(10, 10, 40, 30, 0.4)]), [SCALED])
+    assert len(polygons) == 1
+
+
+def test_min_size_drops_thin_regions():
+    thin = prob_with([(10, 10, 60, 11, 0.9)])  # contour short side 1 px
+    assert make_processor(min_size=3)(thin, [SCALED])[0][0] == []
+    assert len(make_processor(min_size=1)(thin, [SCALED])[0][0]) == 1
+
+
+def test_max_candidates_keeps_the_largest():
+    rects = [(4 + 24 * i, 10, 4 + 24 * i + 10 + 2 * i, 30, 0.9) for i in range(5)]
+    [(polygons, _)] = make_processor(max_candidates=2, unclip_ratio=0.0)(prob_with(rects), [IDENTITY])
+    assert len(polygons) == 2
+    widths = sorted(float(np.ptp(p[:, 0])) for p in polygons)
+    assert widths == pytest.approx([16.0, 18.0])
+
+
+def test_empty_map_gives_empty_lists():
+    results = make_processor()(torch.zeros(2, 1, SIZE, SIZE), [SCALED, IDENTITY])
+    assert results == [([], []), ([], [])]
+
+
+def test_polygons_are_clipped_to_the_original_image():
+    [(polygons, _)] = make_processor()(
+        prob_with([(0, 0, 30, 20, 0.9), (100, 110, 127, 127, 0.9)]), [IDENTITY]
+    )
+    assert len(polygons) == 2
+    stacked = np.concatenate(polygons)
+    assert stacked.min() == 0.0 and stacked.max() == SIZE
+
+
+def test_each_image_uses_its_own_geometry():
+    prob = torch.cat([prob_with(RECTS[:1]), prob_with(RECTS[:1])])
+    (first, _), (second, _) = make_processor(unclip_ratio=0.0)(prob, [SCALED, IDENTITY])
+    np.testing.assert_allclose(first[0], expected_box_orig(10, 20, 49, 29, 0.0), atol=0.05)
+    np.testing.assert_allclose(second[0], [[10, 20], [49, 20], [49, 29], [10, 29]], atol=0.05)
+
+
+def test_invalid_arguments():
+    with pytest.raises(
+        ValueError, match=r"postprocess.output: expected one of \('polygon', 'box'\), got 'poly'"
+    ):
+        make_processor(output="poly")
+    with pytest.raises(ValueError, match=r"prob_map: expected \(B, 1, H, W\), got \(128, 128\)"):
+        make_processor()(torch.zeros(SIZE, SIZE), [SCALED])
+    with pytest.raises(ValueError, match="geometry: expected 2 records"):
+        make_processor()(torch.zeros(2, 1, SIZE, SIZE), [SCALED])
+
+
+def test_unclip_polygon_offsets_by_area_ratio_over_perimeter():
+    square = np.array([[0, 0], [10, 0], [10, 10], [0, 10]], np.float32)
+    expanded = unclip_polygon(square, 1.5)  # D = 100 * 1.5 / 40 = 3.75
+    np.testing.assert_allclose(expanded.min(axis=0), [-3.75, -3.75], atol=1e-3)
+    np.testing.assert_allclose(expanded.max(axis=0), [13.75, 13.75], atol=1e-3)
+    assert unclip_polygon(np.array([[0, 0], [10, 0], [20, 0]], np.float32), 1.5) is None
+
+
+def test_score_polygon_is_mean_inside():
+    prob = np.zeros((20, 20), np.float32)
+    prob[:, :10] = 1.0
+    square = np.array([[5, 5], [14, 5], [14, 14], [5, 14]], np.float32)
+    assert score_polygon(prob, square) == pytest.approx(0.5)
+
+
+def test_min_area_box_orders_corners_clockwise_from_top_left():
+    diamond = np.array([[0, 5], [5, 0], [10, 5], [5, 10]], np.float32)
+    corners, short_side = min_area_box(diamond)
+    assert short_side == pytest.approx(np.sqrt(50), rel=1e-4)
+    assert ShapelyPolygon(corners).exterior.is_ccw is True  # clockwise on screen with y pointing down
+    assert len({tuple(np.round(c, 3)) for c in corners}) == 4
+
+
+def test_boxes_from_bitmap_in_input_px():
+    prob = prob_with(RECTS)[0, 0].numpy()
+    polygons, scores = boxes_from_bitmap(
+        prob, prob > 0.3, box_thresh=0.5, unclip_ratio=0.0, max_candidates=10, min_size=3, output="box"
+    )
+    np.testing.assert_allclose(polygons[1], [[10, 20], [49, 20], [49, 29], [10, 29]], atol=0.05)
+    assert scores == pytest.approx([0.8, 0.9])
+
+
+def test_region_with_a_hole_gives_one_detection():
+    prob = prob_with([(10, 10, 60, 40, 0.9)])
+    prob[..., 20:30, 30:40] = 0.0
+    [(polygons, _)] = make_processor(unclip_ratio=0.0)(prob, [IDENTITY])
+    assert len(polygons) == 1
+    np.testing.assert_allclose(polygons[0], [[10, 10], [60, 10], [60, 40], [10, 40]], atol=0.05)
