@@ -1,0 +1,273 @@
+"""Vectorised polygon measurements and DB shrinking for ``ocr.data.targets``.
+
+Polygons are grouped by point count so that area, perimeter, minimum-area-rectangle short side,
+rectangle detection and the inward offset of convex polygons run as array operations, not per polygon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+import pyclipper
+
+__all__ = [
+    "clip_to_box",
+    "GENERAL",
+    "ROTATED_RECT",
+    "AXIS_RECT",
+    "PolygonMeasures",
+    "measure_polygons",
+    "offset_polygon",
+    "shrink_convex",
+]
+
+GENERAL, ROTATED_RECT, AXIS_RECT = 0, 1, 2
+_RIGHT_ANGLE_COS = 1e-4  # |cos| of every corner below this makes a quad a rectangle (float32 input noise)
+_AXIS_SIN = 1e-6  # |sin| of the first edge below this makes a rectangle axis-aligned
+_COORD_LIMIT = float(2**30)  # coordinates are clamped to +-2^30 px so int32 drawing cannot overflow
+
+IntPolygon = npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True)
+class PolygonMeasures:
+    """Measurements of the N usable polygons (>= 3 finite points), grouped by point count."""
+
+    index: npt.NDArray[np.int64]  # (N,) position of each row in the caller's list
+    groups: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]  # (rows, (G, K, 2) points) per K
+    area: npt.NDArray[np.float64]  # (N,) px^2, absolute shoelace area
+    perimeter: npt.NDArray[np.float64]  # (N,) px
+    short_side: npt.NDArray[np.float64]  # (N,) short side of the minimum-area rectangle, px
+    bbox: npt.NDArray[np.float64]  # (N, 4) x_min, y_min, x_max, y_max
+    kind: npt.NDArray[np.int8]  # (N,) GENERAL, ROTATED_RECT or AXIS_RECT
+    center: npt.NDArray[np.float64]  # (N, 2) rectangle centre (rectangles only)
+    axis: npt.NDArray[np.float64]  # (N, 2) unit vector along the first edge (rectangles only)
+    half: npt.NDArray[np.float64]  # (N, 2) half sizes along axis and normal; along x and y if axis-aligned
+
+    def points(self, row: int) -> npt.NDArray[np.float64]:
+        """(K, 2) points of one row."""
+        for rows, stacked in self.groups:
+            if rows[0] <= row <= rows[-1]:
+                return stacked[row - rows[0]]
+        raise IndexError(f"row {row} out of range for {len(self.index)} polygons")
+
+
+def offset_polygon(points: npt.ArrayLike, delta: float) -> IntPolygon | None:
+    """pyclipper offset with round joins (coordinates truncated to int first, as pyclipper does, and
+    clamped to +-2^30 px).
+
+    Returns:
+        (M, 2) int32 vertices of the first resulting path, ``None`` when nothing results.
+    """
+    pts = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    if len(pts) < 3 or not np.isfinite(pts).all():
+        return None
+    offsetter = pyclipper.PyclipperOffset()
+    ints = np.trunc(np.clip(pts, -_COORD_LIMIT, _COORD_LIMIT)).astype(np.int64)  # inside pyclipper's range
+    offsetter.AddPath(ints.tolist(), pyclipper.JT_ROUND, pyclipper.ET_CLOSEDPOLYGON)
+    paths = offsetter.Execute(delta)
+    if not paths or len(paths[0]) < 3:
+        return None
+    return np.asarray(paths[0], dtype=np.int32)
+
+
+def measure_polygons(polygons: Sequence[npt.ArrayLike]) -> PolygonMeasures:
+    """Measure every polygon with >= 3 finite points; the others are left out.
+
+    Coordinates beyond +-2^30 px are clamped there (far outside any target map).
+
+    Raises:
+        ValueError: when a polygon cannot be read as (K, 2) numbers.
+    """
+    inputs = _group_by_point_count(polygons)
+    count = sum(len(positions) for positions, _ in inputs)
+    area, perimeter, short_side = np.zeros(count), np.zeros(count), np.zeros(count)
+    bbox, kind = np.zeros((count, 4)), np.zeros(count, np.int8)
+    center, axis, half = np.zeros((count, 2)), np.zeros((count, 2)), np.zeros((count, 2))
+    groups, start = [], 0
+    for _, stacked in inputs:
+        rows = np.arange(start, start + len(stacked))
+        start += len(stacked)
+        groups.append((rows, stacked))
+        edges = stacked[:, _next(stacked)] - stacked  # (G, K, 2)
+        lengths = np.hypot(edges[..., 0], edges[..., 1])  # (G, K)
+        area[rows] = 0.5 * np.abs(_signed_area2(stacked))
+        perimeter[rows] = lengths.sum(axis=1)
+        bbox[rows] = np.concatenate([stacked.min(axis=1), stacked.max(axis=1)], axis=1)
+        rect = _is_rectangle(edges, lengths)
+        if rect.any():
+            _describe_rectangles(
+                stacked[rect], edges[rect], lengths[rect], rows[rect], kind, center, axis, half
+            )
+            short_side[rows[rect]] = 2 * half[rows[rect]].min(axis=1)
+        if not rect.all():
+            short_side[rows[~rect]] = _min_rect_short_side(stacked[~rect], edges[~rect], lengths[~rect])
+    index = np.concatenate([positions for positions, _ in inputs]) if inputs else np.zeros(0, np.int64)
+    return PolygonMeasures(index, groups, area, perimeter, short_side, bbox, kind, center, axis, half)
+
+
+def _group_by_point_count(polygons: Sequence[npt.ArrayLike]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(input positions, (G, K, 2) float64 points) per point count K, usable polygons only."""
+    try:
+        stacked = np.asarray(polygons, dtype=np.float64)  # one call for the common all-quads case
+    except (TypeError, ValueError):
+        stacked = None
+    if stacked is not None and stacked.ndim == 3 and stacked.shape[2] == 2 and stacked.shape[1] >= 3:
+        positions = np.flatnonzero(np.isfinite(stacked).all(axis=(1, 2)))
+        return (
+            [(positions, np.clip(stacked[positions], -_COORD_LIMIT, _COORD_LIMIT))] if len(positions) else []
+        )
+    by_count: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for i, polygon in enumerate(polygons):
+        try:
+            pts = np.asarray(polygon, dtype=np.float64).reshape(-1, 2)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"polygons[{i}]: expected (K, 2) numbers, got {polygon!r}") from err
+        if len(pts) >= 3 and np.isfinite(pts).all():
+            by_count.setdefault(len(pts), []).append((i, pts))
+    return [
+        (
+            np.array([i for i, _ in members]),
+            np.clip(np.stack([pts for _, pts in members]), -_COORD_LIMIT, _COORD_LIMIT),
+        )
+        for members in by_count.values()
+    ]
+
+
+def _next(stacked: np.ndarray) -> np.ndarray:
+    """Index of the next vertex along axis 1 of (G, K, ...) arrays."""
+    return (np.arange(stacked.shape[1]) + 1) % stacked.shape[1]
+
+
+def _prev(stacked: np.ndarray) -> np.ndarray:
+    """Index of the previous vertex along axis 1 of (G, K, ...) arrays."""
+    return (np.arange(stacked.shape[1]) - 1) % stacked.shape[1]
+
+
+def _signed_area2(stacked: np.ndarray) -> np.ndarray:
+    """Twice the signed shoelace area of (G, K, 2) polygons; returns (G,)."""
+    x, y = stacked[..., 0], stacked[..., 1]
+    nxt = _next(stacked)
+    return (x * y[:, nxt] - x[:, nxt] * y).sum(axis=1)
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+
+
+def _min_rect_short_side(stacked: np.ndarray, edges: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Short side of the minimum-area rectangle, (G,): calipers on the edges of convex polygons,
+    ``cv2.minAreaRect`` for the others."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        along = edges / lengths[..., None]  # (G, K, 2) unit edge directions, NaN for zero-length edges
+    normal = np.stack([-along[..., 1], along[..., 0]], axis=-1)
+    extent_a = np.ptp(np.einsum("gkd,gjd->gkj", along, stacked), axis=2)  # (G, K directions)
+    extent_n = np.ptp(np.einsum("gkd,gjd->gkj", normal, stacked), axis=2)
+    rect_area = extent_a * extent_n
+    rect_area[~np.isfinite(rect_area)] = np.inf
+    best = np.argmin(rect_area, axis=1)[:, None]
+    short = np.take_along_axis(np.fmin(extent_a, extent_n), best, axis=1)[:, 0]
+    turns = _cross(edges, edges[:, _next(edges)])  # (G, K)
+    convex = (turns >= 0).all(axis=1) | (turns <= 0).all(axis=1)
+    for g in np.flatnonzero(~convex | ~np.isfinite(short)):
+        _, (w, h), _ = cv2.minAreaRect(stacked[g].astype(np.float32))
+        short[g] = min(w, h)
+    return short
+
+
+def _describe_rectangles(
+    stacked: np.ndarray,
+    edges: np.ndarray,
+    lengths: np.ndarray,
+    rows: np.ndarray,
+    kind: np.ndarray,
+    center: np.ndarray,
+    axis: np.ndarray,
+    half: np.ndarray,
+) -> None:
+    """Write kind, centre, axis and half sizes of (R, 4, 2) rectangles into the given rows, in place."""
+    unit = edges[:, 0] / lengths[:, :1]  # (R, 2)
+    aligned = np.minimum(np.abs(unit[:, 0]), np.abs(unit[:, 1])) <= _AXIS_SIN
+    lo, hi = stacked.min(axis=1), stacked.max(axis=1)
+    half_rot = np.stack([lengths[:, 0] + lengths[:, 2], lengths[:, 1] + lengths[:, 3]], axis=1) / 4
+    kind[rows] = np.where(aligned, AXIS_RECT, ROTATED_RECT)
+    axis[rows] = unit
+    half[rows] = np.where(aligned[:, None], (hi - lo) / 2, half_rot)
+    center[rows] = np.where(aligned[:, None], (hi + lo) / 2, stacked.mean(axis=1))
+
+
+def _is_rectangle(edges: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """(G,) True for quads whose four corners are right angles (within float32 noise)."""
+    if edges.shape[1] != 4:
+        return np.zeros(len(edges), dtype=bool)
+    following = _next(edges)
+    dots = np.abs((edges * edges[:, following]).sum(axis=2))  # (G, 4)
+    right = dots <= _RIGHT_ANGLE_COS * lengths * lengths[:, following]
+    return (lengths > 0).all(axis=1) & right.all(axis=1)
+
+
+def shrink_convex(stacked: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inward offset of (G, K, 2) polygons by ``offsets`` (G,), reproducing pyclipper on convex input.
+
+    pyclipper truncates the input to integers, moves each edge inwards by the offset with rounded end
+    points and intersects consecutive moved edges; for a convex polygon whose edges all survive that is
+    the whole answer (round joins only act on the other side of a corner). Corners where
+    ``|sin(turn)| * offset < 1`` are left to pyclipper, which takes a shortcut there.
+
+    Returns:
+        (G, K, 2) int32 vertices and a (G,) bool flag: False where the polygon is not convex, an edge
+        vanished or flipped, or nothing is left; those need pyclipper itself.
+    """
+    pts = np.trunc(stacked)
+    nxt = pts[:, _next(pts)]
+    edges = nxt - pts  # (G, K, 2)
+    lengths = np.hypot(edges[..., 0], edges[..., 1])
+    orientation = np.sign(_signed_area2(pts))[:, None]  # (G, 1): +1 when the interior is on the left
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = orientation * offsets[:, None] / lengths  # (G, K)
+        inward = np.stack([-edges[..., 1], edges[..., 0]], axis=-1) * scale[..., None]
+        start, end = np.round(pts + inward), np.round(nxt + inward)  # moved edges
+        direction = end - start
+        prev_start, prev_dir = start[:, _prev(start)], direction[:, _prev(start)]
+        denom = _cross(prev_dir, direction)  # (G, K)
+        t = _cross(start - prev_start, direction) / denom
+        vertices = np.round(prev_start + t[..., None] * prev_dir)  # vertex k = moved edge k-1 x moved edge k
+    new_edges = vertices[:, _next(vertices)] - vertices
+    turns = _cross(edges, edges[:, _next(edges)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        turn_sin = turns / (lengths * lengths[:, _next(lengths)])
+    ok = (
+        (np.abs(denom) > 1e-9).all(axis=1)
+        & (np.abs(turn_sin) * offsets[:, None] >= 1).all(axis=1)  # else pyclipper keeps a single point
+        & ((turns * orientation) >= 0).all(axis=1)
+        & ((new_edges * edges).sum(axis=2) > 0).all(axis=1)
+        & (_signed_area2(vertices) * orientation[:, 0] > 0)
+        & np.isfinite(vertices).all(axis=(1, 2))
+    )
+    vertices[~ok] = 0
+    return vertices.astype(np.int32), ok
+
+
+def clip_to_box(points: np.ndarray, x_min: float, y_min: float, x_max: float, y_max: float) -> np.ndarray:
+    """Part of a polygon inside an axis-aligned box (Sutherland-Hodgman); (M, 2) float64, M may be 0.
+
+    Used before ``cv2.fillPoly``, whose cost grows with the coordinate range: a polygon reaching
+    1e9 px away takes seconds to fill.
+    """
+    pts = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    for axis, bound, keep_below in ((0, x_min, False), (0, x_max, True), (1, y_min, False), (1, y_max, True)):
+        if not len(pts):
+            break
+        inside = pts[:, axis] <= bound if keep_below else pts[:, axis] >= bound
+        kept = []
+        for p, q, p_in, q_in in zip(pts, np.roll(pts, -1, axis=0), inside, np.roll(inside, -1), strict=True):
+            if p_in:
+                kept.append(p)
+            if p_in != q_in:
+                kept.append(p + (bound - p[axis]) / (q[axis] - p[axis]) * (q - p))
+        pts = np.array(kept).reshape(-1, 2)
+    return pts
