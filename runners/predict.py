@@ -1,6 +1,6 @@
 """Predict a folder of images: submission CSV (one row per image), predictions JSON, optional overlays.
 
-    uv run runners/predict.py ckpt=outputs/train/<run>/checkpoints/last.ckpt image_dir=path/to/images
+uv run runners/predict.py ckpt=outputs/train/<run>/checkpoints/last.ckpt image_dir=path/to/images
 """
 
 from __future__ import annotations
@@ -26,14 +26,20 @@ def predict(cfg: DictConfig) -> dict[str, str]:
 
     directory = run_dir(cfg)
     save_config(cfg, directory)
-    module = module_from_checkpoint(cfg.ckpt, postprocess=instantiate(cfg.postprocess), metric=None,
-                                    channels_last=cfg.module.channels_last)
+    module = module_from_checkpoint(
+        cfg.ckpt,
+        postprocess=instantiate(cfg.postprocess),
+        metric=None,
+        channels_last=cfg.module.channels_last,
+    )
     datamodule = instantiate(cfg.data, predict_image_dir=cfg.image_dir)
     trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
     predictions = [p for batch in trainer.predict(module, datamodule=datamodule) for p in batch]
     paths = save_predictions(predictions, directory)
     if cfg.overlays:
-        paths["overlays"] = str(save_overlays(predictions, cfg.image_dir, directory / "overlays", cfg.max_overlays))
+        paths["overlays"] = str(
+            save_overlays(predictions, cfg.image_dir, directory / "overlays", cfg.max_overlays)
+        )
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     print(f"Run directory: {directory}")

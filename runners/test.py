@@ -1,6 +1,7 @@
 """Score a checkpoint with CLEval on a labelled split; writes metrics.json into the run directory.
 
-    uv run runners/test.py ckpt=outputs/train/<run>/checkpoints/last.ckpt [split=test] [data=receipts data.root=...]
+    uv run runners/test.py ckpt=outputs/train/<run>/checkpoints/last.ckpt [split=val|test]
+    (pass the data config the run was trained with, e.g. data=receipts data.root=...)
 """
 
 from __future__ import annotations
@@ -28,14 +29,20 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise ValueError(f"split: expected 'val' or 'test', got {cfg.split!r}")
     directory = run_dir(cfg)
     save_config(cfg, directory)
-    module = module_from_checkpoint(cfg.ckpt, postprocess=instantiate(cfg.postprocess),
-                                    metric=instantiate(cfg.metric), channels_last=cfg.module.channels_last)
+    module = module_from_checkpoint(
+        cfg.ckpt,
+        postprocess=instantiate(cfg.postprocess),
+        metric=instantiate(cfg.metric),
+        channels_last=cfg.module.channels_last,
+    )
     datamodule = instantiate(cfg.data)
     trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
     run = trainer.test if cfg.split == "test" else trainer.validate
     results = run(module, datamodule=datamodule)[0]
     metrics = {k: float(v) for k, v in results.items()}
-    atomic_write_json(directory / "metrics.json", {"ckpt": str(cfg.ckpt), "split": cfg.split, "metrics": metrics})
+    atomic_write_json(
+        directory / "metrics.json", {"ckpt": str(cfg.ckpt), "split": cfg.split, "metrics": metrics}
+    )
     print(format_metrics(metrics, f"CLEval on split '{cfg.split}' ({cfg.metric.mode} mode)"))
     print(f"Run directory: {directory}")
     return metrics

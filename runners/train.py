@@ -1,7 +1,7 @@
 """Train a DBNet detector: compose the config, instantiate, fit, then test the best checkpoint.
 
-    uv run runners/train.py                       # built-in synthetic receipts
-    uv run runners/train.py data=receipts data.root=../shared/datasets/sroie-compact trainer.max_steps=20
+uv run runners/train.py                       # built-in synthetic receipts
+uv run runners/train.py data=receipts data.root=../shared/datasets/sroie-compact trainer.max_steps=20
 """
 
 from __future__ import annotations
@@ -14,8 +14,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from ocr.utils.hardware import register_resolvers
 from ocr.utils.logging import get_logger
-from ocr.utils.runner import (format_metrics, get_metric_value, instantiate_all, quiet_third_party, run_dir,
-                              save_config, task_wrapper)
+from ocr.utils.runner import (
+    format_metrics,
+    get_metric_value,
+    instantiate_all,
+    quiet_third_party,
+    run_dir,
+    save_config,
+    task_wrapper,
+)
 
 register_resolvers()
 quiet_third_party()
@@ -36,8 +43,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
     callbacks = instantiate_all(cfg.callbacks) + fault_callbacks(cfg)  # first: the watchdog covers start-up
     save_config(cfg, directory)
     datamodule = instantiate(cfg.data)
-    module = instantiate(cfg.module, net=instantiate(cfg.model), loss=instantiate(cfg.loss),
-                         postprocess=instantiate(cfg.postprocess), metric=instantiate(cfg.metric))
+    module = instantiate(
+        cfg.module,
+        net=instantiate(cfg.model),
+        loss=instantiate(cfg.loss),
+        postprocess=instantiate(cfg.postprocess),
+        metric=instantiate(cfg.metric),
+    )
     module.run_config = OmegaConf.to_container(cfg, resolve=True)
     loggers = instantiate_all(cfg.logger)
     if not loggers:  # logger=none: Lightning's LR monitor refuses to run without a logger

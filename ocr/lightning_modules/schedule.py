@@ -12,8 +12,9 @@ __all__ = ["warmup_decay_factor", "build_warmup_scheduler"]
 KINDS = ("poly", "cosine")
 
 
-def warmup_decay_factor(step: int, *, total_steps: int, warmup_steps: int, kind: str, power: float,
-                        min_lr_ratio: float) -> float:
+def warmup_decay_factor(
+    step: int, *, total_steps: int, warmup_steps: int, kind: str, power: float, min_lr_ratio: float
+) -> float:
     """LR multiplier at ``step``: linear warm-up to 1, then poly or cosine decay to ``min_lr_ratio``."""
     if warmup_steps > 0 and step < warmup_steps:
         return (step + 1) / warmup_steps
@@ -28,8 +29,15 @@ def warmup_decay_factor(step: int, *, total_steps: int, warmup_steps: int, kind:
     return min_lr_ratio + (1.0 - min_lr_ratio) * shape
 
 
-def build_warmup_scheduler(optimizer: Optimizer, *, total_steps: int, kind: str, warmup_ratio: float,
-                           power: float, min_lr_ratio: float) -> LambdaLR:
+def build_warmup_scheduler(
+    optimizer: Optimizer,
+    *,
+    total_steps: int,
+    kind: str,
+    warmup_ratio: float,
+    power: float,
+    min_lr_ratio: float,
+) -> LambdaLR:
     """Warm-up + poly/cosine decay over ``total_steps`` optimizer steps.
 
     Raises:
@@ -42,7 +50,13 @@ def build_warmup_scheduler(optimizer: Optimizer, *, total_steps: int, kind: str,
     warmup_steps = int(round(warmup_ratio * total_steps))
 
     def factor(step: int) -> float:
-        return warmup_decay_factor(step, total_steps=total_steps, warmup_steps=warmup_steps, kind=kind,
-                                   power=power, min_lr_ratio=min_lr_ratio)
+        return warmup_decay_factor(
+            step,
+            total_steps=total_steps,
+            warmup_steps=warmup_steps,
+            kind=kind,
+            power=power,
+            min_lr_ratio=min_lr_ratio,
+        )
 
     return LambdaLR(optimizer, factor)

@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-__all__ = ["register_resolvers", "has_cuda", "auto_precision", "auto_workers", "pick"]
+__all__ = ["register_resolvers", "has_cuda", "cpu_has_native_bf16", "auto_precision", "auto_workers", "pick"]
 
 
 def has_cuda() -> bool:
@@ -17,13 +17,26 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU has bf16 instructions (AVX512-BF16 or AMX); emulated bf16 is slower than fp32."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def auto_precision() -> str:
-    """bf16 autocast where the GPU supports it, fp16 autocast on older GPUs, fp32 on the CPU."""
+    """bf16 autocast where the GPU (or CPU) supports it natively, fp16 autocast on older GPUs, else fp32.
+
+    Losses always run in float32 (autocast is disabled inside them).
+    """
     import torch
 
-    if not torch.cuda.is_available():
-        return "32-true"
-    return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    if torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
 
 
 def auto_workers(cap: int) -> int:

@@ -11,8 +11,9 @@ __all__ = ["wandb_logger", "tensorboard_available", "tensorboard_logger"]
 log = logging.getLogger(__name__)
 
 
-def wandb_logger(*, project: str, name: str | None, save_dir: str, tags: list[str] | None,
-                 offline: bool | None) -> Any:
+def wandb_logger(
+    *, project: str, name: str | None, save_dir: str, tags: list[str] | None, offline: bool | None
+) -> Any:
     """A Lightning ``WandbLogger``; offline unless an API key is configured (or ``offline`` says so)."""
     from lightning.pytorch.loggers import WandbLogger  # imports wandb: only when this logger is chosen
 

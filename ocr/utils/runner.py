@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from ocr.utils.io import atomic_write_text
 
-__all__ = ["instantiate_all", "save_config", "task_wrapper", "format_metrics", "run_dir", "get_metric_value",
-           "quiet_third_party"]
+__all__ = [
+    "instantiate_all",
+    "save_config",
+    "task_wrapper",
+    "format_metrics",
+    "run_dir",
+    "get_metric_value",
+    "quiet_third_party",
+]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +37,7 @@ def run_dir(cfg: DictConfig) -> Path:
 
 
 def instantiate_all(group: DictConfig | None) -> list[Any]:
-    """Instantiate every ``_target_`` entry of a config group (callbacks, loggers), skipping ``None`` results."""
+    """Instantiate each ``_target_`` entry of a group (callbacks, loggers), skipping ``None`` results."""
     objects = []
     for name, node in (group or {}).items():
         if not isinstance(node, DictConfig) or "_target_" not in node:
@@ -88,6 +96,8 @@ def get_metric_value(metrics: Mapping[str, Any], name: str | None) -> float | No
 
 def quiet_third_party() -> None:
     """Defaults for a clean console: no albumentations update check, wandb offline without a key."""
+    # The module moves only the tensors of a batch on purpose (polygons and geometry stay on the host).
+    warnings.filterwarnings("ignore", message=r".*You have overridden `\w+` in `LightningModule`.*")
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if "PROJECT_ROOT" not in os.environ:

@@ -18,10 +18,20 @@ from omegaconf import open_dict
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
-    "data.synthetic.num_train=6", "data.synthetic.num_val=3", "data.synthetic.num_test=3",
-    "data.synthetic.long_side=128", "data.train_transform.crop_size=96", "data.train_transform.train_long_side=128",
-    "data.eval_transform.long_side=128", "data.batch_size=2", "data.eval_batch_size=2", "data.num_workers=0",
-    "data.persistent_workers=false", "data.pin_memory=false", "hardware=cpu", "data.num_workers=0",
+    "data.synthetic.num_train=6",
+    "data.synthetic.num_val=3",
+    "data.synthetic.num_test=3",
+    "data.synthetic.long_side=128",
+    "data.train_transform.crop_size=96",
+    "data.train_transform.train_long_side=128",
+    "data.eval_transform.long_side=128",
+    "data.batch_size=2",
+    "data.eval_batch_size=2",
+    "data.num_workers=0",
+    "data.persistent_workers=false",
+    "data.pin_memory=false",
+    "hardware=cpu",
+    "data.num_workers=0",
 ]
 
 
@@ -47,8 +57,17 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     data_root = tmp / "synthetic"
     run = tmp / "train"
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "runners/train.py", *TINY, f"data.root={data_root}", f"hydra.run.dir={run}",
-           "trainer.max_steps=3", "trainer.max_epochs=3", "trainer.log_every_n_steps=1", "logger=csv"]
+    cmd = [
+        sys.executable,
+        "runners/train.py",
+        *TINY,
+        f"data.root={data_root}",
+        f"hydra.run.dir={run}",
+        "trainer.max_steps=3",
+        "trainer.max_epochs=3",
+        "trainer.log_every_n_steps=1",
+        "logger=csv",
+    ]
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert f"Run directory: {run}" in result.stdout
@@ -73,7 +92,9 @@ def test_train_leaves_checkpoints_metadata_and_success(trained_run: tuple[Path, 
 
 def test_test_runner_scores_the_checkpoint(trained_run: tuple[Path, Path], tmp_path: Path) -> None:
     run, data_root = trained_run
-    cfg = _compose("test", [*TINY, f"data.root={data_root}", f"ckpt={run / 'checkpoints' / 'last.ckpt'}"], tmp_path)
+    cfg = _compose(
+        "test", [*TINY, f"data.root={data_root}", f"ckpt={run / 'checkpoints' / 'last.ckpt'}"], tmp_path
+    )
     metrics = _runner("test").evaluate(cfg)
     assert set(metrics) >= {"test/hmean", "test/precision", "test/recall"}
     assert json.loads((tmp_path / "metrics.json").read_text())["metrics"] == metrics
@@ -82,8 +103,17 @@ def test_test_runner_scores_the_checkpoint(trained_run: tuple[Path, Path], tmp_p
 def test_predict_runner_writes_a_row_per_image(trained_run: tuple[Path, Path], tmp_path: Path) -> None:
     run, data_root = trained_run
     image_dir = data_root / "images" / "test"
-    cfg = _compose("predict", [*TINY, f"data.root={data_root}", f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
-                               f"image_dir={image_dir}", "overlays=true"], tmp_path)
+    cfg = _compose(
+        "predict",
+        [
+            *TINY,
+            f"data.root={data_root}",
+            f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
+            f"image_dir={image_dir}",
+            "overlays=true",
+        ],
+        tmp_path,
+    )
     paths = _runner("predict").predict(cfg)
     with open(paths["submission"], newline="") as f:
         rows = list(csv.DictReader(f))

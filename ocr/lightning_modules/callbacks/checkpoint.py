@@ -21,10 +21,17 @@ log = logging.getLogger(__name__)
 def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
     """The current git commit (with ``-dirty`` when the tree has changes), or None outside a repo."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                              timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{head}-dirty" if dirty else head
@@ -37,13 +44,29 @@ class RunCheckpoint(ModelCheckpoint):
     the resolved config, the metrics at save time, the git commit and the data fingerprint.
     """
 
-    def __init__(self, *, dirpath: str, monitor: str, mode: str, save_top_k: int, save_last: bool,
-                 every_n_epochs: int | None, every_n_train_steps: int | None) -> None:
+    def __init__(
+        self,
+        *,
+        dirpath: str,
+        monitor: str,
+        mode: str,
+        save_top_k: int,
+        save_last: bool,
+        every_n_epochs: int | None,
+        every_n_train_steps: int | None,
+    ) -> None:
         metric_name = monitor.split("/")[-1]
-        super().__init__(dirpath=dirpath, filename=f"best-{metric_name}={{{monitor}:.4f}}-epoch={{epoch:02d}}",
-                         monitor=monitor, mode=mode, save_top_k=save_top_k, save_last=save_last,
-                         auto_insert_metric_name=False, every_n_epochs=every_n_epochs,
-                         every_n_train_steps=every_n_train_steps)
+        super().__init__(
+            dirpath=dirpath,
+            filename=f"best-{metric_name}={{{monitor}:.4f}}-epoch={{epoch:02d}}",
+            monitor=monitor,
+            mode=mode,
+            save_top_k=save_top_k,
+            save_last=save_last,
+            auto_insert_metric_name=False,
+            every_n_epochs=every_n_epochs,
+            every_n_train_steps=every_n_train_steps,
+        )
         self._git_commit = git_commit(Path(__file__).parent)
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:

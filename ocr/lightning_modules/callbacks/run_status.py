@@ -46,14 +46,18 @@ class RunStatus(Callback):
     def __init__(self, *, run_dir: str) -> None:
         self.run_dir = Path(run_dir)
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
         if trainer.is_global_zero:
             write_failure(self.run_dir, exception)
             self._tag_wandb(trainer, "failed")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero and not trainer.interrupted:
-            write_success(self.run_dir, f"fit finished at epoch {trainer.current_epoch}, step {trainer.global_step}")
+            write_success(
+                self.run_dir, f"fit finished at epoch {trainer.current_epoch}, step {trainer.global_step}"
+            )
             self._tag_wandb(trainer, "succeeded")
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
