@@ -56,7 +56,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         callbacks = [c for c in callbacks if type(c).__name__ != "LearningRateMonitor"]
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    # Our checkpoints hold the run config and RNG states (numpy), so they are not weights-only.
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.test_after_fit:

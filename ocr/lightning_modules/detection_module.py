@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 from lightning import LightningModule
+from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
@@ -176,5 +177,11 @@ class DetectionModule(LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Lightning restores model/optimizer/scheduler/loops on resume; RNG states are ours to keep.
+        checkpoint["rng_states"] = _collect_rng_states()
         if self.run_config is not None:
             checkpoint["ocr_config"] = self.run_config
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "rng_states" in checkpoint:
+            _set_rng_states(checkpoint["rng_states"])

@@ -65,6 +65,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         f"hydra.run.dir={run}",
         "trainer.max_steps=3",
         "trainer.max_epochs=3",
+        "trainer.check_val_every_n_epoch=1",
         "trainer.log_every_n_steps=1",
         "logger=csv",
     ]
@@ -121,3 +122,28 @@ def test_predict_runner_writes_a_row_per_image(trained_run: tuple[Path, Path], t
     predictions = json.loads(Path(paths["predictions"]).read_text())
     assert set(predictions["images"]) == {r["filename"] for r in rows}
     assert len(list((tmp_path / "overlays").glob("*.png"))) == len(rows)
+
+
+def test_resume_continues_from_the_saved_step(trained_run: tuple[Path, Path], tmp_path: Path) -> None:
+    import torch
+
+    run, data_root = trained_run
+    overrides = [
+        *TINY,
+        f"data.root={data_root}",
+        f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
+        "trainer.max_steps=6",
+        "trainer.max_epochs=3",
+        "trainer.check_val_every_n_epoch=1",
+        "test_after_fit=false",
+        "logger=csv",
+        "callbacks=none",
+    ]
+    _runner("train").train(_compose("train", overrides, tmp_path))
+    assert (tmp_path / ".SUCCESS").is_file()
+    with open(tmp_path / "csv" / "metrics.csv", newline="") as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f) if row["step"]]
+    assert steps and min(steps) >= 3, f"resumed run restarted from step {min(steps, default=None)}"
+    saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert saved["global_step"] == 3 and "rng_states" in saved
+    assert saved["lr_schedulers"][0]["last_epoch"] == 3
