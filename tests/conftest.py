@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, open_dict
+
+from ocr.utils.hardware import register_resolvers
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
@@ -27,3 +35,61 @@ def sroie_root() -> Path:
     if not (SROIE_ROOT / "jsons").is_dir():
         pytest.skip(f"real receipts not found at {SROIE_ROOT}")
     return SROIE_ROOT
+
+
+# Tiny synthetic runs for end-to-end tests (images <= 128 px, no workers, CPU).
+TINY_RUN = [
+    "data.synthetic.num_train=6",
+    "data.synthetic.num_val=3",
+    "data.synthetic.num_test=3",
+    "data.synthetic.long_side=96",
+    "data.train_transform.crop_size=64",
+    "data.train_transform.train_long_side=96",
+    "data.eval_transform.long_side=96",
+    "data.batch_size=2",
+    "data.eval_batch_size=2",
+    "data.num_workers=0",
+    "data.persistent_workers=false",
+    "data.pin_memory=false",
+    "hardware=cpu",
+    "trainer.precision=32-true",
+    "trainer.check_val_every_n_epoch=1",
+    "trainer.enable_model_summary=false",
+]
+
+
+def load_runner(name: str) -> ModuleType:
+    """Import ``runners/<name>.py`` (runners are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"runner_{name}", REPO_ROOT / "runners" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compose_config(name: str, overrides: list[str], output_dir: Path) -> DictConfig:
+    """Compose ``configs/<name>.yaml`` as the runner would, with ``paths.output_dir`` set."""
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name=name, overrides=overrides)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def tiny_run() -> list[str]:
+    """Overrides for a tiny synthetic CPU run (add ``data.root=`` and the trainer budget)."""
+    return list(TINY_RUN)
+
+
+@pytest.fixture(scope="session")
+def runner_module() -> Callable[[str], ModuleType]:
+    """``runner_module("train")`` imports ``runners/train.py``."""
+    return load_runner
+
+
+@pytest.fixture(scope="session")
+def compose_cfg() -> Callable[[str, list[str], Path], DictConfig]:
+    """``compose_cfg(name, overrides, output_dir)`` composes a runner config."""
+    return compose_config

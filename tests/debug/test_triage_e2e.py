@@ -2,48 +2,28 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from ocr.debug import replay
 from ocr.debug.inject import InjectedFaultError
 from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteLossError
 
-REPO = Path(__file__).resolve().parents[2]
-TINY = [
-    "data.synthetic.num_train=6",
-    "data.synthetic.num_val=2",
-    "data.synthetic.num_test=2",
-    "data.synthetic.long_side=96",
-    "data.train_transform.crop_size=64",
-    "data.train_transform.train_long_side=96",
-    "data.eval_transform.long_side=96",
-    "data.batch_size=2",
-    "data.eval_batch_size=2",
-    "data.num_workers=0",
-    "data.persistent_workers=false",
-    "data.pin_memory=false",
-    "hardware=cpu",
+EXTRA = [
     "logger=csv",
     "trainer.limit_val_batches=1",
     "test_after_fit=false",
-    "trainer.enable_model_summary=false",
 ]
 
 
 @pytest.fixture(scope="module")
-def runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("runner_train_triage", REPO / "runners" / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def runner(runner_module: Callable[[str], ModuleType]) -> ModuleType:
+    return runner_module("train")
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +31,14 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("triage_data") / "synthetic"
 
 
-def _cfg(data_root: Path, run: Path, overrides: list[str]) -> DictConfig:
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*TINY, f"data.root={data_root}", *overrides])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(run)
-    return cfg
+@pytest.fixture
+def make_cfg(
+    compose_cfg: Callable[[str, list[str], Path], DictConfig], tiny_run: list[str], data_root: Path
+) -> Callable[[Path, list[str]], DictConfig]:
+    def make(run: Path, overrides: list[str]) -> DictConfig:
+        return compose_cfg("train", [*tiny_run, *EXTRA, f"data.root={data_root}", *overrides], run)
+
+    return make
 
 
 def _assert_bundle(run: Path, exception_name: str) -> dict:
@@ -71,10 +52,10 @@ def _assert_bundle(run: Path, exception_name: str) -> dict:
     return state
 
 
-def test_injected_exception_bundle_and_replay(runner: ModuleType, data_root: Path, tmp_path: Path) -> None:
-    cfg = _cfg(
-        data_root, tmp_path, ["trainer.max_steps=3", "+debug.inject=exception", "+debug.inject_step=1"]
-    )
+def test_injected_exception_bundle_and_replay(
+    runner: ModuleType, make_cfg: Callable[[Path, list[str]], DictConfig], tmp_path: Path
+) -> None:
+    cfg = make_cfg(tmp_path, ["trainer.max_steps=3", "+debug.inject=exception", "+debug.inject_step=1"])
     with pytest.raises(InjectedFaultError):
         runner.train(cfg)
     state = _assert_bundle(tmp_path, "InjectedFaultError")
@@ -83,10 +64,9 @@ def test_injected_exception_bundle_and_replay(runner: ModuleType, data_root: Pat
 
 
 def test_nan_loss_bundle_names_step_and_replay_reproduces(
-    runner: ModuleType, data_root: Path, tmp_path: Path
+    runner: ModuleType, make_cfg: Callable[[Path, list[str]], DictConfig], tmp_path: Path
 ) -> None:
-    cfg = _cfg(
-        data_root,
+    cfg = make_cfg(
         tmp_path,
         [
             "trainer.max_steps=3",
@@ -102,9 +82,10 @@ def test_nan_loss_bundle_names_step_and_replay_reproduces(
     assert replay.main([str(tmp_path), "--device", "cpu"]) == replay.EXIT_REPRODUCED
 
 
-def test_stall_dumps_stacks_and_run_finishes(runner: ModuleType, data_root: Path, tmp_path: Path) -> None:
-    cfg = _cfg(
-        data_root,
+def test_stall_dumps_stacks_and_run_finishes(
+    runner: ModuleType, make_cfg: Callable[[Path, list[str]], DictConfig], tmp_path: Path
+) -> None:
+    cfg = make_cfg(
         tmp_path,
         [
             "trainer.max_steps=2",
@@ -121,11 +102,12 @@ def test_stall_dumps_stacks_and_run_finishes(runner: ModuleType, data_root: Path
     assert any("last progress: train step 1" in d and "apply_fault" in d for d in dumps), dumps
 
 
-def test_profile_writes_trace_and_table(runner: ModuleType, data_root: Path, tmp_path: Path) -> None:
+def test_profile_writes_trace_and_table(
+    runner: ModuleType, make_cfg: Callable[[Path, list[str]], DictConfig], tmp_path: Path
+) -> None:
     # Fewer steps than the overlay's default schedule, to keep the test short.
     runner.train(
-        _cfg(
-            data_root,
+        make_cfg(
             tmp_path,
             [
                 "debug=profile",

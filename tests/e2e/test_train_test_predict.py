@@ -3,56 +3,25 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import open_dict
+import torch
+from omegaconf import DictConfig
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = [
-    "data.synthetic.num_train=6",
-    "data.synthetic.num_val=3",
-    "data.synthetic.num_test=3",
-    "data.synthetic.long_side=128",
-    "data.train_transform.crop_size=96",
-    "data.train_transform.train_long_side=128",
-    "data.eval_transform.long_side=128",
-    "data.batch_size=2",
-    "data.eval_batch_size=2",
-    "data.num_workers=0",
-    "data.persistent_workers=false",
-    "data.pin_memory=false",
-    "hardware=cpu",
-    "data.num_workers=0",
-]
-
-
-def _runner(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"runner_{name}", REPO / "runners" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _compose(name: str, overrides: list[str], output_dir: Path):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name=name, overrides=overrides)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(output_dir)
-    return cfg
+Compose = Callable[[str, list[str], Path], DictConfig]
+Runner = Callable[[str], ModuleType]
 
 
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def trained_run(tmp_path_factory: pytest.TempPathFactory, tiny_run: list[str]) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("e2e")
     data_root = tmp / "synthetic"
     run = tmp / "train"
@@ -60,12 +29,11 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     cmd = [
         sys.executable,
         "runners/train.py",
-        *TINY,
+        *tiny_run,
         f"data.root={data_root}",
         f"hydra.run.dir={run}",
         "trainer.max_steps=3",
         "trainer.max_epochs=3",
-        "trainer.check_val_every_n_epoch=1",
         "trainer.log_every_n_steps=1",
         "logger=csv",
     ]
@@ -91,23 +59,35 @@ def test_train_leaves_checkpoints_metadata_and_success(trained_run: tuple[Path, 
     assert json.loads((run / "metrics.json").read_text())["metrics"]["test/hmean"] >= 0.0
 
 
-def test_test_runner_scores_the_checkpoint(trained_run: tuple[Path, Path], tmp_path: Path) -> None:
+def test_test_runner_scores_the_checkpoint(
+    trained_run: tuple[Path, Path],
+    tmp_path: Path,
+    tiny_run: list[str],
+    compose_cfg: Compose,
+    runner_module: Runner,
+) -> None:
     run, data_root = trained_run
-    cfg = _compose(
-        "test", [*TINY, f"data.root={data_root}", f"ckpt={run / 'checkpoints' / 'last.ckpt'}"], tmp_path
+    cfg = compose_cfg(
+        "test", [*tiny_run, f"data.root={data_root}", f"ckpt={run / 'checkpoints' / 'last.ckpt'}"], tmp_path
     )
-    metrics = _runner("test").evaluate(cfg)
+    metrics = runner_module("test").evaluate(cfg)
     assert set(metrics) >= {"test/hmean", "test/precision", "test/recall"}
     assert json.loads((tmp_path / "metrics.json").read_text())["metrics"] == metrics
 
 
-def test_predict_runner_writes_a_row_per_image(trained_run: tuple[Path, Path], tmp_path: Path) -> None:
+def test_predict_runner_writes_a_row_per_image(
+    trained_run: tuple[Path, Path],
+    tmp_path: Path,
+    tiny_run: list[str],
+    compose_cfg: Compose,
+    runner_module: Runner,
+) -> None:
     run, data_root = trained_run
     image_dir = data_root / "images" / "test"
-    cfg = _compose(
+    cfg = compose_cfg(
         "predict",
         [
-            *TINY,
+            *tiny_run,
             f"data.root={data_root}",
             f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
             f"image_dir={image_dir}",
@@ -115,7 +95,7 @@ def test_predict_runner_writes_a_row_per_image(trained_run: tuple[Path, Path], t
         ],
         tmp_path,
     )
-    paths = _runner("predict").predict(cfg)
+    paths = runner_module("predict").predict(cfg)
     with open(paths["submission"], newline="") as f:
         rows = list(csv.DictReader(f))
     assert sorted(r["filename"] for r in rows) == sorted(p.name for p in image_dir.iterdir())
@@ -124,22 +104,25 @@ def test_predict_runner_writes_a_row_per_image(trained_run: tuple[Path, Path], t
     assert len(list((tmp_path / "overlays").glob("*.png"))) == len(rows)
 
 
-def test_resume_continues_from_the_saved_step(trained_run: tuple[Path, Path], tmp_path: Path) -> None:
-    import torch
-
+def test_resume_continues_from_the_saved_step(
+    trained_run: tuple[Path, Path],
+    tmp_path: Path,
+    tiny_run: list[str],
+    compose_cfg: Compose,
+    runner_module: Runner,
+) -> None:
     run, data_root = trained_run
     overrides = [
-        *TINY,
+        *tiny_run,
         f"data.root={data_root}",
         f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
         "trainer.max_steps=6",
         "trainer.max_epochs=3",
-        "trainer.check_val_every_n_epoch=1",
         "test_after_fit=false",
         "logger=csv",
         "callbacks=none",
     ]
-    _runner("train").train(_compose("train", overrides, tmp_path))
+    runner_module("train").train(compose_cfg("train", overrides, tmp_path))
     assert (tmp_path / ".SUCCESS").is_file()
     with open(tmp_path / "csv" / "metrics.csv", newline="") as f:
         steps = [int(row["step"]) for row in csv.DictReader(f) if row["step"]]

@@ -12,18 +12,6 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "debug_cuda.sh"
-TINY = [
-    "data.synthetic.num_train=4",
-    "data.synthetic.num_val=2",
-    "data.synthetic.num_test=2",
-    "data.synthetic.long_side=96",
-    "data.train_transform.crop_size=64",
-    "data.train_transform.train_long_side=96",
-    "data.eval_transform.long_side=96",
-    "data.batch_size=2",
-    "data.eval_batch_size=2",
-    "logger=csv",
-]
 
 
 def _run(
@@ -55,8 +43,17 @@ def test_doctor_without_gpu_says_so(tmp_path: Path) -> None:
     assert {"dataloader", "wandb_import", "disk", "wsl"} <= set(checks)
 
 
-def test_cpu_run_with_injected_exception_leaves_bundle(tmp_path: Path) -> None:
-    args = ["cpu", *TINY, f"data.root={tmp_path / 'data'}", "+debug.inject=exception", "+debug.inject_step=1"]
+def test_cpu_run_with_injected_exception_leaves_bundle(tmp_path: Path, tiny_run: list[str]) -> None:
+    # debug_cuda.sh picks the device, precision and workers itself: pass only the data sizes.
+    data = [o for o in tiny_run if o.startswith("data.") and "workers" not in o and "pin_memory" not in o]
+    args = [
+        "cpu",
+        *data,
+        "logger=csv",
+        f"data.root={tmp_path / 'data'}",
+        "+debug.inject=exception",
+        "+debug.inject_step=1",
+    ]
     result = _run(args, tmp_path, {"DEBUG_STEPS": "2"})
     assert result.returncode == 1
     assert "short training run on the CPU" in result.stderr and "FAILED (exit 1)" in result.stderr
