@@ -1,0 +1,93 @@
+"""Training-step throughput of a model config: forward + DBLoss + backward + AdamW step, no data loading.
+
+    uv run python scripts/benchmark_train_step.py                 # CPU: fp32 vs bf16, NCHW vs NHWC
+    python3 scripts/benchmark_train_step.py --device cuda --batch 16 --size 640   # a GPU (PYTHONPATH=.)
+
+Prints one Markdown row per variant: seconds per step and images per second (best of ``--steps``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fake_batch(batch: int, size: int, device: torch.device) -> dict[str, object]:
+    """Random images and plausible targets: ~15 % text, threshold map in [0.3, 0.7]."""
+    gen = torch.Generator().manual_seed(0)
+    prob = (torch.rand(batch, 1, size, size, generator=gen) < 0.15).float()
+    tensors = {
+        "images": torch.randn(batch, 3, size, size, generator=gen),
+        "prob_map": prob,
+        "prob_mask": torch.ones_like(prob),
+        "thresh_map": 0.3 + 0.4 * torch.rand(batch, 1, size, size, generator=gen),
+        "thresh_mask": torch.ones_like(prob),
+    }
+    out: dict[str, object] = {k: v.to(device) for k, v in tensors.items()}
+    out["image_id"] = [f"fake_{i}" for i in range(batch)]
+    return out
+
+
+def time_steps(
+    model_cfg: str, device: torch.device, batch: int, size: int, bf16: bool, channels_last: bool, steps: int
+) -> float:
+    """Best wall time of one optimizer step over ``steps`` steps (after one warm-up step)."""
+    net = instantiate(OmegaConf.load(REPO / "configs" / "model" / f"{model_cfg}.yaml")).to(device)
+    loss_fn = instantiate(OmegaConf.load(REPO / "configs" / "loss" / "db.yaml"))
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    data = fake_batch(batch, size, device)
+    if channels_last:
+        net = net.to(memory_format=torch.channels_last)
+        data["images"] = data["images"].contiguous(memory_format=torch.channels_last)  # type: ignore[union-attr]
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    times = []
+    for _ in range(steps + 1):
+        start = time.perf_counter()
+        with autocast:
+            output = net(data["images"])
+        loss = loss_fn(output, data)["loss"]
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return min(times[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="dbnet_resnet18_fpn", help="a file name in configs/model/")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    print(
+        f"{args.model}, {args.batch} x {args.size} px, torch {torch.__version__}, device {device}, "
+        f"threads {torch.get_num_threads()}"
+    )
+    print("| precision | memory format | s/step | img/s |\n| --- | --- | ---: | ---: |")
+    for bf16 in (False, True):
+        for channels_last in (False, True):
+            seconds = time_steps(args.model, device, args.batch, args.size, bf16, channels_last, args.steps)
+            print(
+                f"| {'bf16 autocast' if bf16 else 'fp32'} | {'channels_last' if channels_last else 'NCHW'} "
+                f"| {seconds:.3f} | {args.batch / seconds:.1f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
