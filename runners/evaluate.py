@@ -1,7 +1,7 @@
 """Score a submission CSV or predictions JSON against an annotation file with CLEval.
 
-    uv run runners/evaluate.py gt=data/jsons/val.json pred=outputs/predict/<run>/submission.csv \
-        [metric.mode=upstream] [out_dir=...]
+    uv run runners/evaluate.py gt=data/generated/synthetic_512/jsons/test.json \
+        pred=outputs/predict/<run>/submission.csv [mode=upstream] [out_dir=...]
 
 The last stdout line is ``{"precision": ..., "recall": ..., "hmean": ..., "num_images": ...}``; per-image
 results go to ``cleval_per_image.csv`` in the run directory (or ``out_dir=``).
@@ -30,7 +30,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     metric = OmegaConf.to_container(cfg.metric, resolve=True)
     metric.pop("_target_")  # the options of ocr.metrics.metric.CLEvalMetric, minus the class path
     options = CLEvalOptions(**metric)
-    names, result = evaluate_files(cfg.gt, cfg.pred, options)
+    names, result = evaluate_files(cfg.gt, cfg.pred, options, cfg.min_polygon_size)
     directory = Path(cfg.out_dir) if cfg.out_dir is not None else run_dir(cfg)
     csv_path = write_image_results(directory / "cleval_per_image.csv", names, result.images)
     for name, image in worst_images(names, result.images, cfg.worst):

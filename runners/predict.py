@@ -21,7 +21,7 @@ log = get_logger(__name__)
 @task_wrapper
 def predict(cfg: DictConfig) -> dict[str, str]:
     """Run the checkpoint over ``image_dir``; returns the paths written."""
-    from ocr.lightning_modules.loading import module_from_checkpoint
+    from ocr.lightning_modules.loading import module_from_checkpoint, warn_data_mismatch
     from ocr.lightning_modules.prediction_io import save_overlays, save_predictions
 
     directory = run_dir(cfg)
@@ -32,7 +32,8 @@ def predict(cfg: DictConfig) -> dict[str, str]:
         metric=None,
         channels_last=cfg.module.channels_last,
     )
-    datamodule = instantiate(cfg.data, predict_image_dir=cfg.image_dir)
+    warn_data_mismatch(module.run_config, cfg.data)
+    datamodule = instantiate(cfg.data, predict_image_dir=cfg.image_dir, synthetic=None)
     trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
     predictions = [p for batch in trainer.predict(module, datamodule=datamodule) for p in batch]
     paths = save_predictions(predictions, directory)

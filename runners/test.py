@@ -1,7 +1,7 @@
 """Score a checkpoint with CLEval on a labelled split; writes metrics.json into the run directory.
 
-    uv run runners/test.py ckpt=outputs/train/<run>/checkpoints/last.ckpt [split=val|test]
-    (pass the data config the run was trained with, e.g. data=receipts data.root=...)
+uv run runners/test.py ckpt=outputs/train/<run>/checkpoints/last.ckpt [split=val|test]
+(pass the data config the run was trained with, e.g. data=receipts data.root=...)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ log = get_logger(__name__)
 @task_wrapper
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test (``split=test``) or validate (``split=val``) the checkpoint; returns the metrics."""
-    from ocr.lightning_modules.loading import module_from_checkpoint
+    from ocr.lightning_modules.loading import module_from_checkpoint, warn_data_mismatch
     from ocr.utils.io import atomic_write_json
 
     if cfg.split not in ("val", "test"):
@@ -35,6 +35,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         metric=instantiate(cfg.metric),
         channels_last=cfg.module.channels_last,
     )
+    warn_data_mismatch(module.run_config, cfg.data)
     datamodule = instantiate(cfg.data)
     trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
     run = trainer.test if cfg.split == "test" else trainer.validate

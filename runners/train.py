@@ -63,10 +63,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.test_after_fit:
         trainer.test(module, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
-    atomic_write_json(directory / "metrics.json", {"metrics": metrics, "best_checkpoint": best or None})
-    print(format_metrics(metrics, "Final metrics"))
-    print(f"Best checkpoint: {best or '(none saved)'}")
-    print(f"Run directory: {directory}")
+    if trainer.is_global_zero:
+        atomic_write_json(directory / "metrics.json", {"metrics": metrics, "best_checkpoint": best or None})
+        print(format_metrics(metrics, "Final metrics"))
+        print(f"Best checkpoint: {best or '(none saved)'}")
+        print(f"Run directory: {directory}")
     return metrics
 
 

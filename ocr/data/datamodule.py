@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +14,7 @@ import cv2
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset
 
 from ocr.data.collate import collate_batch
@@ -35,7 +37,9 @@ def seed_worker(worker_id: int) -> None:
     ``torch.initial_seed()`` differs per worker and per epoch, so augmentations do too.
     """
     cv2.setNumThreads(0)
-    seed = torch.initial_seed() % 2**32
+    # Under DDP every rank starts from the same seed: mix in the global rank so augmentations differ.
+    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+    seed = (torch.initial_seed() + 1_000_003 * rank) % 2**32
     np.random.seed(seed)
     random.seed(seed)
     info = torch.utils.data.get_worker_info()
@@ -174,10 +178,15 @@ class ReceiptDataModule(L.LightningDataModule):
         if name not in self.datasets:
             self.setup({"train": "fit", "val": "validate"}.get(name, name))
         dataset = self.datasets[name]
+        sampler = None
+        if not shuffle and torch.distributed.is_available() and torch.distributed.is_initialized():
+            # Lightning's default eval sampler pads with repeated images, which CLEval would count twice.
+            sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)
         return DataLoader(
             dataset,
             batch_size=batch_size,
             shuffle=shuffle,
+            sampler=sampler,
             drop_last=shuffle and len(dataset) > batch_size,  # type: ignore[arg-type]
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,

@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 from ocr.data.annotations import ImageRecord, load_annotations
 from ocr.data.cache import ImageCache, cache_fingerprint
 from ocr.data.images import DecodedImage, ImageReadError, read_image, resolve_frame
-from ocr.data.sanitize import merge_counts, sanitize_polygons
+from ocr.data.sanitize import merge_counts, sanitize_polygons, sanitize_words
 from ocr.data.targets import make_db_targets
 from ocr.data.transforms import SourceImage, Transform, TransformResult
 from ocr.types import Polygon, Sample
@@ -225,17 +225,14 @@ class ReceiptDataset(Dataset[Sample]):
     def _entry(self, record: ImageRecord, header: DecodedImage, exif_mode: str) -> _Entry:
         polygons, ambiguous = resolve_frame([w.points for w in record.words], header, exif_mode)
         self.report.ambiguous += int(ambiguous)
-        size = (header.orig_width, header.orig_height, self.min_polygon_size)
-        kept, flags, counts = sanitize_polygons(polygons, [w.ignore for w in record.words], *size)
-        texts = [w.text for w in record.words]
-        if len(kept) != len(record.words):
-            # Something was removed: redo one polygon at a time to keep each transcription with its polygon.
-            kept, flags, texts = [], [], []
-            for word, polygon in zip(record.words, polygons, strict=True):
-                out, out_flags, _ = sanitize_polygons([polygon], [word.ignore], *size)
-                kept += out
-                flags += out_flags
-                texts += [word.text] * len(out)
+        kept, flags, texts, counts = sanitize_words(
+            polygons,
+            [w.ignore for w in record.words],
+            [w.text for w in record.words],
+            header.orig_width,
+            header.orig_height,
+            self.min_polygon_size,
+        )
         self.report.num_words += len(kept)
         self.report.num_ignore += sum(flags)
         self.report.sanitation = merge_counts(self.report.sanitation, counts)
@@ -346,9 +343,19 @@ class ImageFolderDataset(Dataset[Sample]):
         return len(self.files)
 
     def __getitem__(self, index: int) -> Sample:
-        """Decode and letterbox one image; targets are zeros."""
+        """Decode and letterbox one image; targets are zeros.
+
+        An unreadable image becomes a blank one (logged with its name), so the submission still gets
+        its row, with no detections, instead of the whole prediction run failing.
+        """
         name = self.files[index]
-        result = self.transform(load_source(self.image_dir / name, self.source_long_side), [], [])
+        try:
+            source = load_source(self.image_dir / name, self.source_long_side)
+        except ImageReadError as err:
+            log.error("predict: %s; its submission row will be empty", err)
+            blank = np.zeros((self.source_long_side, self.source_long_side, 3), dtype=np.uint8)
+            source = SourceImage(blank, 1.0, self.source_long_side, self.source_long_side)
+        result = self.transform(source, [], [])
         height, width = result.image.shape[1:]
         zeros = torch.zeros((1, height, width), dtype=torch.float32)
         return Sample(

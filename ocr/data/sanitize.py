@@ -37,7 +37,7 @@ from shapely.geometry.polygon import orient
 if TYPE_CHECKING:
     from ocr.types import Polygon
 
-__all__ = ["REASONS", "merge_counts", "sanitize_polygons"]
+__all__ = ["REASONS", "merge_counts", "sanitize_polygons", "sanitize_words"]
 
 REASONS: tuple[str, ...] = (
     "none",
@@ -102,6 +102,32 @@ def sanitize_polygons(
     kept = [poly for poly, _ in results if poly is not None]
     flags = [bool(flag) for (poly, _), flag in zip(results, ignore, strict=True) if poly is not None]
     return kept, flags, dict(Counter(reason for _, reason in results if reason is not None))
+
+
+def sanitize_words(
+    polygons: Sequence[Any],
+    ignore: Sequence[bool],
+    texts: Sequence[str | None],
+    width: int,
+    height: int,
+    min_size: float = 1.0,
+) -> tuple[list[Polygon], list[bool], list[str | None], dict[str, int]]:
+    """:func:`sanitize_polygons` that keeps each transcription with its polygon.
+
+    Returns:
+        Kept polygons, their ignore flags and texts, and the counts by reason.
+    """
+    kept, flags, counts = sanitize_polygons(polygons, ignore, width, height, min_size)
+    if len(kept) == len(polygons):
+        return kept, flags, list(texts), counts
+    # Something was removed: redo one polygon at a time to know which transcriptions survive.
+    kept, flags, kept_texts = [], [], []
+    for polygon, is_ignored, text in zip(polygons, ignore, texts, strict=True):
+        out, out_flags, _ = sanitize_polygons([polygon], [is_ignored], width, height, min_size)
+        kept += out
+        flags += out_flags
+        kept_texts += [text] * len(out)
+    return kept, flags, kept_texts, counts
 
 
 def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:

@@ -74,14 +74,18 @@ def _build(bundle: Bundle, device: str) -> tuple[Any, Any, str]:
     import torch
     from hydra.utils import instantiate
 
+    from ocr.lightning_modules.loading import weights_free_model_config
+
     cfg = bundle.config
     seed = cfg.get("seed")
     if seed is not None:
         torch.manual_seed(int(seed))
-    net, loss = instantiate(cfg.model), instantiate(cfg.loss)
-    source = f"fresh weights (seed {seed})"
     checkpoint = bundle.state.get("last_checkpoint")
-    if checkpoint and Path(checkpoint).is_file():
+    has_checkpoint = bool(checkpoint) and Path(checkpoint).is_file()
+    model_cfg = weights_free_model_config(cfg.model) if has_checkpoint else cfg.model
+    net, loss = instantiate(model_cfg), instantiate(cfg.loss)
+    source = f"fresh weights (seed {seed})"
+    if has_checkpoint:
         state_dict = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
         weights = {k.removeprefix("net."): v for k, v in state_dict.items() if k.startswith("net.")}
         net.load_state_dict(weights)

@@ -64,6 +64,7 @@ class DetectionModule(LightningModule):
         self.scheduler_factory = scheduler
         self.channels_last = channels_last
         self.compile = compile
+        self._compiled_net: Callable[[Tensor], DBOutput] | None = None
         self.run_config: dict[str, Any] | None = None
         self.last_cpu_batch: Batch | None = None
         self.last_cpu_batch_idx: int | None = None
@@ -72,11 +73,12 @@ class DetectionModule(LightningModule):
     def setup(self, stage: str) -> None:
         if self.channels_last:
             self.net.to(memory_format=torch.channels_last)
-        if self.compile:
-            self.net = torch.compile(self.net)
+        if self.compile and self._compiled_net is None:
+            # Kept outside the module tree, so state_dict keys stay `net.*` (no `_orig_mod.`).
+            object.__setattr__(self, "_compiled_net", torch.compile(self.net))
 
     def forward(self, images: Tensor) -> DBOutput:
-        return self.net(images)
+        return (self._compiled_net or self.net)(images)
 
     def on_before_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
         # A reference to the CPU batch for crash bundles: after a CUDA fault nothing can be copied back.

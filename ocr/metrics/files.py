@@ -11,12 +11,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ocr.data.annotations import load_annotations
+from ocr.data.annotations import ImageRecord, load_annotations
+from ocr.data.sanitize import sanitize_words
 from ocr.metrics.cleval import CLEvalOptions, DatasetResult, ImageResult, evaluate_dataset
 from ocr.utils.io import atomic_write_text
 from ocr.utils.submission import read_submission_csv
 
-__all__ = ["load_predictions", "evaluate_files", "write_image_results", "worst_images"]
+__all__ = [
+    "load_predictions",
+    "sanitized_ground_truth",
+    "evaluate_files",
+    "write_image_results",
+    "worst_images",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +46,33 @@ def load_predictions(path: str | Path) -> dict[str, list[np.ndarray]]:
     raise ValueError(f"pred={path}: expected a submission .csv or a predictions .json, got {suffix!r}")
 
 
+def sanitized_ground_truth(
+    record: ImageRecord, min_polygon_size: float
+) -> tuple[list[np.ndarray], list[bool], list[str | None]]:
+    """GT words through the same sanitation as validation (clipped to ``img_w`` x ``img_h`` when the
+    file gives them), so evaluating files and validating in training score the same polygons."""
+    polygons = [w.points for w in record.words]
+    finite = [p for p in polygons if len(p) and np.isfinite(p).all()]
+    extent = np.concatenate(finite).max(axis=0) + 1 if finite else np.ones(2)
+    width = record.img_w or int(np.ceil(extent[0]))
+    height = record.img_h or int(np.ceil(extent[1]))
+    kept, ignore, texts, _ = sanitize_words(
+        polygons,
+        [w.ignore for w in record.words],
+        [w.text for w in record.words],
+        width,
+        height,
+        min_polygon_size,
+    )
+    return kept, ignore, texts
+
+
 def evaluate_files(
-    gt_path: str | Path, pred_path: str | Path, options: CLEvalOptions
+    gt_path: str | Path, pred_path: str | Path, options: CLEvalOptions, min_polygon_size: float
 ) -> tuple[list[str], DatasetResult]:
     """Score every GT image (an image missing from the predictions counts as having none).
+
+    GT polygons are sanitised as in training (``data.min_polygon_size``), in the file's frame.
 
     Returns:
         The GT file names in file order and the result (``images`` in the same order).
@@ -64,11 +94,12 @@ def evaluate_files(
         log.warning(
             "%d predicted images are not in %s and are ignored, e.g. %s", len(extra), gt_path, extra[:3]
         )
+    ground_truth = [sanitized_ground_truth(records[n], min_polygon_size) for n in names]
     result = evaluate_dataset(
         [preds.get(n, []) for n in names],
-        [[w.points for w in records[n].words] for n in names],
-        [[w.ignore for w in records[n].words] for n in names],
-        [[w.text for w in records[n].words] for n in names],
+        [polygons for polygons, _, _ in ground_truth],
+        [ignore for _, ignore, _ in ground_truth],
+        [texts for _, _, texts in ground_truth],
         options,
         names=names,
     )

@@ -17,7 +17,7 @@ def wandb_logger(
     """A Lightning ``WandbLogger``; offline unless an API key is configured (or ``offline`` says so)."""
     from lightning.pytorch.loggers import WandbLogger  # imports wandb: only when this logger is chosen
 
-    has_key = bool(os.environ.get("WANDB_API_KEY")) or os.path.exists(os.path.expanduser("~/.netrc"))
+    has_key = bool(os.environ.get("WANDB_API_KEY")) or _netrc_has_wandb()
     if offline is None:
         offline = not has_key or os.environ.get("WANDB_MODE") == "offline"
     if offline:
@@ -25,6 +25,16 @@ def wandb_logger(
         log.info("wandb runs offline (no API key or WANDB_MODE=offline); sync later with `wandb sync`")
     os.makedirs(save_dir, exist_ok=True)
     return WandbLogger(project=project, name=name, save_dir=save_dir, tags=tags, offline=offline)
+
+
+def _netrc_has_wandb() -> bool:
+    """True when ~/.netrc holds credentials for wandb (what ``wandb login`` writes)."""
+    import netrc
+
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
 
 
 def tensorboard_available() -> bool:

@@ -50,8 +50,13 @@ def instantiate_all(group: DictConfig | None) -> list[Any]:
 
 
 def save_config(cfg: DictConfig, directory: Path) -> Path:
-    """Write the resolved config as ``config.yaml`` into the run directory (atomic)."""
-    return atomic_write_text(directory / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    """Write the resolved config as ``config.yaml`` into the run directory (atomic; global rank 0 only)."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    path = directory / "config.yaml"
+    if rank_zero_only.rank == 0:
+        atomic_write_text(path, OmegaConf.to_yaml(cfg, resolve=True))
+    return path
 
 
 def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
@@ -95,10 +100,9 @@ def get_metric_value(metrics: Mapping[str, Any], name: str | None) -> float | No
 
 
 def quiet_third_party() -> None:
-    """Defaults for a clean console: no albumentations update check, wandb offline without a key."""
+    """Defaults for a clean console: no albumentations update check; PROJECT_ROOT for ``paths``."""
     # The module moves only the tensors of a batch on purpose (polygons and geometry stay on the host).
     warnings.filterwarnings("ignore", message=r".*You have overridden `\w+` in `LightningModule`.*")
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if "PROJECT_ROOT" not in os.environ:
         os.environ["PROJECT_ROOT"] = str(Path(sys.argv[0]).resolve().parents[1])

@@ -57,6 +57,10 @@ def test_evaluate_submission_csv(tmp_path: Path) -> None:
     upstream = _run(tmp_path, "gt=gt.json", "pred=gt.json", "metric.mode=upstream", f"out_dir={tmp_path}")
     assert upstream.returncode == 0, upstream.stderr
     assert json.loads(upstream.stdout.strip().splitlines()[-1])["hmean"] == 1.0
+    # the `mode=` shortcut reaches the metric: micro-averaged counts differ from the per-image mean
+    shortcut = _run(tmp_path, "gt=gt.json", "pred=sub.csv", "mode=upstream", f"out_dir={tmp_path / 'up'}")
+    assert shortcut.returncode == 0, shortcut.stderr
+    assert json.loads(shortcut.stdout.strip().splitlines()[-1])["hmean"] != pytest_approx(summary["hmean"])
 
 
 def test_evaluate_reports_a_malformed_submission(tmp_path: Path) -> None:

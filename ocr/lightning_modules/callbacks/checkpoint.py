@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 from typing import Any
+from weakref import proxy
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -70,13 +71,17 @@ class RunCheckpoint(ModelCheckpoint):
         self._git_commit = git_commit(Path(__file__).parent)
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        # Same steps as ModelCheckpoint._save_checkpoint, with the rename before loggers hear of the file.
         tmp = f"{filepath}.tmp"
         Path(filepath).parent.mkdir(parents=True, exist_ok=True)
-        super()._save_checkpoint(trainer, tmp)
+        trainer.save_checkpoint(tmp, self.save_weights_only)
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
         if trainer.is_global_zero:
             os.replace(tmp, filepath)
             atomic_write_json(f"{filepath}.json", self._metadata(trainer, filepath))
-        self._last_checkpoint_saved = filepath
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(proxy(self))
 
     def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         super()._remove_checkpoint(trainer, filepath)

@@ -22,6 +22,7 @@ def write_failure(run_dir: str | Path, exception: BaseException) -> Path:
     trace = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
     text = f"{_now()} {type(exception).__name__}: {exception}\n\n{trace}"
     path = atomic_write_text(Path(run_dir) / ".FAILURE", text)
+    (Path(run_dir) / ".SUCCESS").unlink(missing_ok=True)  # e.g. fit succeeded, then the test failed
     log.error("Run failed: %s: %s (report: %s)", type(exception).__name__, exception, path)
     return path
 

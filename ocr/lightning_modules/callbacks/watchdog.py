@@ -21,6 +21,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_only
 
 from ocr.utils.io import atomic_write_bytes
 
@@ -119,7 +120,11 @@ class StallWatchdog(Callback):
             os.write(sys.__stderr__.fileno() if sys.__stderr__ else 2, header + stacks)
         except (OSError, ValueError):
             pass
-        path = (self.dirpath or Path("outputs")) / f"stall-{len(self.dumps) + 1}.txt"
+        rank = rank_zero_only.rank  # each DDP rank dumps its own stacks
+        name = (
+            f"stall-{len(self.dumps) + 1}.txt" if rank == 0 else f"stall-rank{rank}-{len(self.dumps) + 1}.txt"
+        )
+        path = (self.dirpath or Path("outputs")) / name
         try:
             atomic_write_bytes(path, header + stacks)
             self.dumps.append(path)
