@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from ocr.geometry import letterbox_geometry
+from ocr.lightning_modules.detection_module import TENSOR_KEYS, DetectionModule
+from ocr.lightning_modules.schedule import build_warmup_scheduler
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _module(compile: bool = False) -> DetectionModule:
+    model_cfg = OmegaConf.load(CONFIGS / "model" / "dbnet_resnet18_fpn.yaml")
+    model_cfg.encoder.name = "resnet10t"
+    model_cfg.decoder.channels = 32
+    return DetectionModule(
+        net=instantiate(model_cfg),
+        loss=instantiate(OmegaConf.load(CONFIGS / "loss" / "db.yaml")),
+        postprocess=instantiate(OmegaConf.load(CONFIGS / "postprocess" / "db.yaml")),
+        metric=instantiate(OmegaConf.load(CONFIGS / "metric" / "cleval.yaml")),
+        optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
+        scheduler=functools.partial(
+            build_warmup_scheduler, kind="poly", warmup_ratio=0.0, power=1.0, min_lr_ratio=0.0
+        ),
+        channels_last=False,
+        compile=compile,
+    )
+
+
+def _batch(size: int = 64) -> dict:
+    geometry, _ = letterbox_geometry(size, size, size)
+    box = np.array([[8, 8], [40, 8], [40, 20], [8, 20]], np.float32)
+    return {
+        "images": torch.randn(2, 3, size, size),
+        **{key: torch.zeros(2, 1, size, size) for key in TENSOR_KEYS[1:]},
+        "polygons": [[box], []],
+        "ignore": [[False], []],
+        "texts": [[None], []],
+        "geometry": [geometry, geometry],
+        "image_id": ["a.jpg", "b.jpg"],
+        "sanitation": {"too_small": 2},
+    }
+
+
+def test_compile_wraps_once_and_keeps_state_dict_keys() -> None:
+    module = _module(compile=True)
+    module.setup("fit")
+    compiled = module._compiled_net
+    module.setup("test")  # fit then test: a second setup must not compile the compiled network
+    assert module._compiled_net is compiled is not None
+    assert all(k.startswith(("net.", "val_metric.", "test_metric.")) for k in module.state_dict())
+
+
+def test_only_tensors_move_and_the_cpu_batch_is_kept() -> None:
+    module = _module()
+    batch = _batch()
+    kept = module.on_before_batch_transfer(batch, 0)
+    moved = module.transfer_batch_to_device(kept, torch.device("meta"), 0)
+    assert all(moved[k].device.type == "meta" for k in TENSOR_KEYS)
+    assert moved["geometry"] is batch["geometry"] and module.last_cpu_batch is batch
+    assert batch["images"].device.type == "cpu"
+
+
+def test_validation_step_feeds_the_metric() -> None:
+    module = _module().eval()
+    with torch.no_grad():
+        module.validation_step(_batch(), 0)
+    scores = module.val_metric.compute()
+    assert set(scores) >= {"hmean", "precision", "recall"}
+    assert float(scores["recall"]) == 0.0  # untrained: nothing detected, one word missed
