@@ -68,13 +68,18 @@ def _make_step(cfg: Any, device: str, size: int) -> Callable[[int], bool]:
     from hydra.utils import instantiate
 
     net, loss_fn = instantiate(cfg.model).to(device).train(), instantiate(cfg.loss).to(device)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    channels_last = bool(cfg.module.channels_last)
+    if channels_last:  # the memory format of the real run changes the activation memory
+        net = net.to(memory_format=torch.channels_last)
+    optimizer = instantiate(cfg.optimizer)(params=net.parameters())  # same optimizer state as training
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(str(cfg.trainer.precision))
     use_autocast = device == "cuda" and dtype is not None
 
     def fits(batch_size: int) -> bool:
         try:
             batch = random_batch(batch_size, size, device)
+            if channels_last:
+                batch["images"] = batch["images"].contiguous(memory_format=torch.channels_last)
             with torch.autocast(device, dtype=dtype or torch.float32, enabled=use_autocast):
                 output = net(batch["images"])
             loss_fn(output, batch)["loss"].backward()

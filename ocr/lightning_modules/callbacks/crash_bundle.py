@@ -141,7 +141,8 @@ def write_crash_bundle(
         environment: an environment report taken before the fault (CUDA is not queried again after a
             CUDA error); ``None`` collects one now.
     """
-    crash = run_dir / "crash"
+    # Every rank keeps its own bundle: a fault on GPU 1 must not depend on rank 0 to be recorded.
+    crash = run_dir / ("crash" if trainer.global_rank == 0 else f"crash-rank{trainer.global_rank}")
     cuda_fault = is_cuda_error(exception)
     oom = isinstance(exception, torch.cuda.OutOfMemoryError)
     # A NonFiniteLossError may carry the batch of the first bad step; else the last batch.
@@ -201,8 +202,6 @@ class CrashBundle(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if not trainer.is_global_zero:
-            return
         run_dir = resolve_run_dir(self.dirpath, trainer)
         try:
             crash = write_crash_bundle(run_dir, trainer, pl_module, exception, self._environment)
