@@ -42,14 +42,6 @@ class NonFiniteLossError(FloatingPointError):
         )
 
 
-def _loss_tensor(outputs: Any) -> Tensor | None:
-    if isinstance(outputs, Tensor):
-        return outputs
-    if isinstance(outputs, dict) and isinstance(outputs.get("loss"), Tensor):
-        return outputs["loss"]
-    return None
-
-
 class NonFiniteGuard(Callback):
     """Raises :class:`NonFiniteLossError` when a training loss (or gradient) is NaN/Inf.
 
@@ -83,24 +75,27 @@ class NonFiniteGuard(Callback):
             first = torch.full_like(self._step, -1)
         self._first_bad[what] = torch.where(~finite & (first < 0), self._step, first)
 
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
+        if self._step is not None:
+            self._record("loss", torch.isfinite(loss.detach()).all())
+
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Optimizer
     ) -> None:
-        if not self.check_grads or self._step is None or str(trainer.precision).startswith("16"):
+        if self._step is None:
             return
-        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
-        if grads:
-            total = torch.nn.utils.get_total_norm(grads, error_if_nonfinite=False)
-            self._record("gradient norm", torch.isfinite(total))
+        if self.check_grads and not str(trainer.precision).startswith("16"):
+            grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+            if grads:
+                total = torch.nn.utils.get_total_norm(grads, error_if_nonfinite=False)
+                self._record("gradient norm", torch.isfinite(total))
+        # Advance once per optimizer step (not per batch), so steps match trainer.global_step under
+        # gradient accumulation.
+        self._step += 1
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        loss = _loss_tensor(outputs)
-        if loss is not None and self._step is not None:
-            self._record("loss", torch.isfinite(loss.detach()).all())
-        if self._step is not None:
-            self._step += 1
         if (self._host_step + 1) % self.check_every_n_steps == 0:
             self.check(self._host_step)
 

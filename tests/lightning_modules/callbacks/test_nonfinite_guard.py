@@ -28,6 +28,14 @@ def test_first_bad_step_reported_at_the_next_check(tmp_path: Path) -> None:
     assert info.value.checked_at == 3  # host read only at the 4th step
 
 
+def test_step_is_the_optimizer_step_under_gradient_accumulation(tmp_path: Path) -> None:
+    guard = NonFiniteGuard(check_every_n_steps=1, check_grads=False)
+    faults = [guard, FaultInjector(kind="nan_loss", step=1, stall_s=0)]
+    with pytest.raises(NonFiniteLossError) as info:
+        fit_tiny(tmp_path, faults, max_steps=3, accumulate_grad_batches=2)
+    assert info.value.step == 1  # the third batch, which belongs to optimizer step 1
+
+
 def test_finite_run_passes(tmp_path: Path) -> None:
     fit_tiny(tmp_path, [NonFiniteGuard(check_every_n_steps=2, check_grads=True)], max_steps=4)
 

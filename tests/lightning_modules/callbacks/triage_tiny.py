@@ -47,7 +47,11 @@ def tiny_loader(num: int = 8, size: int = 16, batch_size: int = 2) -> DataLoader
 
 
 def fit_tiny(
-    root: Path, callbacks: list[Callback], max_steps: int = 4, module: TinyModule | None = None
+    root: Path,
+    callbacks: list[Callback],
+    max_steps: int = 4,
+    module: TinyModule | None = None,
+    accumulate_grad_batches: int = 1,
 ) -> TinyModule:
     module = module or TinyModule()
     trainer = L.Trainer(
@@ -60,6 +64,7 @@ def fit_tiny(
         enable_progress_bar=False,
         enable_model_summary=False,
         limit_val_batches=0,
+        accumulate_grad_batches=accumulate_grad_batches,
         callbacks=callbacks,
     )
     trainer.fit(module, train_dataloaders=tiny_loader())
