@@ -55,26 +55,43 @@ def eval_transform(long_side: int = 64) -> EvalTransform:
     return EvalTransform(long_side=long_side, mean=MEAN, std=STD, fill=0)
 
 
-def train_transform(crop_size: int = 64) -> TrainTransform:
-    """Full augmentation at a small size."""
-    return TrainTransform(
-        crop_size=crop_size,
-        train_long_side=96,
-        scale_range=(0.5, 3.0),
-        rotate_limit=10.0,
-        p_rotate=0.5,
-        p_flip=0.5,
-        p_text_crop=0.9,
-        brightness=0.2,
-        contrast=0.2,
-        saturation=0.2,
-        hue=0.02,
-        p_color=0.5,
-        blur_limit=(3, 5),
-        p_blur=0.1,
-        noise_std_range=(0.01, 0.04),
-        p_noise=0.1,
-        mean=MEAN,
-        std=STD,
-        fill=0,
-    )
+TRAIN_ARGS: dict[str, Any] = {
+    "train_long_side": 96,
+    "scale_range": (0.5, 3.0),
+    "rotate_limit": 10.0,
+    "p_rotate": 0.5,
+    "p_flip": 0.5,
+    "p_text_crop": 0.9,
+    "brightness": 0.2,
+    "contrast": 0.2,
+    "saturation": 0.2,
+    "hue": 0.02,
+    "p_color": 0.5,
+    "blur_limit": (3, 5),
+    "p_blur": 0.1,
+    "noise_std_range": (0.01, 0.04),
+    "p_noise": 0.1,
+    "mean": MEAN,
+    "std": STD,
+    "fill": 0,
+}
+# Overrides that leave only the geometric part (scale + crop) of the train transform.
+NO_AUGMENTATION: dict[str, Any] = {
+    "rotate_limit": 0.0,
+    "p_rotate": 0.0,
+    "p_flip": 0.0,
+    "brightness": 0.0,
+    "contrast": 0.0,
+    "saturation": 0.0,
+    "hue": 0.0,
+    "p_color": 0.0,
+    "blur_limit": (3, 3),
+    "p_blur": 0.0,
+    "noise_std_range": (0.0, 0.0),
+    "p_noise": 0.0,
+}
+
+
+def train_transform(crop_size: int = 64, **overrides: Any) -> TrainTransform:
+    """Full augmentation at a small size; ``overrides`` replace entries of ``TRAIN_ARGS``."""
+    return TrainTransform(crop_size=crop_size, **{**TRAIN_ARGS, **overrides})

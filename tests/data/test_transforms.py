@@ -4,37 +4,26 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from receipt_fixtures import MEAN, NO_AUGMENTATION, STD, train_transform
 
 from ocr.data.transforms import EvalTransform, SourceImage, TrainTransform, denormalize
 from ocr.geometry import to_input, to_original
 
-MEAN, STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
 RED = np.array([255, 0, 0])
 
 
 def _train(
     crop_size: int = 96, p_flip: float = 0.5, p_color: float = 0.0, p_blur: float = 0.0, p_noise: float = 0.0
 ) -> TrainTransform:
-    transform = TrainTransform(
-        crop_size=crop_size,
+    transform = train_transform(
+        crop_size,
         train_long_side=128,
-        scale_range=(0.5, 3.0),
-        rotate_limit=10.0,
         p_rotate=1.0,
         p_flip=p_flip,
         p_text_crop=1.0,
-        brightness=0.2,
-        contrast=0.2,
-        saturation=0.2,
-        hue=0.02,
         p_color=p_color,
-        blur_limit=(3, 5),
         p_blur=p_blur,
-        noise_std_range=(0.01, 0.04),
         p_noise=p_noise,
-        mean=MEAN,
-        std=STD,
-        fill=0,
     )
     transform.set_random_seed(0)
     return transform
@@ -172,27 +161,7 @@ def test_train_seeding_is_reproducible() -> None:
 
 def test_invalid_config_is_rejected() -> None:
     with pytest.raises(ValueError, match="scale_range"):
-        TrainTransform(
-            crop_size=64,
-            train_long_side=64,
-            scale_range=(3.0, 0.5),
-            rotate_limit=0.0,
-            p_rotate=0.0,
-            p_flip=0.0,
-            p_text_crop=0.0,
-            brightness=0.0,
-            contrast=0.0,
-            saturation=0.0,
-            hue=0.0,
-            p_color=0.0,
-            blur_limit=(3, 3),
-            p_blur=0.0,
-            noise_std_range=(0.0, 0.0),
-            p_noise=0.0,
-            mean=MEAN,
-            std=STD,
-            fill=0,
-        )
+        train_transform(64, **NO_AUGMENTATION, train_long_side=64, scale_range=(3.0, 0.5), p_text_crop=0.0)
     with pytest.raises(ValueError, match="long_side"):
         EvalTransform(long_side=0, mean=MEAN, std=STD, fill=0)
 
@@ -201,26 +170,8 @@ def test_invalid_config_is_rejected() -> None:
 def test_train_upscaled_edge_is_subpixel_exact(seed: int) -> None:
     """With a 3x upscale the red/white 50 % crossing sits on the mapped edge within 0.25 px."""
     image, polygon = _red_block_image()
-    transform = TrainTransform(
-        crop_size=128,
-        train_long_side=200,
-        scale_range=(3.0, 3.0),
-        rotate_limit=0.0,
-        p_rotate=0.0,
-        p_flip=0.0,
-        p_text_crop=1.0,
-        brightness=0.0,
-        contrast=0.0,
-        saturation=0.0,
-        hue=0.0,
-        p_color=0.0,
-        blur_limit=(3, 3),
-        p_blur=0.0,
-        noise_std_range=(0.0, 0.0),
-        p_noise=0.0,
-        mean=MEAN,
-        std=STD,
-        fill=255,
+    transform = train_transform(
+        128, **NO_AUGMENTATION, train_long_side=200, scale_range=(3.0, 3.0), p_text_crop=1.0, fill=255
     )
     transform.set_random_seed(seed)
     result = transform(SourceImage(image, 1.0, 150, 200), [polygon], [False])
