@@ -18,18 +18,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from ocr.metrics.cleval import CLEvalOptions
 from ocr.metrics.files import evaluate_files, worst_images, write_image_results
-from ocr.utils.runner import quiet_third_party, run_dir
+from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
 
 quiet_third_party()
 log = logging.getLogger(__name__)
 
 
-# No task_wrapper: it imports lightning (and torch) up front; scoring files needs neither.
+@task_wrapper
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Score ``cfg.pred`` against ``cfg.gt``; returns the summary printed as JSON."""
-    metric = OmegaConf.to_container(cfg.metric, resolve=True)
-    metric.pop("_target_")  # the options of ocr.metrics.metric.CLEvalMetric, minus the class path
-    options = CLEvalOptions(**metric)
+    options = CLEvalOptions.from_config(OmegaConf.to_container(cfg.metric, resolve=True))
     names, result = evaluate_files(cfg.gt, cfg.pred, options, cfg.min_polygon_size)
     directory = Path(cfg.out_dir) if cfg.out_dir is not None else run_dir(cfg)
     csv_path = write_image_results(directory / "cleval_per_image.csv", names, result.images)

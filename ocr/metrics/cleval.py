@@ -9,9 +9,9 @@ One implementation, two modes (docs/metrics.md):
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +58,11 @@ class CLEvalOptions:
     precision_granularity_weight: float
     vertical_aspect_ratio_threshold: float
     case_sensitive: bool
+
+    @classmethod
+    def from_config(cls, metric_config: Mapping[str, Any]) -> CLEvalOptions:
+        """Options from a ``configs/metric/cleval.yaml`` mapping (its ``_target_`` is ignored)."""
+        return cls(**{k: v for k, v in metric_config.items() if k != "_target_"})
 
     def __post_init__(self) -> None:
         """Reject values no run can mean."""
