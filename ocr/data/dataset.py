@@ -17,12 +17,11 @@ from pathlib import Path
 import cv2
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 
 from ocr.data.annotations import ImageRecord, load_annotations
 from ocr.data.cache import ImageCache, cache_fingerprint
-from ocr.data.images import DecodedImage, ImageReadError, read_image, resolve_frame
+from ocr.data.images import DecodedImage, ImageReadError, read_header, read_image, resolve_frame
 from ocr.data.sanitize import merge_counts, sanitize_polygons, sanitize_words
 from ocr.data.targets import make_db_targets
 from ocr.data.transforms import SourceImage, Transform, TransformResult
@@ -35,7 +34,6 @@ log = logging.getLogger(__name__)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 ON_MISSING = ("skip", "fail")
 TARGET_KEYS = ("shrink_ratio", "thresh_min", "thresh_max", "min_text_size")
-_ORIENTATION_TAG = 0x0112
 _NAMES_SHOWN = 5
 
 
@@ -204,7 +202,7 @@ class ReceiptDataset(Dataset[Sample]):
         for name, record in records.items():
             path = self.image_dir / name
             try:
-                header = _read_header(path)
+                header = read_header(path)
             except ImageReadError as exc:
                 (self.report.missing if not path.exists() else self.report.unreadable).append(name)
                 log.debug("%s", exc)
@@ -269,35 +267,6 @@ def build_sample(
         geometry=result.geometry,
         image_id=image_id,
         sanitation=dict(sanitation),
-    )
-
-
-def _read_header(path: Path) -> DecodedImage:
-    """Sizes and EXIF orientation without decoding pixels (``image`` is an empty placeholder).
-
-    Raises:
-        ImageReadError: missing, unreadable or (per ``PIL.Image.verify``) corrupt file.
-    """
-    if not path.is_file():
-        raise ImageReadError(f"{path}: missing file")
-    try:
-        with Image.open(path) as im:
-            im.verify()  # must come first; it leaves the file object unusable
-        with Image.open(path) as im:
-            raw_width, raw_height = im.size
-            orientation = int(im.getexif().get(_ORIENTATION_TAG, 1))
-    except (OSError, SyntaxError, ValueError, TypeError, Image.DecompressionBombError) as exc:
-        raise ImageReadError(f"{path}: unreadable or corrupt ({exc})") from None
-    orientation = orientation if 1 <= orientation <= 8 else 1
-    swap = orientation >= 5
-    return DecodedImage(
-        np.zeros((0, 0, 3), np.uint8),
-        raw_height if swap else raw_width,
-        raw_width if swap else raw_height,
-        raw_width,
-        raw_height,
-        orientation,
-        1.0,
     )
 
 

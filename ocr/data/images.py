@@ -26,6 +26,7 @@ __all__ = [
     "DecodedImage",
     "ImageReadError",
     "orientation_matrix",
+    "read_header",
     "read_image",
     "resolve_frame",
 ]
@@ -86,10 +87,7 @@ def read_image(path: str | Path, min_long_side: int | None = None) -> DecodedIma
     Raises:
         ImageReadError: missing file, unreadable file or corrupt/truncated image data.
     """
-    path = Path(path)
-    if not path.is_file():
-        reason = "not a file" if path.exists() else "missing file"
-        raise ImageReadError(f"{path}: {reason}")
+    path = _existing_file(path)
     try:
         im = Image.open(path)
     except Image.UnidentifiedImageError:
@@ -106,15 +104,50 @@ def read_image(path: str | Path, min_long_side: int | None = None) -> DecodedIma
             raise ImageReadError(f"{path}: corrupt or truncated image data ({exc})") from None
     if orientation in _TRANSPOSE:
         rgb = rgb.transpose(_TRANSPOSE[orientation])
-    swap = orientation >= 5
+    # a writable copy: np.asarray of a PIL image is read-only
+    return _upright(np.array(rgb, dtype=np.uint8), raw_width, raw_height, orientation, 1.0 / reduction)
+
+
+def read_header(path: str | Path) -> DecodedImage:
+    """Sizes and EXIF orientation without decoding pixels (``image`` is an empty (0, 0, 3) array).
+
+    The file is checked with ``PIL.Image.verify``, a cheap test for corrupt data at dataset scan time.
+
+    Raises:
+        ImageReadError: missing, unreadable or corrupt file.
+    """
+    path = _existing_file(path)
+    try:
+        with Image.open(path) as im:
+            im.verify()  # must come first; it leaves the file object unusable
+        with Image.open(path) as im:
+            raw_width, raw_height = im.size
+            orientation = _orientation(im)
+    except (OSError, SyntaxError, ValueError, TypeError, Image.DecompressionBombError) as exc:
+        raise ImageReadError(f"{path}: unreadable or corrupt ({exc})") from None
+    return _upright(np.zeros((0, 0, 3), np.uint8), raw_width, raw_height, orientation, 1.0)
+
+
+def _existing_file(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        reason = "not a file" if path.exists() else "missing file"
+        raise ImageReadError(f"{path}: {reason}")
+    return path
+
+
+def _upright(
+    image: npt.NDArray[np.uint8], raw_width: int, raw_height: int, orientation: int, decode_scale: float
+) -> DecodedImage:
+    swap = orientation >= 5  # orientations 5-8 turn the image by 90 degrees
     return DecodedImage(
-        image=np.array(rgb, dtype=np.uint8),  # a writable copy: np.asarray of a PIL image is read-only
+        image=image,
         orig_width=raw_height if swap else raw_width,
         orig_height=raw_width if swap else raw_height,
         raw_width=raw_width,
         raw_height=raw_height,
         orientation=orientation,
-        decode_scale=1.0 / reduction,
+        decode_scale=decode_scale,
     )
 
 
