@@ -3,16 +3,38 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 
-import timm
 import torch
 from torch import Tensor, nn
 
 __all__ = ["TimmEncoder", "load_weights", "EXPECTED_REDUCTIONS", "TOLERATED_UNEXPECTED_PREFIXES"]
 
 log = logging.getLogger(__name__)
+
+
+def _import_timm_without_wandb() -> ModuleType:
+    """Import timm without running its optional ``import wandb`` (in ``timm.utils.summary``).
+
+    Importing this package must never import wandb: that costs seconds and can hang start-up. wandb is
+    imported only when the wandb logger is chosen (``ocr.utils.loggers``).
+    """
+    if "wandb" in sys.modules:
+        import timm
+
+        return timm
+    sys.modules["wandb"] = None  # type: ignore[assignment]  # `import wandb` raises ImportError; timm allows it
+    try:
+        import timm
+    finally:
+        del sys.modules["wandb"]
+    return timm
+
+
+timm = _import_timm_without_wandb()
 
 EXPECTED_REDUCTIONS = [4, 8, 16, 32]
 # Classification checkpoints carry a classifier that a features_only model does not have.
