@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
@@ -19,8 +22,18 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# Every test starts from the same global RNG state, whatever ran before it; set TEST_SEED to another
+# integer to check that no test passes only by luck of the draw.
+TEST_SEED = int(os.environ.get("TEST_SEED", "0"))
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SROIE_ROOT = REPO_ROOT.parent / "shared" / "datasets" / "sroie-compact"
+
+
+@pytest.fixture(autouse=True)
+def _seed_global_rngs() -> None:
+    random.seed(TEST_SEED)
+    np.random.seed(TEST_SEED)
+    torch.manual_seed(TEST_SEED)
 
 
 @pytest.fixture(scope="session")
