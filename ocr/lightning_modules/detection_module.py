@@ -78,7 +78,8 @@ class DetectionModule(LightningModule):
             object.__setattr__(self, "_compiled_net", torch.compile(self.net))
 
     def forward(self, images: Tensor) -> DBOutput:
-        return (self._compiled_net or self.net)(images)
+        net = self.net if self._compiled_net is None else self._compiled_net  # `or` would call len()
+        return net(images)
 
     def on_before_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
         # A reference to the CPU batch for crash bundles: after a CUDA fault nothing can be copied back.

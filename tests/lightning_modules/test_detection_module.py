@@ -4,6 +4,7 @@ import functools
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -48,13 +49,18 @@ def _batch(size: int = 64) -> dict:
     }
 
 
-def test_compile_wraps_once_and_keeps_state_dict_keys() -> None:
+def test_compile_wraps_once_keeps_state_dict_keys_and_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # dynamo's "eager" backend traces like the real one but skips code generation: seconds, not minutes.
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
     module = _module(compile=True)
     module.setup("fit")
     compiled = module._compiled_net
     module.setup("test")  # fit then test: a second setup must not compile the compiled network
     assert module._compiled_net is compiled is not None
     assert all(k.startswith(("net.", "val_metric.", "test_metric.")) for k in module.state_dict())
+    images = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(module(images).prob_logits, module.net(images).prob_logits)
 
 
 def test_only_tensors_move_and_the_cpu_batch_is_kept() -> None:
