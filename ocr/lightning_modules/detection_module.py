@@ -69,6 +69,8 @@ class DetectionModule(LightningModule):
         self.last_cpu_batch: Batch | None = None
         self.last_cpu_batch_idx: int | None = None
         self._sanitation: Counter[str] = Counter()
+        self._crops_seen = 0
+        self._crops_with_text: Tensor | None = None  # a device counter, read once per epoch
 
     def setup(self, stage: str) -> None:
         if self.channels_last:
@@ -103,6 +105,7 @@ class DetectionModule(LightningModule):
         self.last_cpu_batch_idx = batch_idx
         losses = self.loss(self(batch["images"]), batch)
         self._sanitation.update(batch["sanitation"])
+        self._count_text_crops(batch)
         batch_size = batch["images"].shape[0]
         self.log_dict(
             {f"train/{k}": v for k, v in losses.items()},
@@ -126,6 +129,26 @@ class DetectionModule(LightningModule):
             reasons = ", ".join(f"{k}={v}" for k, v in sorted(self._sanitation.items()))
             log.info("Polygon sanitation, train epoch %d: %s", self.current_epoch, reasons)
         self._sanitation.clear()
+        if self._crops_seen and self._crops_with_text is not None:
+            with_text = int(self._crops_with_text)  # the one host sync of this count per epoch
+            if with_text < self._crops_seen / 2:
+                log.warning(
+                    "Train epoch %d: only %d of %d crops held trainable text, so the detector sees "
+                    "little or nothing to learn. Text is masked when its shorter side is below "
+                    "data.targets.min_text_size px at training scale (data.train_transform.train_long_side "
+                    "x scale_range) or falls outside the crop (crop_size, p_text_crop).",
+                    self.current_epoch,
+                    with_text,
+                    self._crops_seen,
+                )
+        self._crops_seen, self._crops_with_text = 0, None
+
+    def _count_text_crops(self, batch: Batch) -> None:
+        """Count the crops with at least one trainable text pixel, without a host-device sync."""
+        trainable = (batch["prob_map"] * batch["prob_mask"]).flatten(1).amax(1) > 0
+        count = trainable.sum()
+        self._crops_with_text = count if self._crops_with_text is None else self._crops_with_text + count
+        self._crops_seen += int(trainable.shape[0])
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate_step(batch, "val", self.val_metric)

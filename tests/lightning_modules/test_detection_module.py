@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -80,3 +81,22 @@ def test_validation_step_feeds_the_metric() -> None:
     scores = module.val_metric.compute()
     assert set(scores) >= {"hmean", "precision", "recall"}
     assert float(scores["recall"]) == 0.0  # untrained: nothing detected, one word missed
+
+
+def test_warns_when_training_crops_hold_no_trainable_text(caplog: pytest.LogCaptureFixture) -> None:
+    module = _module()
+    text_free, with_text = _batch(), _batch()
+    text_free["prob_map"][:, :, 10:14, 10:30] = 1.0  # text, but all of it masked (too small)
+    with_text["prob_mask"].fill_(1.0)
+    with_text["prob_map"][0, 0, 10:14, 10:30] = 1.0
+    with caplog.at_level(logging.WARNING, logger="ocr.lightning_modules.detection_module"):
+        for batch in (text_free, text_free, with_text):
+            module._count_text_crops(batch)
+        module.on_train_epoch_end()
+        assert "only 1 of 6 crops held trainable text" in caplog.text
+        assert "data.targets.min_text_size" in caplog.text
+        caplog.clear()
+        with_text["prob_map"][1, 0, 30:34, 10:30] = 1.0
+        module._count_text_crops(with_text)
+        module.on_train_epoch_end()
+        assert caplog.text == ""
