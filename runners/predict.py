@@ -33,7 +33,8 @@ def predict(cfg: DictConfig) -> dict[str, str]:
         channels_last=cfg.module.channels_last,
     )
     warn_data_mismatch(module.run_config, cfg.data)
-    datamodule = instantiate(cfg.data, predict_image_dir=cfg.image_dir, synthetic=None)
+    # No synthetic generation when predicting; root is read first, as it may interpolate data.synthetic.
+    datamodule = instantiate(cfg.data, root=cfg.data.root, predict_image_dir=cfg.image_dir, synthetic=None)
     trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
     predictions = [p for batch in trainer.predict(module, datamodule=datamodule) for p in batch]
     paths = save_predictions(predictions, directory)

@@ -84,11 +84,11 @@ def test_predict_runner_writes_a_row_per_image(
 ) -> None:
     run, data_root = trained_run
     image_dir = data_root / "images" / "test"
+    # No data.root, as in the README: the default root interpolates data.synthetic, which predict drops.
     cfg = compose_cfg(
         "predict",
         [
             *tiny_run,
-            f"data.root={data_root}",
             f"ckpt={run / 'checkpoints' / 'last.ckpt'}",
             f"image_dir={image_dir}",
             "overlays=true",
