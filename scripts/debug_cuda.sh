@@ -54,7 +54,9 @@ short_run_args() {  # $1 = run dir
        "data.num_workers=0 data.persistent_workers=false"
 }
 finish() {  # $1 = status, $2 = run dir
-  if [[ "$1" -eq 0 ]]; then say "finished OK; run dir: $2"; else say "FAILED (exit $1); run dir: $2 (see .FAILURE, crash/)"; fi
+  if [[ "$1" -eq 0 ]]; then say "finished OK; run dir: $2"
+  elif [[ -e "$2/.FAILURE" ]]; then say "FAILED (exit $1); run dir: $2 (see .FAILURE, crash/)"
+  else say "FAILED (exit $1) before a run started; the messages above say why"; fi
   return "$1"
 }
 
