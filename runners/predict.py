@@ -35,7 +35,7 @@ def predict(cfg: DictConfig) -> dict[str, str]:
     warn_data_mismatch(module.run_config, cfg.data)
     # No synthetic generation when predicting; root is read first, as it may interpolate data.synthetic.
     datamodule = instantiate(cfg.data, root=cfg.data.root, predict_image_dir=cfg.image_dir, synthetic=None)
-    trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
+    trainer = instantiate(cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False)
     predictions = [p for batch in trainer.predict(module, datamodule=datamodule) for p in batch]
     paths = save_predictions(predictions, directory)
     if cfg.overlays:

@@ -37,7 +37,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     )
     warn_data_mismatch(module.run_config, cfg.data)
     datamodule = instantiate(cfg.data)
-    trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
+    trainer = instantiate(cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False)
     run = trainer.test if cfg.split == "test" else trainer.validate
     results = run(module, datamodule=datamodule)[0]
     metrics = {k: float(v) for k, v in results.items()}
