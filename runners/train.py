@@ -66,7 +66,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if trainer.is_global_zero:
         atomic_write_json(directory / "metrics.json", {"metrics": metrics, "best_checkpoint": best or None})
         print(format_metrics(metrics, "Final metrics"))
-        print(f"Best checkpoint: {best or '(none: no validation ran; the final weights were used)'}")
+        print(f"Best checkpoint: {best or '(none: no validation ran, or checkpointing is off)'}")
         print(f"Run directory: {directory}")
     return metrics
 
