@@ -7,7 +7,7 @@ import numpy.typing as npt
 
 from ocr.types import Geometry, Polygon
 
-__all__ = ["apply_matrix", "letterbox_geometry", "compose", "to_original", "to_input"]
+__all__ = ["apply_matrix", "letterbox_geometry", "to_original", "to_input"]
 
 
 def apply_matrix(points: npt.ArrayLike, matrix: npt.NDArray[np.float64]) -> npt.NDArray[np.float32]:
@@ -17,14 +17,6 @@ def apply_matrix(points: npt.ArrayLike, matrix: npt.NDArray[np.float64]) -> npt.
     w = homo[:, 2:3]
     w = np.where(np.abs(w) < 1e-12, 1e-12, w)
     return (homo[:, :2] / w).astype(np.float32)
-
-
-def compose(*matrices: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Compose transforms applied left to right: ``compose(a, b)`` applies ``a`` first, then ``b``."""
-    out = np.eye(3)
-    for m in matrices:
-        out = m @ out
-    return out
 
 
 def letterbox_geometry(orig_width: int, orig_height: int, long_side: int) -> tuple[Geometry, float]:

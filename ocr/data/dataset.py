@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import cv2
 import numpy as np
 import torch
 from torch.utils.data import Dataset
@@ -24,7 +23,7 @@ from ocr.data.cache import ImageCache, cache_fingerprint
 from ocr.data.images import DecodedImage, ImageReadError, read_header, read_image, resolve_frame
 from ocr.data.sanitize import merge_counts, sanitize_polygons, sanitize_words
 from ocr.data.targets import make_db_targets
-from ocr.data.transforms import SourceImage, Transform, TransformResult
+from ocr.data.transforms import SourceImage, Transform, TransformResult, resize_by
 from ocr.types import Polygon, Sample
 
 __all__ = ["IMAGE_SUFFIXES", "ImageFolderDataset", "ReceiptDataset", "ScanReport", "load_source"]
@@ -94,12 +93,7 @@ def load_source(
             return SourceImage(cached, _source_scale(*orig_size, long_side), *orig_size)
     decoded = read_image(path, min_long_side=long_side)
     scale = _source_scale(decoded.orig_width, decoded.orig_height, long_side)
-    factor = scale / decoded.decode_scale
-    image = decoded.image
-    if abs(factor - 1.0) > 1e-12:
-        interp = cv2.INTER_AREA if factor < 1.0 else cv2.INTER_LINEAR
-        # dsize=(0, 0): OpenCV then scales by exactly fx/fy.
-        image = cv2.resize(image, (0, 0), fx=factor, fy=factor, interpolation=interp)
+    image = resize_by(decoded.image, scale / decoded.decode_scale)
     if cache is not None:
         cache.save(image_id, image, path)
     return SourceImage(image, scale, decoded.orig_width, decoded.orig_height)

@@ -18,6 +18,8 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from ocr.geometry import apply_matrix
+
 if TYPE_CHECKING:
     from ocr.types import Polygon
 
@@ -202,7 +204,7 @@ def resolve_frame(polygons: list[Polygon], decoded: DecodedImage, mode: str) -> 
         if fits_rotated or ambiguous:
             return polys, ambiguous
     matrix = orientation_matrix(decoded.orientation, decoded.raw_width, decoded.raw_height)
-    return [_affine(p, matrix) for p in polys], ambiguous
+    return [apply_matrix(p, matrix) for p in polys], ambiguous
 
 
 def _orientation(im: Image.Image) -> int:
@@ -242,7 +244,3 @@ def _fits(polygons: list[Polygon], width: int, height: int) -> bool:
         if len(pts) and (pts.min() < -tol or pts[:, 0].max() > width + tol or pts[:, 1].max() > height + tol):
             return False
     return True
-
-
-def _affine(points: Polygon, matrix: npt.NDArray[np.float64]) -> Polygon:
-    return (points.astype(np.float64) @ matrix[:2, :2].T + matrix[:2, 2]).astype(np.float32)

@@ -21,7 +21,7 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
-from ocr.geometry import apply_matrix
+from ocr.geometry import apply_matrix, letterbox_geometry
 from ocr.types import Geometry, Polygon
 
 __all__ = [
@@ -116,16 +116,11 @@ class EvalTransform:
     ) -> TransformResult:
         """Letterbox ``source`` and map ``polygons_orig_px`` into input px (``ignore`` is not needed)."""
         side = self.long_side
-        scale = side / max(source.orig_width, source.orig_height)  # input px per original px
-        factor = scale / source.scale
-        # dsize=(0, 0) makes OpenCV use fx/fy as the exact scale (dsize would round it).
-        resized = _resize(source.image, factor)[:side, :side]
+        geometry, scale = letterbox_geometry(source.orig_width, source.orig_height, side)
+        resized = resize_by(source.image, scale / source.scale)[:side, :side]
         canvas = np.full((side, side, 3), self.fill, dtype=np.uint8)
         canvas[: resized.shape[0], : resized.shape[1]] = resized
         orig_to_input = np.diag([scale, scale, 1.0])
-        geometry = Geometry(
-            np.diag([1.0 / scale, 1.0 / scale, 1.0]), source.orig_width, source.orig_height, side, side
-        )
         polygons = [apply_matrix(p, orig_to_input) for p in polygons_orig_px]
         return TransformResult(normalize(canvas, self.mean, self.std), polygons, geometry)
 
@@ -231,7 +226,7 @@ class TrainTransform:
         image, pre = source.image, np.diag([source.scale, source.scale, 1.0])  # original -> image px
         if factor < 1.0:
             # Downscale with area averaging first; warpAffine's bilinear sampling would alias.
-            image = _resize(image, factor)
+            image = resize_by(image, factor)
             pre, factor = np.diag([scale, scale, 1.0]), 1.0
         angle = rng.uniform(-self.rotate_limit, self.rotate_limit) if rng.random() < self.p_rotate else 0.0
         flip = bool(rng.random() < self.p_flip)
@@ -269,8 +264,9 @@ class TrainTransform:
         return TransformResult(normalize(out, self.mean, self.std), polygons, geometry)
 
 
-def _resize(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uint8]:
-    """Resize by exactly ``factor`` (continuous coordinates scale by ``factor``)."""
+def resize_by(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uint8]:
+    """Resize by exactly ``factor`` (continuous coordinates scale by ``factor``): area averaging when
+    shrinking, bilinear when enlarging; ``dsize=(0, 0)`` makes OpenCV use the factor unrounded."""
     if abs(factor - 1.0) < 1e-12:
         return image
     interp = cv2.INTER_AREA if factor < 1.0 else cv2.INTER_LINEAR
