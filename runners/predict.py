@@ -21,21 +21,14 @@ log = get_logger(__name__)
 @task_wrapper
 def predict(cfg: DictConfig) -> dict[str, str]:
     """Run the checkpoint over ``image_dir``; returns the paths written."""
-    from ocr.lightning_modules.loading import module_from_checkpoint, warn_data_mismatch
+    from ocr.lightning_modules.loading import restore_for_inference
     from ocr.lightning_modules.prediction_io import save_overlays, save_predictions
 
     directory = run_dir(cfg)
     save_config(cfg, directory)
-    module = module_from_checkpoint(
-        cfg.ckpt,
-        postprocess=instantiate(cfg.postprocess),
-        metric=None,
-        channels_last=cfg.module.channels_last,
-    )
-    warn_data_mismatch(module.run_config, cfg.data)
+    module, trainer = restore_for_inference(cfg, metric=None)
     # No synthetic generation when predicting; root is read first, as it may interpolate data.synthetic.
     datamodule = instantiate(cfg.data, root=cfg.data.root, predict_image_dir=cfg.image_dir, synthetic=None)
-    trainer = instantiate(cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False)
     predictions = [p for batch in trainer.predict(module, datamodule=datamodule) for p in batch]
     paths = save_predictions(predictions, directory)
     if cfg.overlays:

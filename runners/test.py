@@ -22,22 +22,15 @@ log = get_logger(__name__)
 @task_wrapper
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test (``split=test``) or validate (``split=val``) the checkpoint; returns the metrics."""
-    from ocr.lightning_modules.loading import module_from_checkpoint, warn_data_mismatch
+    from ocr.lightning_modules.loading import restore_for_inference
     from ocr.utils.io import atomic_write_json
 
     if cfg.split not in ("val", "test"):
         raise ValueError(f"split: expected 'val' or 'test', got {cfg.split!r}")
     directory = run_dir(cfg)
     save_config(cfg, directory)
-    module = module_from_checkpoint(
-        cfg.ckpt,
-        postprocess=instantiate(cfg.postprocess),
-        metric=instantiate(cfg.metric),
-        channels_last=cfg.module.channels_last,
-    )
-    warn_data_mismatch(module.run_config, cfg.data)
+    module, trainer = restore_for_inference(cfg, metric=instantiate(cfg.metric))
     datamodule = instantiate(cfg.data)
-    trainer = instantiate(cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False)
     run = trainer.test if cfg.split == "test" else trainer.validate
     results = run(module, datamodule=datamodule)[0]
     metrics = {k: float(v) for k, v in results.items()}

@@ -7,13 +7,20 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ocr.lightning_modules.detection_module import DetectionModule
 
-__all__ = ["load_checkpoint", "module_from_checkpoint", "weights_free_model_config", "warn_data_mismatch"]
+__all__ = [
+    "load_checkpoint",
+    "module_from_checkpoint",
+    "restore_for_inference",
+    "weights_free_model_config",
+    "warn_data_mismatch",
+]
 
 # Data settings that change what the network sees at evaluation time.
 EVAL_KEYS = ("root", "eval_transform.long_side", "eval_transform.mean", "eval_transform.std")
@@ -72,6 +79,21 @@ def module_from_checkpoint(
     module.run_config = checkpoint["ocr_config"]
     log.info("Loaded %s (epoch %s, step %s)", path, checkpoint.get("epoch"), checkpoint.get("global_step"))
     return module
+
+
+def restore_for_inference(cfg: DictConfig, metric: Any | None) -> tuple[DetectionModule, L.Trainer]:
+    """What test and predict start from: the module of ``cfg.ckpt`` (post-processing from ``cfg``, a
+    warning for each data setting that differs from its training run) and a trainer from ``cfg.trainer``
+    without loggers, callbacks or checkpointing."""
+    module = module_from_checkpoint(
+        cfg.ckpt,
+        postprocess=instantiate(cfg.postprocess),
+        metric=metric,
+        channels_last=cfg.module.channels_last,
+    )
+    warn_data_mismatch(module.run_config, cfg.data)
+    trainer = instantiate(cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False)
+    return module, trainer
 
 
 def warn_data_mismatch(run_config: dict[str, Any], data_cfg: DictConfig) -> list[str]:
