@@ -123,14 +123,19 @@ def _stall_seconds(cfg: DictConfig) -> float:
     return float(timeout) * STALL_TIMEOUT_FACTOR if timeout is not None else DEFAULT_STALL_S
 
 
+def injection(cfg: DictConfig) -> tuple[str | None, int]:
+    """``debug.inject`` (None when unset) and ``debug.inject_step`` (default 1) of a run config."""
+    kind = OmegaConf.select(cfg, "debug.inject", default=None)
+    step = OmegaConf.select(cfg, "debug.inject_step", default=None)
+    return (None if kind is None else str(kind)), (DEFAULT_INJECT_STEP if step is None else int(step))
+
+
 def fault_callbacks(cfg: DictConfig) -> list[Callback]:
     """The injector for ``debug.inject`` (empty list when unset).
 
     Reads ``debug.inject``, ``debug.inject_step`` (default 1) and ``debug.stall_s``.
     """
-    kind = OmegaConf.select(cfg, "debug.inject", default=None)
+    kind, step = injection(cfg)
     if kind is None:
         return []
-    step = OmegaConf.select(cfg, "debug.inject_step", default=None)
-    step = DEFAULT_INJECT_STEP if step is None else int(step)
-    return [FaultInjector(kind=str(kind), step=step, stall_s=_stall_seconds(cfg))]
+    return [FaultInjector(kind=kind, step=step, stall_s=_stall_seconds(cfg))]

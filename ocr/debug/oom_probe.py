@@ -67,12 +67,17 @@ def _make_step(cfg: Any, device: str, size: int) -> Callable[[int], bool]:
     import torch
     from hydra.utils import instantiate
 
-    net, loss_fn = instantiate(cfg.model).to(device).train(), instantiate(cfg.loss).to(device)
+    from ocr.lightning_modules.loading import weights_free_model_config
+    from ocr.utils.hardware import autocast_dtype
+
+    # Weights do not change memory: no hub download or weights file for a probe.
+    net = instantiate(weights_free_model_config(cfg.model)).to(device).train()
+    loss_fn = instantiate(cfg.loss).to(device)
     channels_last = bool(cfg.module.channels_last)
     if channels_last:  # the memory format of the real run changes the activation memory
         net = net.to(memory_format=torch.channels_last)
     optimizer = instantiate(cfg.optimizer)(params=net.parameters())  # same optimizer state as training
-    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(str(cfg.trainer.precision))
+    dtype = autocast_dtype(str(cfg.trainer.precision))
     use_autocast = device == "cuda" and dtype is not None
 
     def fits(batch_size: int) -> bool:

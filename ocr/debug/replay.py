@@ -100,16 +100,12 @@ def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
 
 
 def _injected_fault(bundle: Bundle) -> str | None:
-    from omegaconf import OmegaConf
+    from ocr.debug.inject import injection
 
-    from ocr.debug.inject import DEFAULT_INJECT_STEP
-
-    kind = OmegaConf.select(bundle.config, "debug.inject", default=None)
-    step = OmegaConf.select(bundle.config, "debug.inject_step", default=None)
-    step = DEFAULT_INJECT_STEP if step is None else int(step)
+    kind, step = injection(bundle.config)
     failed_at = bundle.state.get("first_bad_step")
     failed_at = bundle.state.get("global_step") if failed_at is None else failed_at
-    return str(kind) if kind is not None and failed_at == step else None
+    return kind if failed_at == step else None
 
 
 def replay_step(bundle: Bundle, device: str) -> ReplayResult:
@@ -117,12 +113,13 @@ def replay_step(bundle: Bundle, device: str) -> ReplayResult:
     import torch
 
     from ocr.debug.inject import apply_fault, poison_loss
+    from ocr.utils.hardware import autocast_dtype
 
     net, loss_fn, source = _build(bundle, device)
     sys.stdout.write(f"model: {source}; device: {device}\n")
     batch = _to_device(bundle.batch, device)
     precision = str(bundle.config.trainer.get("precision", "32-true"))
-    autocast_dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    dtype = autocast_dtype(precision)
     fault = _injected_fault(bundle)
     try:
         if fault is not None:
@@ -131,8 +128,8 @@ def replay_step(bundle: Bundle, device: str) -> ReplayResult:
                 apply_fault(fault, batch, int(bundle.state["global_step"]))
         with torch.autocast(
             device,
-            dtype=autocast_dtype or torch.float32,
-            enabled=device == "cuda" and autocast_dtype is not None,
+            dtype=dtype or torch.float32,
+            enabled=device == "cuda" and dtype is not None,
         ):
             output = net(batch["images"])
         losses = loss_fn(output, batch)

@@ -95,12 +95,16 @@ def wsl_info() -> dict[str, Any]:
     }
 
 
+def cpu_flags() -> set[str]:
+    """The CPU feature flags of ``/proc/cpuinfo`` (empty where it cannot be read)."""
+    flags_line = re.search(r"^flags\s*:\s*(.*)$", _read_text("/proc/cpuinfo") or "", re.MULTILINE)
+    return set(flags_line.group(1).split()) if flags_line else set()
+
+
 def cpu_info() -> dict[str, Any]:
     """CPU model, the SIMD flags that matter, and the capability level torch dispatches to."""
-    text = _read_text("/proc/cpuinfo") or ""
-    flags_line = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
-    model = re.search(r"^model name\s*:\s*(.*)$", text, re.MULTILINE)
-    flags = set(flags_line.group(1).split()) if flags_line else set()
+    model = re.search(r"^model name\s*:\s*(.*)$", _read_text("/proc/cpuinfo") or "", re.MULTILINE)
+    flags = cpu_flags()
     interesting = (
         "sse4_2",
         "avx",

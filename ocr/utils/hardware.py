@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-__all__ = ["register_resolvers", "has_cuda", "cpu_has_native_bf16", "auto_precision", "auto_workers", "pick"]
+from ocr.utils.environment import cpu_flags
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "register_resolvers",
+    "has_cuda",
+    "cpu_has_native_bf16",
+    "auto_precision",
+    "autocast_dtype",
+    "auto_workers",
+    "pick",
+]
 
 
 def has_cuda() -> bool:
@@ -19,12 +32,7 @@ def has_cuda() -> bool:
 
 def cpu_has_native_bf16() -> bool:
     """True when the CPU has bf16 instructions (AVX512-BF16 or AMX); emulated bf16 is slower than fp32."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 def auto_precision() -> str:
@@ -37,6 +45,13 @@ def auto_precision() -> str:
     if torch.cuda.is_available():
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
     return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The autocast dtype of a Lightning ``precision`` string (None: no autocast)."""
+    import torch
+
+    return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
 
 def auto_workers(cap: int) -> int:
