@@ -178,7 +178,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def _run_under_sanitizer(args: argparse.Namespace) -> int:
     from ocr.debug.sanitizer import run_sanitizer
 
-    bundle = find_bundle(args.bundle)
+    try:
+        bundle = find_bundle(args.bundle)
+    except FileNotFoundError as exc:
+        sys.stderr.write(f"replay: {exc}\n")
+        return EXIT_UNUSABLE
     command = [sys.executable, "-m", "ocr.debug.replay", str(bundle), "--device", "cuda"]
     command += ["--blocking"] if args.blocking else []
     report = bundle / f"replay-sanitizer-{args.sanitizer}.txt"

@@ -64,3 +64,4 @@ def test_injected_exception_is_applied_again(tmp_path: Path, capsys: pytest.Capt
 
 def test_unusable_bundle(tmp_path: Path) -> None:
     assert main([str(tmp_path)]) == EXIT_UNUSABLE
+    assert main([str(tmp_path), "--sanitizer", "memcheck"]) == EXIT_UNUSABLE  # not 1, "reproduced"
