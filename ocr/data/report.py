@@ -26,13 +26,13 @@ from ocr.data.transforms import EvalTransform, denormalize
 from ocr.geometry import to_input
 from ocr.types import Sample
 from ocr.utils.io import atomic_write_bytes, atomic_write_json
+from ocr.utils.visualize import colorize_map, draw_polygons
 
 __all__ = ["compute_stats", "format_stats", "main", "render_sample", "write_report"]
 
 log = logging.getLogger(__name__)
 
 _IDENTITY_NORM = ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
-_TEXT_COLOUR, _IGNORE_COLOUR = (0, 255, 0), (255, 0, 0)
 
 
 def _summary(values: Sequence[float]) -> dict[str, float]:
@@ -98,17 +98,12 @@ def render_sample(sample: Sample) -> npt.NDArray[np.uint8]:
     """(H, 3 * W, 3) uint8 RGB: input | prob_map | thresh_map, ground truth drawn on each."""
     image = denormalize(sample["image"], *_IDENTITY_NORM)
     prob = (sample["prob_map"][0].numpy() * 255).astype(np.uint8)
-    thresh = (sample["thresh_map"][0].numpy() * sample["thresh_mask"][0].numpy() * 255).astype(np.uint8)
-    panels = [
-        image.copy(),
-        np.repeat(prob[..., None], 3, axis=2),
-        cv2.applyColorMap(thresh, cv2.COLORMAP_VIRIDIS),
-    ]
+    thresh = sample["thresh_map"][0].numpy() * sample["thresh_mask"][0].numpy()
     polygons_px = to_input(sample["polygons"], sample["geometry"])
-    for panel in panels:
-        for polygon, ignored in zip(polygons_px, sample["ignore"], strict=True):
-            colour = _IGNORE_COLOUR if ignored else _TEXT_COLOUR
-            cv2.polylines(panel, [np.round(polygon).astype(np.int32)], True, colour, 1, cv2.LINE_AA)
+    panels = [
+        draw_polygons(panel, polygons_px, sample["ignore"], thickness=1)
+        for panel in (image, np.repeat(prob[..., None], 3, axis=2), colorize_map(thresh))
+    ]
     geometry = sample["geometry"]
     # Keep only the part of each panel that shows the image (drops letterbox padding).
     w, h = geometry.orig_width, geometry.orig_height
