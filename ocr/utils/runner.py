@@ -70,7 +70,9 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
             from ocr.lightning_modules.callbacks.run_status import write_failure
 
             directory = Path(cfg.paths.output_dir)
-            if not (directory / ".FAILURE").exists() and not isinstance(exc, SystemExit):
+            # Lightning turns Ctrl-C into SystemExit(1); only a clean exit is not a failure.
+            clean_exit = isinstance(exc, SystemExit) and exc.code in (0, None)
+            if not (directory / ".FAILURE").exists() and not clean_exit:
                 write_failure(directory, exc)
             log.error("Run directory: %s", directory)
             raise
