@@ -11,12 +11,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from ocr.utils.hardware import register_resolvers
-from ocr.utils.logging import get_logger
 from ocr.utils.runner import format_metrics, quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
 quiet_third_party()
-log = get_logger(__name__)
 
 
 @task_wrapper

@@ -13,7 +13,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.utils.hardware import register_resolvers
-from ocr.utils.logging import get_logger
 from ocr.utils.runner import (
     format_metrics,
     get_metric_value,
@@ -26,7 +25,6 @@ from ocr.utils.runner import (
 
 register_resolvers()
 quiet_third_party()
-log = get_logger(__name__)
 
 
 @task_wrapper
