@@ -31,8 +31,10 @@ quiet_third_party()
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit, then test with the best checkpoint; returns the final metrics."""
     import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
 
     from ocr.debug.inject import fault_callbacks
+    from ocr.lightning_modules.callbacks.checkpoint import scalar_metrics
     from ocr.utils.io import atomic_write_json
 
     directory = run_dir(cfg)
@@ -52,15 +54,19 @@ def train(cfg: DictConfig) -> dict[str, float]:
     loggers = instantiate_all(cfg.logger)
     if not loggers:  # logger=none: Lightning's LR monitor refuses to run without a logger
         callbacks = [c for c in callbacks if type(c).__name__ != "LearningRateMonitor"]
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    # Without our checkpoint callback (callbacks=none) Lightning would add its own: off means off.
+    checkpointing = any(isinstance(c, ModelCheckpoint) for c in callbacks)
+    trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, enable_checkpointing=checkpointing
+    )
 
     # Our checkpoints hold the run config and RNG states (numpy), so they are not weights-only.
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=False)
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    metrics = scalar_metrics(trainer)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.test_after_fit:
-        trainer.test(module, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
-        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
+        metrics.update(results[0])
     if trainer.is_global_zero:
         atomic_write_json(directory / "metrics.json", {"metrics": metrics, "best_checkpoint": best or None})
         print(format_metrics(metrics, "Final metrics"))

@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from ocr.utils.io import atomic_write_json
 
-__all__ = ["RunCheckpoint", "git_commit"]
+__all__ = ["RunCheckpoint", "git_commit", "scalar_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,11 @@ def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{head}-dirty" if dirty else head
+
+
+def scalar_metrics(trainer: L.Trainer) -> dict[str, float]:
+    """The trainer's current one-element metrics as floats."""
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -89,13 +94,12 @@ class RunCheckpoint(ModelCheckpoint):
             Path(f"{filepath}.json").unlink(missing_ok=True)
 
     def _metadata(self, trainer: L.Trainer, filepath: str) -> dict[str, Any]:
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
         module = trainer.lightning_module
         return {
             "checkpoint": Path(filepath).name,
             "epoch": trainer.current_epoch,
             "global_step": trainer.global_step,
-            "metrics": metrics,
+            "metrics": scalar_metrics(trainer),
             "monitor": self.monitor,
             "git_commit": self._git_commit,
             "data_fingerprint": getattr(trainer.datamodule, "fingerprint", None),
