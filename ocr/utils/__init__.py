@@ -1,1 +1,1 @@
-"""Small shared helpers: atomic IO, logging, hardware detection, lazy wandb."""
+"""Small shared helpers: atomic IO, hardware detection, lazy wandb, runner plumbing."""
