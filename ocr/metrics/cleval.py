@@ -24,9 +24,11 @@ __all__ = [
     "ImageResult",
     "DatasetResult",
     "evaluate_image",
+    "evaluate_images",
     "evaluate_dataset",
     "summarise",
     "scores_from_counts",
+    "warn_dropped_detections",
     "DONT_CARE_TEXT",
 ]
 
@@ -217,27 +219,22 @@ def summarise(images: Sequence[ImageResult], mode: Mode) -> DatasetResult:
     return DatasetResult(list(images), precision, recall, hmean)
 
 
-def evaluate_dataset(
+def evaluate_images(
     pred_polygons: Sequence[Sequence[npt.ArrayLike]],
     gt_polygons: Sequence[Sequence[npt.ArrayLike]],
     gt_ignore: Sequence[Sequence[bool]],
     gt_texts: Sequence[Sequence[str | None]] | None,
     options: CLEvalOptions,
-    names: Sequence[str] | None = None,
-) -> DatasetResult:
-    """Score a dataset: :func:`evaluate_image` per image, then :func:`summarise`.
+    labels: Sequence[str] | None = None,
+) -> list[ImageResult]:
+    """:func:`evaluate_image` for each image of parallel per-image lists.
 
     Args:
-        pred_polygons: per image, the detections (see :func:`evaluate_image`).
-        gt_polygons: per image, the ground truth.
-        gt_ignore: per image, the don't-care flags.
-        gt_texts: per image, the transcriptions, or None.
-        options: scoring options.
-        names: image names for error messages (default: the index).
+        labels: how error messages name each image (default ``image <index>``).
 
     Raises:
         ValueError: the per-image lists differ in length, or an image's input is malformed (the message
-            names the image index).
+            names the image).
     """
     n = len(gt_polygons)
     if len(pred_polygons) != n or len(gt_ignore) != n or (gt_texts is not None and len(gt_texts) != n):
@@ -251,10 +248,41 @@ def evaluate_dataset(
         try:
             results.append(evaluate_image(pred_polygons[i], gt_polygons[i], gt_ignore[i], texts, options))
         except ValueError as exc:
-            raise ValueError(f"image {names[i] if names is not None else i}: {exc}") from None
-    dropped = sum(r.num_dropped_detections for r in results)
+            raise ValueError(f"{labels[i] if labels is not None else f'image {i}'}: {exc}") from None
+    return results
+
+
+def warn_dropped_detections(dropped: int, options: CLEvalOptions) -> None:
+    """Say how many detections ``max_detections`` left unscored (nothing when none)."""
     if dropped:
         log.warning(
             "CLEval: %d detections beyond max_detections=%s were not scored", dropped, options.max_detections
         )
+
+
+def evaluate_dataset(
+    pred_polygons: Sequence[Sequence[npt.ArrayLike]],
+    gt_polygons: Sequence[Sequence[npt.ArrayLike]],
+    gt_ignore: Sequence[Sequence[bool]],
+    gt_texts: Sequence[Sequence[str | None]] | None,
+    options: CLEvalOptions,
+    names: Sequence[str] | None = None,
+) -> DatasetResult:
+    """Score a dataset: :func:`evaluate_images`, then :func:`summarise`.
+
+    Args:
+        pred_polygons: per image, the detections (see :func:`evaluate_image`).
+        gt_polygons: per image, the ground truth.
+        gt_ignore: per image, the don't-care flags.
+        gt_texts: per image, the transcriptions, or None.
+        options: scoring options.
+        names: image names for error messages (default: the index).
+
+    Raises:
+        ValueError: the per-image lists differ in length, or an image's input is malformed (the message
+            names the image).
+    """
+    labels = None if names is None else [f"image {name}" for name in names]
+    results = evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, options, labels)
+    warn_dropped_detections(sum(r.num_dropped_detections for r in results), options)
     return summarise(results, options.mode)

@@ -9,12 +9,22 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ocr.metrics.cleval import CLEvalOptions, ImageResult, evaluate_image, scores_from_counts
+from ocr.metrics.cleval import CLEvalOptions, evaluate_images, scores_from_counts, warn_dropped_detections
 
 __all__ = ["CLEvalMetric"]
 
-_COUNT_STATES = ("tp_chars", "recall_penalty", "precision_penalty", "num_gt_chars", "num_det_chars")
-_MEAN_STATES = ("sum_precision", "sum_recall", "sum_hmean", "num_images")
+# Each state sums one ImageResult field over the images seen; num_images counts them.
+_SUMMED_FIELDS = {
+    "tp_chars": "tp_chars",
+    "recall_penalty": "recall_penalty",
+    "precision_penalty": "precision_penalty",
+    "num_gt_chars": "num_gt_chars",
+    "num_det_chars": "num_det_chars",
+    "sum_precision": "precision",
+    "sum_recall": "recall",
+    "sum_hmean": "hmean",
+    "num_dropped": "num_dropped_detections",
+}
 
 
 class CLEvalMetric(Metric):
@@ -50,7 +60,7 @@ class CLEvalMetric(Metric):
             vertical_aspect_ratio_threshold=vertical_aspect_ratio_threshold,
             case_sensitive=case_sensitive,
         )
-        for name in _COUNT_STATES + _MEAN_STATES:
+        for name in (*_SUMMED_FIELDS, "num_images"):
             self.add_state(name, default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(
@@ -65,33 +75,16 @@ class CLEvalMetric(Metric):
         Raises:
             ValueError: lists of different lengths or a malformed polygon (naming the batch image).
         """
-        n = len(gt_polygons)
-        if len(pred_polygons) != n or len(gt_ignore) != n or (gt_texts is not None and len(gt_texts) != n):
-            raise ValueError(
-                f"CLEvalMetric.update: expected one entry per image, got {len(pred_polygons)} predictions, "
-                f"{n} GT, {len(gt_ignore)} ignore lists, {None if gt_texts is None else len(gt_texts)} texts"
-            )
-        for i in range(n):
-            texts = None if gt_texts is None else gt_texts[i]
-            try:
-                result = evaluate_image(pred_polygons[i], gt_polygons[i], gt_ignore[i], texts, self.options)
-            except ValueError as exc:
-                raise ValueError(f"CLEvalMetric.update: batch image {i}: {exc}") from None
-            self._accumulate(result)
-
-    def _accumulate(self, r: ImageResult) -> None:
-        self.tp_chars += r.tp_chars
-        self.recall_penalty += r.recall_penalty
-        self.precision_penalty += r.precision_penalty
-        self.num_gt_chars += r.num_gt_chars
-        self.num_det_chars += r.num_det_chars
-        self.sum_precision += r.precision
-        self.sum_recall += r.recall
-        self.sum_hmean += r.hmean
-        self.num_images += 1
+        labels = [f"batch image {i}" for i in range(len(gt_polygons))]
+        results = evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, self.options, labels)
+        # One addition per state and batch: the states live on the module's device.
+        for state, field in _SUMMED_FIELDS.items():
+            getattr(self, state).add_(sum(getattr(r, field) for r in results))
+        self.num_images.add_(len(results))
 
     def compute(self) -> dict[str, Tensor]:
         """``{"precision", "recall", "hmean"}`` as float32 scalars (0 before any image)."""
+        warn_dropped_detections(int(self.num_dropped), self.options)
         if self.options.mode == "competition":
             n = max(float(self.num_images), 1.0)
             values = (float(self.sum_precision) / n, float(self.sum_recall) / n, float(self.sum_hmean) / n)

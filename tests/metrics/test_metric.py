@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -84,9 +82,17 @@ def test_update_rejects_mismatched_batches() -> None:
         metric.update([[np.zeros((2, 2))]], [[]], [[]], None)
 
 
-def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def test_warns_about_detections_beyond_max_detections(caplog: pytest.LogCaptureFixture) -> None:
+    metric = CLEvalMetric(mode="competition", **{**KWARGS, "max_detections": 1})
+    box = np.array([[0, 0], [40, 0], [40, 10], [0, 10]], np.float32)
+    metric.update([[box, box + 50, box + 100]], [[box]], [[False]], [["TOTAL"]])
+    metric.compute()
+    assert "2 detections beyond max_detections=1 were not scored" in caplog.text
+
+
+def _worker(rank: int, world: int, out_dir: str) -> None:
+    # A rendezvous file, not a TCP port: a port probed free can be taken again before the workers bind it.
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=world)
     images = _batches()
     result = {}
     for mode in ("competition", "upstream"):
@@ -98,12 +104,9 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
 
 
 def test_ddp_two_process_reduction_equals_single_process(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     # fork (Linux) reuses this process's imported torch; spawn would re-import it in each child (~15 s).
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    mp.start_processes(_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True, start_method=method)
+    mp.start_processes(_worker, args=(2, str(tmp_path)), nprocs=2, join=True, start_method=method)
     images = _batches()
     for rank in (0, 1):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
