@@ -17,6 +17,8 @@ import numpy as np
 import numpy.typing as npt
 import shapely
 
+from ocr.metrics.cleval_area import quad_areas
+
 __all__ = [
     "UPSTREAM_MAX_PSEUDO_CHARS",
     "COMPETITION_MAX_CHARS",
@@ -106,8 +108,7 @@ def _rect_quads(verts: F64, counts: IntArr) -> F64:
             lo, hi = verts[i, : counts[i]].min(axis=0), verts[i, : counts[i]].max(axis=0)
             coords = np.array([lo, [hi[0], lo[1]], hi, [lo[0], hi[1]]])
         quads[i] = coords[:4]
-    x, y = quads[..., 0], quads[..., 1]
-    ccw = np.sum(x * np.roll(y, -1, axis=1) - np.roll(x, -1, axis=1) * y, axis=1) < 0
+    ccw = quad_areas(quads) < 0
     quads[ccw] = quads[ccw, ::-1]  # clockwise in image coordinates (y down)
     edges = np.roll(quads, -1, axis=1) - quads
     lengths = np.maximum(np.hypot(edges[..., 0], edges[..., 1]), 1e-12)

@@ -39,7 +39,6 @@ class CharCounts:
     """Character totals of one image before the P/R/H division."""
 
     tp: int  # GT character centres covered by a matched detection, each counted once
-    overlapped: int  # further covers of already counted centres
     recall_penalty: float
     precision_penalty: float
     num_split: int  # GTs matched to >= 2 detections
@@ -109,7 +108,6 @@ def count_chars(
     gts_per_det = match.sum(axis=0)
     counts = CharCounts(
         tp=tp,
-        overlapped=det_side - tp,
         recall_penalty=float(np.maximum(dets_per_gt - 1, 0).sum()) * recall_weight,
         precision_penalty=float(np.maximum(gts_per_det - 1, 0).sum()) * precision_weight,
         num_split=int(np.count_nonzero(dets_per_gt > 1)),
