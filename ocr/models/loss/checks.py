@@ -87,11 +87,10 @@ def _value_conditions(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 def _assert_values_async(tensors: Mapping[str, Tensor], batch: Mapping[str, Any]) -> None:
     """Device-side asserts: raise on CPU at once; on CUDA a device assert surfaces at the next sync."""
+    ids = image_ids_of(batch)
     for name, ok in _value_conditions(tensors).items():
         expected = "all finite values" if name in LOGIT_NAMES else "values in [0, 1]"
-        torch._assert_async(
-            ok, f"loss input {name}: expected {expected} ({image_ids_of(batch)}); {STRICT_HINT}"
-        )
+        torch._assert_async(ok, f"loss input {name}: expected {expected} ({ids}); {STRICT_HINT}")
 
 
 def _ids_where(bad_per_image: Tensor, batch: Mapping[str, Any]) -> list[str]:
