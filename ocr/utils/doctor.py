@@ -12,11 +12,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ocr.utils.doctor_checks import CheckResult, SquaresDataset, fast_checks, worst_status
+from ocr.utils.doctor_checks import CheckResult, SquaresDataset, fast_checks, run_checks, worst_status
 from ocr.utils.environment import collect_environment
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
@@ -140,24 +139,17 @@ def check_wandb_import() -> CheckResult:
     )
 
 
-def _slow_checks() -> Iterator[CheckResult]:
-    for check in (check_smoke_conv, check_dataloader, check_wandb_import):
-        try:
-            yield check()
-        except Exception as exc:
-            yield CheckResult(
-                check.__name__.removeprefix("check_"),
-                "warn",
-                f"check crashed: {type(exc).__name__}: {exc}",
-                "report this as a bug",
-            )
-
-
 def run_doctor(output_dir: Path, fast: bool = False) -> list[CheckResult]:
     """Run the fast checks and, unless ``fast``, the slow ones."""
     results = fast_checks(output_dir)
     if not fast:
-        results.extend(_slow_checks())
+        results += run_checks(
+            [
+                ("smoke_conv", check_smoke_conv),
+                ("dataloader", check_dataloader),
+                ("wandb_import", check_wandb_import),
+            ]
+        )
     return results
 
 

@@ -7,6 +7,7 @@ The fast checks (no subprocess, no GPU work) also run at the start of every trai
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -203,16 +204,8 @@ def check_shared_memory() -> CheckResult:
     return CheckResult("shm", "ok", detail)
 
 
-def fast_checks(output_dir: Path) -> list[CheckResult]:
-    """The checks cheap enough for every training run (well under a second once torch is imported)."""
-    checks = [
-        ("versions", check_versions),
-        ("gpu", check_gpu_arch),
-        ("cpu", check_cpu_flags),
-        ("wsl", lambda: check_wsl(output_dir)),
-        ("disk", lambda: check_disk(output_dir)),
-        ("shm", check_shared_memory),
-    ]
+def run_checks(checks: Iterable[tuple[str, Callable[[], CheckResult]]]) -> list[CheckResult]:
+    """Run each named check; a check that crashes becomes a ``warn`` row instead of stopping the rest."""
     results = []
     for name, check in checks:
         try:
@@ -223,7 +216,21 @@ def fast_checks(output_dir: Path) -> list[CheckResult]:
                     name,
                     "warn",
                     f"check crashed: {type(exc).__name__}: {exc}",
-                    "report this as a bug in ocr/utils/doctor_checks.py",
+                    f"report this as a bug in the doctor's '{name}' check",
                 )
             )
     return results
+
+
+def fast_checks(output_dir: Path) -> list[CheckResult]:
+    """The checks cheap enough for every training run (well under a second once torch is imported)."""
+    return run_checks(
+        [
+            ("versions", check_versions),
+            ("gpu", check_gpu_arch),
+            ("cpu", check_cpu_flags),
+            ("wsl", lambda: check_wsl(output_dir)),
+            ("disk", lambda: check_disk(output_dir)),
+            ("shm", check_shared_memory),
+        ]
+    )

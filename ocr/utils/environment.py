@@ -6,6 +6,7 @@ earlier fault has poisoned gives an ``"error: ..."`` string, never an exception.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -141,6 +142,7 @@ def required_cpu_flags(capability: str | None) -> tuple[str, ...]:
     return CAPABILITY_FLAGS.get((capability or "").upper(), ())
 
 
+@functools.cache  # the driver cannot change under a running process; nvidia-smi can take seconds
 def driver_version(timeout_s: float = 10.0) -> str | None:
     """NVIDIA driver version from ``/proc`` or ``nvidia-smi`` (``None`` without a driver)."""
     proc = _read_text("/proc/driver/nvidia/version")
