@@ -17,23 +17,9 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from ocr.debug.oom_probe import random_batch
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def fake_batch(batch: int, size: int, device: torch.device) -> dict[str, object]:
-    """Random images and plausible targets: ~15 % text, threshold map in [0.3, 0.7]."""
-    gen = torch.Generator().manual_seed(0)
-    prob = (torch.rand(batch, 1, size, size, generator=gen) < 0.15).float()
-    tensors = {
-        "images": torch.randn(batch, 3, size, size, generator=gen),
-        "prob_map": prob,
-        "prob_mask": torch.ones_like(prob),
-        "thresh_map": 0.3 + 0.4 * torch.rand(batch, 1, size, size, generator=gen),
-        "thresh_mask": torch.ones_like(prob),
-    }
-    out: dict[str, object] = {k: v.to(device) for k, v in tensors.items()}
-    out["image_id"] = [f"fake_{i}" for i in range(batch)]
-    return out
 
 
 def time_steps(
@@ -43,7 +29,7 @@ def time_steps(
     net = instantiate(OmegaConf.load(REPO / "configs" / "model" / f"{model_cfg}.yaml")).to(device)
     loss_fn = instantiate(OmegaConf.load(REPO / "configs" / "loss" / "db.yaml"))
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
-    data = fake_batch(batch, size, device)
+    data = random_batch(batch, size, str(device))
     if channels_last:
         net = net.to(memory_format=torch.channels_last)
         data["images"] = data["images"].contiguous(memory_format=torch.channels_last)  # type: ignore[union-attr]
