@@ -48,10 +48,10 @@ fi
 say() { printf '[debug_cuda] %s\n' "$*" >&2; }
 new_outdir() { local d="${DEBUG_OUT:-outputs/debug}/$(date +%Y-%m-%d_%H-%M-%S)-$1"; mkdir -p "$d"; echo "$d"; }
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
-short_run_args() {  # $1 = run dir
-  echo "runners/train.py hydra.run.dir=$1 task_name=debug trainer.max_steps=$STEPS trainer.max_epochs=-1" \
-       "trainer.limit_val_batches=2 trainer.num_sanity_val_steps=0 test_after_fit=false" \
-       "data.num_workers=0 data.persistent_workers=false"
+short_run_args() {  # $1 = run dir; sets RUN_ARGS (an array: a run dir with spaces stays one argument)
+  RUN_ARGS=(runners/train.py "hydra.run.dir=$1" task_name=debug "trainer.max_steps=$STEPS" trainer.max_epochs=-1
+            trainer.limit_val_batches=2 trainer.num_sanity_val_steps=0 test_after_fit=false
+            data.num_workers=0 data.persistent_workers=false)
 }
 finish() {  # $1 = status, $2 = run dir
   if [[ "$1" -eq 0 ]]; then say "finished OK; run dir: $2"
@@ -71,8 +71,8 @@ cmd_cpu() {
   local out; out="$(new_outdir cpu)"
   say "short training run on the CPU ($STEPS steps): tells a CUDA-specific fault from a data/model bug"
   say "logs: $out"
-  # shellcheck disable=SC2046
-  "${PY[@]}" $(short_run_args "$out") hardware=cpu trainer.accelerator=cpu trainer.precision=32-true "$@"
+  short_run_args "$out"
+  "${PY[@]}" "${RUN_ARGS[@]}" hardware=cpu trainer.accelerator=cpu trainer.precision=32-true "$@"
   finish $? "$out"
 }
 
@@ -81,9 +81,9 @@ cmd_blocking() {
   has_gpu || say "no NVIDIA GPU visible: CUDA_LAUNCH_BLOCKING has no effect here; use 'cpu' instead"
   say "short run with CUDA_LAUNCH_BLOCKING=1 TORCH_USE_CUDA_DSA=1 (DSA only acts on torch builds compiled with it)"
   say "cudnn.benchmark off, deterministic algorithms (warn only), 0 workers; logs: $out"
-  # shellcheck disable=SC2046
+  short_run_args "$out"
   CUDA_LAUNCH_BLOCKING=1 TORCH_USE_CUDA_DSA=1 CUBLAS_WORKSPACE_CONFIG=:4096:8 \
-    "${PY[@]}" $(short_run_args "$out") trainer.benchmark=false trainer.deterministic=warn "$@"
+    "${PY[@]}" "${RUN_ARGS[@]}" trainer.benchmark=false trainer.deterministic=warn "$@"
   finish $? "$out"
 }
 
@@ -94,9 +94,9 @@ cmd_sanitizer() {
   has_gpu || say "no NVIDIA GPU visible: compute-sanitizer needs one; use 'cpu' to test the data/model path"
   say "short run under compute-sanitizer --tool $tool (slow: every kernel is instrumented)"
   say "report: $out/sanitizer-$tool.txt"
-  # shellcheck disable=SC2046
+  short_run_args "$out"
   "${PY[@]}" -m ocr.debug.sanitizer --tool "$tool" --report "$out/sanitizer-$tool.txt" -- \
-    $(short_run_args "$out") trainer.benchmark=false "$@"
+    "${RUN_ARGS[@]}" trainer.benchmark=false "$@"
   finish $? "$out"
 }
 
