@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import io
 import logging
-import random
 import traceback
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
+from lightning.fabric.utilities.seed import _collect_rng_states
 from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 
@@ -61,11 +60,8 @@ def last_checkpoint_path(trainer: L.Trainer) -> str | None:
 
 
 def _rng_states() -> dict[str, Any]:
-    states: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-    }
+    # CUDA only when initialised and readable: after a fault, reading it can raise.
+    states = _collect_rng_states(include_cuda=False)
     try:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             states["cuda"] = torch.cuda.get_rng_state_all()
@@ -119,8 +115,6 @@ def _config_text(run_dir: Path, pl_module: L.LightningModule) -> str | None:
     if saved.exists():
         return saved.read_text()
     config = getattr(pl_module, "run_config", None)
-    if config is None and getattr(pl_module, "hparams", None):
-        config = dict(pl_module.hparams)
     return OmegaConf.to_yaml(OmegaConf.create(config)) if config else None
 
 
