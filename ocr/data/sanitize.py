@@ -74,9 +74,45 @@ def sanitize_polygons(
     Raises:
         ValueError: ``polygons`` and ``ignore`` differ in length (a caller bug, not bad geometry).
     """
+    results = _sanitize_each(polygons, ignore, width, height, min_size)
+    kept = [poly for poly, _ in results if poly is not None]
+    flags = [bool(flag) for (poly, _), flag in zip(results, ignore, strict=True) if poly is not None]
+    return kept, flags, _counts(results)
+
+
+def sanitize_words(
+    polygons: Sequence[Any],
+    ignore: Sequence[bool],
+    texts: Sequence[str | None],
+    width: int,
+    height: int,
+    min_size: float = 1.0,
+) -> tuple[list[Polygon], list[bool], list[str | None], dict[str, int]]:
+    """:func:`sanitize_polygons` that keeps each transcription with its polygon.
+
+    Returns:
+        Kept polygons, their ignore flags and texts, and the counts by reason.
+    """
+    results = _sanitize_each(polygons, ignore, width, height, min_size)
+    kept, flags, kept_texts = [], [], []
+    for (poly, _), is_ignored, text in zip(results, ignore, texts, strict=True):
+        if poly is not None:
+            kept.append(poly)
+            flags.append(bool(is_ignored))
+            kept_texts.append(text)
+    return kept, flags, kept_texts, _counts(results)
+
+
+def _sanitize_each(
+    polygons: Sequence[Any], ignore: Sequence[bool], width: int, height: int, min_size: float
+) -> list[tuple[Polygon | None, str | None]]:
+    """Per input polygon: the repaired polygon (None when removed) and the reason (None when untouched).
+
+    Polygons are processed in groups of equal vertex count; each one's result depends only on itself.
+    """
     if len(polygons) != len(ignore):
         raise ValueError(
-            f"sanitize_polygons: expected one ignore flag per polygon, got {len(ignore)} flags "
+            f"sanitize: expected one ignore flag per polygon, got {len(ignore)} flags "
             f"for {len(polygons)} polygons"
         )
     w, h, min_size = float(width), float(height), float(min_size)
@@ -99,35 +135,11 @@ def sanitize_polygons(
         cleaned = _clean_group([pts for _, pts in items], w, h, min_size)
         for (i, _), result in zip(items, cleaned, strict=True):
             results[i] = result
-    kept = [poly for poly, _ in results if poly is not None]
-    flags = [bool(flag) for (poly, _), flag in zip(results, ignore, strict=True) if poly is not None]
-    return kept, flags, dict(Counter(reason for _, reason in results if reason is not None))
+    return results
 
 
-def sanitize_words(
-    polygons: Sequence[Any],
-    ignore: Sequence[bool],
-    texts: Sequence[str | None],
-    width: int,
-    height: int,
-    min_size: float = 1.0,
-) -> tuple[list[Polygon], list[bool], list[str | None], dict[str, int]]:
-    """:func:`sanitize_polygons` that keeps each transcription with its polygon.
-
-    Returns:
-        Kept polygons, their ignore flags and texts, and the counts by reason.
-    """
-    kept, flags, counts = sanitize_polygons(polygons, ignore, width, height, min_size)
-    if len(kept) == len(polygons):
-        return kept, flags, list(texts), counts
-    # Something was removed: redo one polygon at a time to know which transcriptions survive.
-    kept, flags, kept_texts = [], [], []
-    for polygon, is_ignored, text in zip(polygons, ignore, texts, strict=True):
-        out, out_flags, _ = sanitize_polygons([polygon], [is_ignored], width, height, min_size)
-        kept += out
-        flags += out_flags
-        kept_texts += [text] * len(out)
-    return kept, flags, kept_texts, counts
+def _counts(results: Sequence[tuple[Polygon | None, str | None]]) -> dict[str, int]:
+    return dict(Counter(reason for _, reason in results if reason is not None))
 
 
 def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
