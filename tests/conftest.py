@@ -37,12 +37,6 @@ def _seed_global_rngs() -> None:
 
 
 @pytest.fixture(scope="session")
-def repo_root() -> Path:
-    """The project root."""
-    return REPO_ROOT
-
-
-@pytest.fixture(scope="session")
 def sroie_root() -> Path:
     """The shared SROIE subset; skips the test when it is absent."""
     if not (SROIE_ROOT / "jsons").is_dir():

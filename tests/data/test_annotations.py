@@ -16,8 +16,6 @@ from ocr.data.annotations import (
     save_annotations,
 )
 
-SROIE = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets" / "sroie-compact"
-
 SAMPLE = {
     "info": {"source": "unit test"},
     "images": {
@@ -192,10 +190,9 @@ def test_nan_points_load_and_are_left_to_sanitation(tmp_path):
     assert np.isnan(points[0, 0]) and points.shape == (3, 2)
 
 
-@pytest.mark.skipif(not SROIE.is_dir(), reason="sroie-compact dataset not present")
-def test_sroie_round_trip_is_lossless():
+def test_sroie_round_trip_is_lossless(sroie_root: Path):
     for split in ("train", "val", "test"):
-        path = SROIE / "jsons" / f"{split}.json"
+        path = sroie_root / "jsons" / f"{split}.json"
         records = load_annotations(path)
-        assert len(records) == len(list((SROIE / "images" / split).iterdir()))
+        assert len(records) == len(list((sroie_root / "images" / split).iterdir()))
         assert dump_annotations(records) == json.loads(path.read_text())

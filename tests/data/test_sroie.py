@@ -13,14 +13,12 @@ from ocr.data.dataset import ReceiptDataset
 from ocr.data.transforms import EvalTransform, Transform
 from ocr.geometry import to_input
 
-SROIE_ROOT = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets" / "sroie-compact"
-pytestmark = pytest.mark.skipif(not (SROIE_ROOT / "jsons").is_dir(), reason=f"{SROIE_ROOT} not found")
 IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
 
 
-def _dataset(split: str, transform: Transform) -> ReceiptDataset:
+def _dataset(root: Path, split: str, transform: Transform) -> ReceiptDataset:
     return ReceiptDataset(
-        root=SROIE_ROOT,
+        root=root,
         split=split,
         transform=transform,
         exif_mode="auto",
@@ -31,8 +29,8 @@ def _dataset(split: str, transform: Transform) -> ReceiptDataset:
     )
 
 
-def test_val_batch_at_1024() -> None:
-    dataset = _dataset("val", EvalTransform(long_side=1024, fill=0, **IMAGENET))
+def test_val_batch_at_1024(sroie_root: Path) -> None:
+    dataset = _dataset(sroie_root, "val", EvalTransform(long_side=1024, fill=0, **IMAGENET))
     assert len(dataset) == 50 and dataset.report.num_words > 1000
     batch = collate_batch([dataset[0], dataset[1]])
     assert batch["images"].shape == (2, 3, 1024, 1024) and batch["prob_map"].shape == (2, 1, 1024, 1024)
@@ -54,10 +52,10 @@ def test_val_batch_at_1024() -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_train_crops_keep_text(seed: int) -> None:
+def test_train_crops_keep_text(seed: int, sroie_root: Path) -> None:
     # Receipt-like scale (long side 512 * [0.5, 2]) and always a text-centred crop: every crop holds text.
     transform = train_transform(256, train_long_side=512, scale_range=(0.5, 2.0), p_text_crop=1.0)
     transform.set_random_seed(seed)
-    dataset = _dataset("train", transform)
+    dataset = _dataset(sroie_root, "train", transform)
     for i in np.linspace(0, len(dataset) - 1, 6).astype(int):
         assert float(dataset[int(i)]["prob_map"].sum()) > 0, f"seed {seed}: crop of image {i} has no text"
