@@ -2,19 +2,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from db_reference import rotated_box
 from shapely.geometry import Polygon as ShapelyPolygon
 
 from ocr.data.sanitize import REASONS, merge_counts, sanitize_polygons
 
 W, H = 100, 80
 BOX = [[10, 10], [40, 10], [40, 30], [10, 30]]
-
-
-def _rotated_rect(cx: float, cy: float, long: float, short: float, angle_deg: float) -> np.ndarray:
-    a = np.deg2rad(angle_deg)
-    u, n = np.array([np.cos(a), np.sin(a)]), np.array([-np.sin(a), np.cos(a)])
-    corners = [(-1, -1), (1, -1), (1, 1), (-1, 1)]
-    return np.array([[cx, cy] + su * long / 2 * u + sn * short / 2 * n for su, sn in corners])
 
 
 def _one(poly, **kwargs):
@@ -134,8 +128,8 @@ def test_huge_coordinates_are_clipped_without_overflow():
 
 @pytest.mark.parametrize("angle", [0.0, 17.0, 45.0, 90.0, 133.0])
 def test_too_small_uses_the_minimum_area_rectangle(angle):
-    thin = _rotated_rect(50, 40, 30, 0.9, angle)
-    ok = _rotated_rect(50, 40, 30, 1.1, angle)
+    thin = rotated_box(50, 40, 30, 0.9, angle)
+    ok = rotated_box(50, 40, 30, 1.1, angle)
     assert _one(thin)[2] == {"too_small": 1}
     assert _one(ok)[2] == {}
     assert _one(thin, min_size=0.0)[2] == {}

@@ -138,7 +138,7 @@ def test_single_rectangle_threshold_profile() -> None:
     column = out["thresh_map"][:, 90]
     assert column[30] == pytest.approx(0.7) and column[50] == pytest.approx(0.7)
     assert column[30 - 7] == pytest.approx(0.3, abs=1e-6) and column[10] == pytest.approx(0.3)
-    assert column[40] == pytest.approx(0.7 - 0.4 * 10 / 7 if 10 < 7 else 0.3, abs=1e-6)
+    assert column[40] == pytest.approx(0.3, abs=1e-6)  # 10 px from both edges, beyond D = 7
     assert column[33] == pytest.approx(0.7 - 0.4 * 3 / 7, abs=1e-5)
     assert (
         out["prob_map"][37:44, 47:134].all()
