@@ -15,6 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.utils.io import atomic_write_text
+from ocr.utils.sentinels import write_failure
 
 __all__ = [
     "instantiate_all",
@@ -67,8 +68,6 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
         try:
             return task(cfg)
         except BaseException as exc:
-            from ocr.lightning_modules.callbacks.run_status import write_failure
-
             directory = Path(cfg.paths.output_dir)
             # Lightning turns Ctrl-C into SystemExit(1); only a clean exit is not a failure.
             clean_exit = isinstance(exc, SystemExit) and exc.code in (0, None)

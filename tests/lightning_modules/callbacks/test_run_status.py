@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from ocr.lightning_modules.callbacks.run_status import RunStatus, write_failure, write_success
+from ocr.lightning_modules.callbacks.run_status import RunStatus
+from ocr.utils.sentinels import write_failure, write_success
 
 
 class WandbLogger:  # same class name as Lightning's: RunStatus recognises the logger by it
