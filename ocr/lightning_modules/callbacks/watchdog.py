@@ -12,6 +12,7 @@ import _thread
 import faulthandler
 import logging
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -40,6 +41,16 @@ def dump_all_stacks() -> bytes:
         return handle.read()
 
 
+def _make_interruptible() -> None:
+    """Let ``_thread.interrupt_main`` work: it does nothing while SIGINT is ignored or left to the OS,
+    as in a process started with ``nohup`` or with ``&`` from a script."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        log.info("Stall watchdog: SIGINT was ignored; restored Python's handler so a stall can interrupt")
+
+
 class StallWatchdog(Callback):
     """Dumps all thread stacks when no train/val/test batch completes within ``timeout_s``.
 
@@ -66,6 +77,8 @@ class StallWatchdog(Callback):
         self._interrupted_at: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        if exit_on_stall:
+            _make_interruptible()
         self.start()
 
     def start(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -64,6 +65,16 @@ def test_exit_on_stall_interrupts_main_thread(tmp_path: Path, monkeypatch: pytes
     finally:
         watchdog.stop()
     assert watchdog.dumps
+
+
+def test_exit_on_stall_restores_an_ignored_sigint(tmp_path: Path) -> None:
+    # A process started with SIGINT ignored (nohup, `cmd &` in a script) could not be interrupted.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        StallWatchdog(timeout_s=60, repeat=False, exit_on_stall=True, dirpath=str(tmp_path)).stop()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_rejects_bad_timeout() -> None:
