@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 EXIF_MODES = ("rotated", "raw", "auto")
 _ORIENTATION_TAG = 0x0112
 _JPEG_REDUCTIONS = (8, 4, 2)
+_SIXTEEN_BIT_GREY = ("I;16", "I;16L", "I;16B", "I;16N")
 _TRANSPOSE = {
     2: Image.Transpose.FLIP_LEFT_RIGHT,
     3: Image.Transpose.ROTATE_180,
@@ -86,8 +87,12 @@ def read_image(path: str | Path, min_long_side: int | None = None) -> DecodedIma
             the largest DCT reduction (1/2, 1/4, 1/8) that keeps its long side >= ``min_long_side``.
             None decodes at full resolution.
 
+    Every pixel format becomes 8-bit RGB: 16-bit channels are scaled to 8 bit, palettes are expanded,
+    transparent pixels are composited onto white; 32-bit integer or float greyscale is refused.
+
     Raises:
-        ImageReadError: missing file, unreadable file or corrupt/truncated image data.
+        ImageReadError: missing file, unreadable file, corrupt/truncated image data or an unsupported
+            pixel format.
     """
     path = _existing_file(path)
     try:
@@ -101,13 +106,39 @@ def read_image(path: str | Path, min_long_side: int | None = None) -> DecodedIma
         orientation = _orientation(im)
         try:
             reduction = _draft(im, _reduction(im.format, max(raw_width, raw_height), min_long_side))
-            rgb = im.convert("RGB")
+            im.load()
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
             raise ImageReadError(f"{path}: corrupt or truncated image data ({exc})") from None
+        rgb = _to_rgb(im, path)
     if orientation in _TRANSPOSE:
         rgb = rgb.transpose(_TRANSPOSE[orientation])
     # a writable copy: np.asarray of a PIL image is read-only
     return _upright(np.array(rgb, dtype=np.uint8), raw_width, raw_height, orientation, 1.0 / reduction)
+
+
+def _to_rgb(im: Image.Image, path: Path) -> Image.Image:
+    """8-bit RGB from any pixel format Pillow decodes; refuses formats it cannot map without guessing.
+
+    Pillow's own ``convert("RGB")`` clips 16-bit grey to 255 (an all-white image) and drops alpha
+    (transparent backgrounds often store black), so both are handled here.
+    """
+    if im.mode in _SIXTEEN_BIT_GREY:
+        grey = np.asarray(im, dtype=np.uint32)
+        return Image.fromarray(((grey * 255 + 32767) // 65535).astype(np.uint8)).convert("RGB")
+    if im.mode in ("I", "F"):
+        kind = "32-bit integer" if im.mode == "I" else "32-bit float"
+        raise ImageReadError(
+            f"{path}: unsupported pixel format {im.mode!r} ({kind} greyscale: its value range is unknown); "
+            "save it as 8- or 16-bit greyscale or RGB"
+        )
+    if im.has_transparency_data:
+        # Transparent pixels become paper white: receipts are dark text on a light background.
+        rgba = im.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
+    try:
+        return im.convert("RGB")
+    except ValueError as exc:
+        raise ImageReadError(f"{path}: unsupported pixel format {im.mode!r} ({exc})") from None
 
 
 def read_header(path: str | Path) -> DecodedImage:

@@ -181,3 +181,55 @@ def test_resolve_frame_auto_ties_keep_rotated_and_are_ambiguous():
 def test_resolve_frame_rejects_unknown_mode():
     with pytest.raises(ValueError, match="exif_mode"):
         resolve_frame([], _decoded(1), "upright")
+
+
+def _png(path, image: Image.Image, **save_args) -> Path:
+    image.save(path, format="PNG", **save_args)
+    return path
+
+
+def test_sixteen_bit_grey_png_is_scaled_not_clipped_to_white(tmp_path):
+    grey16 = np.tile(np.linspace(0, 65535, 64).astype(np.uint16), (8, 1))
+    decoded = read_image(_png(tmp_path / "g16.png", Image.fromarray(grey16)))
+    assert decoded.image.dtype == np.uint8 and decoded.image.shape == (8, 64, 3)
+    expected = np.round(grey16.astype(np.float64) / 257).astype(np.uint8)
+    np.testing.assert_array_equal(decoded.image[..., 0], expected)
+    assert 120 < decoded.image.mean() < 135  # a ramp, not all white
+
+
+def test_sixteen_bit_rgb_png_keeps_its_colours(tmp_path):
+    rgb16 = np.zeros((8, 8, 3), np.uint16)
+    rgb16[..., 0], rgb16[..., 2] = 40000, 1000  # OpenCV writes BGR: red 1000, blue 40000
+    path = tmp_path / "rgb16.png"
+    assert cv2.imwrite(str(path), rgb16)
+    np.testing.assert_allclose(read_image(path).image[0, 0], (1000 / 257, 0, 40000 / 257), atol=1)
+
+
+def test_palette_png_is_expanded(tmp_path):
+    palette = Image.new("P", (8, 8), 1)
+    palette.putpalette([0, 0, 0, 200, 10, 10] + [0] * 762)
+    np.testing.assert_array_equal(read_image(_png(tmp_path / "p.png", palette)).image[0, 0], (200, 10, 10))
+
+
+@pytest.mark.parametrize(
+    ("mode", "colour"),
+    [("RGBA", (0, 0, 0, 0)), ("LA", (0, 0)), ("P", 0)],
+)
+def test_transparent_pixels_become_white_and_opaque_ones_keep_their_colour(tmp_path, mode, colour):
+    image = Image.new(mode, (8, 8), colour)
+    save_args = {}
+    if mode == "P":
+        image.putpalette([0, 0, 0, 40, 40, 40] + [0] * 762)
+        save_args["transparency"] = 0
+    image.paste(1 if mode == "P" else (40, 255) if mode == "LA" else (40, 40, 40, 255), (0, 0, 4, 8))
+    decoded = read_image(_png(tmp_path / f"{mode}.png", image, **save_args)).image
+    np.testing.assert_array_equal(decoded[0, 0], (40, 40, 40))  # opaque half
+    np.testing.assert_array_equal(decoded[0, 7], (255, 255, 255))  # transparent half: paper white
+
+
+@pytest.mark.parametrize(("dtype", "mode"), [(np.int32, "I"), (np.float32, "F")])
+def test_thirty_two_bit_greyscale_is_refused_by_name(tmp_path, dtype, mode):
+    path = tmp_path / f"{mode}.tif"
+    Image.fromarray(np.full((8, 8), 70000, dtype)).save(path)
+    with pytest.raises(ImageReadError, match=rf"{mode}\.tif: unsupported pixel format '{mode}'"):
+        read_image(path)
