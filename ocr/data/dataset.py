@@ -1,106 +1,35 @@
 """Datasets: a labelled split (``ReceiptDataset``) and a folder of images for prediction.
 
-``ReceiptDataset`` scans its split once at construction: missing or unreadable images are skipped and
-counted (or fail, per ``on_missing_image``), EXIF frames are resolved (ambiguous ``auto`` decisions
-counted) and annotation polygons are sanitised in original px (counts by reason). ``__getitem__`` then
-decodes (at reduced scale when the input is much smaller, or from the on-disk cache), transforms,
-sanitises in input px and draws the DB targets, all in the DataLoader worker.
+``ReceiptDataset`` scans its split once at construction (``ocr.data.scan``: every image decode-checked,
+unusable ones skipped and counted or failed per ``on_missing_image``, frames resolved, polygons
+sanitised). ``__getitem__`` then decodes (at reduced scale when the input is much smaller, or from the
+on-disk cache), transforms, sanitises in input px and draws the DB targets, all in the DataLoader worker.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ocr.data.annotations import ImageRecord, load_annotations
+from ocr.data.annotations import load_annotations
 from ocr.data.cache import ImageCache, cache_fingerprint
-from ocr.data.images import DecodedImage, ImageReadError, read_header, read_image, resolve_frame
-from ocr.data.sanitize import merge_counts, sanitize_polygons, sanitize_words
+from ocr.data.images import IMAGE_SUFFIXES, ImageReadError
+from ocr.data.sanitize import sanitize_polygons
+from ocr.data.scan import ON_MISSING, load_source, scan_split
 from ocr.data.targets import make_db_targets
-from ocr.data.transforms import SourceImage, Transform, TransformResult, resize_by
+from ocr.data.transforms import SourceImage, Transform, TransformResult
 from ocr.types import Polygon, Sample
 
-__all__ = ["IMAGE_SUFFIXES", "ImageFolderDataset", "ReceiptDataset", "ScanReport", "load_source"]
+__all__ = ["IMAGE_SUFFIXES", "TARGET_KEYS", "ImageFolderDataset", "ReceiptDataset", "build_sample"]
 
 log = logging.getLogger(__name__)
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
-ON_MISSING = ("skip", "fail")
 TARGET_KEYS = ("shrink_ratio", "thresh_min", "thresh_max", "min_text_size")
-_NAMES_SHOWN = 5
-
-
-@dataclass
-class ScanReport:
-    """What the one-time scan of a split found."""
-
-    split: str
-    num_images: int = 0  # usable images
-    num_words: int = 0  # polygons kept after sanitation, don't-care included
-    num_ignore: int = 0
-    missing: list[str] = field(default_factory=list)  # skipped: file not found
-    unreadable: list[str] = field(default_factory=list)  # skipped: header unreadable/corrupt
-    ambiguous: int = 0  # exif_mode=auto images where neither or both frames fit
-    sanitation: dict[str, int] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        """One log line."""
-        skipped = self.missing + self.unreadable
-        names = _names(skipped)
-        return (
-            f"{self.split}: {self.num_images} images, {self.num_words} words ({self.num_ignore} don't-care), "
-            f"skipped {len(self.missing)} missing + {len(self.unreadable)} unreadable"
-            f"{f' ({names})' if skipped else ''}, {self.ambiguous} ambiguous EXIF frames, "
-            f"sanitation {self.sanitation or '{}'}"
-        )
-
-
-@dataclass(frozen=True)
-class _Entry:
-    file_name: str
-    polygons: list[Polygon]  # original px, sanitised
-    ignore: list[bool]
-    texts: list[str | None]
-    orig_width: int
-    orig_height: int
-    sanitation: dict[str, int]
-
-
-def load_source(
-    path: Path,
-    long_side: int,
-    cache: ImageCache | None = None,
-    image_id: str = "",
-    orig_size: tuple[int, int] | None = None,
-) -> SourceImage:
-    """Decode ``path`` upright, scaled so its long side is at most ``long_side`` (exact scale).
-
-    JPEGs much larger than needed are DCT-decoded at reduced scale first. With ``cache`` and a known
-    ``orig_size`` (width, height), the scaled image is read from / written to the on-disk cache.
-
-    Raises:
-        ImageReadError: missing, unreadable or corrupt image file.
-    """
-    if cache is not None and orig_size is not None:
-        cached = cache.load(image_id, path)
-        if cached is not None:
-            return SourceImage(cached, _source_scale(*orig_size, long_side), *orig_size)
-    decoded = read_image(path, min_long_side=long_side)
-    scale = _source_scale(decoded.orig_width, decoded.orig_height, long_side)
-    image = resize_by(decoded.image, scale / decoded.decode_scale)
-    if cache is not None:
-        cache.save(image_id, image, path)
-    return SourceImage(image, scale, decoded.orig_width, decoded.orig_height)
-
-
-def _source_scale(orig_width: int, orig_height: int, long_side: int) -> float:
-    return min(1.0, long_side / max(orig_width, orig_height))
 
 
 class ReceiptDataset(Dataset[Sample]):
@@ -132,8 +61,10 @@ class ReceiptDataset(Dataset[Sample]):
             cache_dir: folder of the decoded-image cache; None disables it.
 
         Raises:
-            FileNotFoundError: the annotation file is missing, or (``fail``) images are missing.
-            ImageReadError: (``fail``) images are unreadable.
+            FileNotFoundError: the annotation file is missing, or (``fail``) images are missing; the
+                message names every missing and unreadable image.
+            ImageReadError: (``fail``) images are unreadable, corrupt, truncated or in an unsupported
+                pixel format.
             AnnotationError: the annotation file is malformed.
         """
         if on_missing_image not in ON_MISSING:
@@ -162,8 +93,17 @@ class ReceiptDataset(Dataset[Sample]):
                 ),
             )
         )
-        self.report = ScanReport(split)
-        self.entries = self._scan(load_annotations(self.annotation_path), exif_mode, on_missing_image)
+        self.entries, self.report = scan_split(
+            load_annotations(self.annotation_path),
+            split=split,
+            image_dir=self.image_dir,
+            annotation_path=self.annotation_path,
+            exif_mode=exif_mode,
+            on_missing_image=on_missing_image,
+            source_long_side=self.source_long_side,
+            min_polygon_size=self.min_polygon_size,
+            cache=self.cache,
+        )
 
     def __len__(self) -> int:
         """Number of usable images."""
@@ -190,45 +130,6 @@ class ReceiptDataset(Dataset[Sample]):
             self.min_polygon_size,
             self.targets,
         )
-
-    def _scan(self, records: Mapping[str, ImageRecord], exif_mode: str, on_missing: str) -> list[_Entry]:
-        entries = []
-        for name, record in records.items():
-            path = self.image_dir / name
-            try:
-                header = read_header(path)
-            except ImageReadError as exc:
-                (self.report.missing if not path.exists() else self.report.unreadable).append(name)
-                log.debug("%s", exc)
-                continue
-            entries.append(self._entry(record, header, exif_mode))
-        if on_missing == "fail" and (self.report.missing or self.report.unreadable):
-            _raise_missing(self.image_dir, self.annotation_path, self.report)
-        if self.report.missing or self.report.unreadable:
-            log.warning(
-                "%s: skipped %d images (data.on_missing_image=skip): %s",
-                self.annotation_path,
-                len(self.report.missing) + len(self.report.unreadable),
-                _names(self.report.missing + self.report.unreadable),
-            )
-        self.report.num_images = len(entries)
-        return entries
-
-    def _entry(self, record: ImageRecord, header: DecodedImage, exif_mode: str) -> _Entry:
-        polygons, ambiguous = resolve_frame([w.points for w in record.words], header, exif_mode)
-        self.report.ambiguous += int(ambiguous)
-        kept, flags, texts, counts = sanitize_words(
-            polygons,
-            [w.ignore for w in record.words],
-            [w.text for w in record.words],
-            header.orig_width,
-            header.orig_height,
-            self.min_polygon_size,
-        )
-        self.report.num_words += len(kept)
-        self.report.num_ignore += sum(flags)
-        self.report.sanitation = merge_counts(self.report.sanitation, counts)
-        return _Entry(record.file_name, kept, flags, texts, header.orig_width, header.orig_height, counts)
 
 
 def build_sample(
@@ -262,23 +163,6 @@ def build_sample(
         image_id=image_id,
         sanitation=dict(sanitation),
     )
-
-
-def _raise_missing(image_dir: Path, annotation_path: Path, report: ScanReport) -> None:
-    hint = "(set data.on_missing_image=skip to skip and count them)"
-    if report.missing:
-        raise FileNotFoundError(
-            f"{annotation_path}: {len(report.missing)} listed images are missing under {image_dir}: "
-            f"{_names(report.missing)} {hint}"
-        )
-    raise ImageReadError(
-        f"{annotation_path}: {len(report.unreadable)} images under {image_dir} are unreadable or corrupt: "
-        f"{_names(report.unreadable)} {hint}"
-    )
-
-
-def _names(names: list[str]) -> str:
-    return ", ".join(names[:_NAMES_SHOWN]) + (", ..." if len(names) > _NAMES_SHOWN else "")
 
 
 class ImageFolderDataset(Dataset[Sample]):

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIF_MODES",
+    "IMAGE_SUFFIXES",
     "DecodedImage",
     "ImageReadError",
     "orientation_matrix",
@@ -36,6 +37,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EXIF_MODES = ("rotated", "raw", "auto")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 _ORIENTATION_TAG = 0x0112
 _JPEG_REDUCTIONS = (8, 4, 2)
 _SIXTEEN_BIT_GREY = ("I;16", "I;16L", "I;16B", "I;16N")

@@ -65,6 +65,8 @@ def compute_stats(dataset: ReceiptDataset, long_side: int) -> dict[str, Any]:
         "ignore": report.num_ignore,
         "missing": report.missing,
         "unreadable": report.unreadable,
+        "unannotated": report.unannotated,
+        "size_mismatch": report.size_mismatch,
         "ambiguous_exif": report.ambiguous,
         "sanitation": report.sanitation,
         "image_width": _summary(widths),
@@ -83,6 +85,7 @@ def format_stats(stats: dict[str, Any]) -> str:
         f"{stats['root']} [{stats['split']}]",
         f"  images {stats['images']}  words {stats['words']}  ignore {stats['ignore']}  "
         f"missing {len(stats['missing'])}  unreadable {len(stats['unreadable'])}  "
+        f"unannotated {len(stats['unannotated'])}  img_w/img_h mismatch {len(stats['size_mismatch'])}  "
         f"ambiguous EXIF {stats['ambiguous_exif']}",
         "  sanitation: " + (", ".join(f"{k}={v}" for k, v in sorted(stats["sanitation"].items())) or "none"),
     ]

@@ -23,14 +23,26 @@ def block_image(width: int = 160, height: int = 120) -> Image.Image:
     return Image.fromarray(pixels)
 
 
-def write_split(root: Path, split: str, images: dict[str, list[dict[str, Any]]], create: bool = True) -> None:
-    """Write ``jsons/<split>.json`` and (``create``) a block image per name under ``images/<split>/``."""
+def write_split(
+    root: Path,
+    split: str,
+    images: dict[str, list[dict[str, Any]]],
+    create: bool = True,
+    image_keys: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """Write ``jsons/<split>.json`` and (``create``) a block image per name under ``images/<split>/``.
+
+    ``image_keys`` adds keys (``img_w``, ``img_h``, ...) to the entries of the images it names.
+    """
     (root / "images" / split).mkdir(parents=True, exist_ok=True)
     (root / "jsons").mkdir(parents=True, exist_ok=True)
     if create:
         for name in images:
             block_image().save(root / "images" / split / name)
-    words = {name: {"words": {f"{i + 1:04d}": w for i, w in enumerate(ws)}} for name, ws in images.items()}
+    words = {
+        name: {"words": {f"{i + 1:04d}": w for i, w in enumerate(ws)}, **(image_keys or {}).get(name, {})}
+        for name, ws in images.items()
+    }
     (root / "jsons" / f"{split}.json").write_text(json.dumps({"images": words}))
 
 

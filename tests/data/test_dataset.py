@@ -117,6 +117,86 @@ def test_corrupt_image_skip_and_count_vs_fail(tmp_path: Path) -> None:
         _dataset(tmp_path, on_missing="fail")
 
 
+def _truncated_jpeg(path: Path) -> None:
+    """A JPEG cut in half: its header (and PIL's verify) still pass, the decoder refuses it."""
+    block_image().save(path, quality=95)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_truncated_jpeg_is_caught_by_the_scan_and_skipped(tmp_path: Path) -> None:
+    write_split(tmp_path, "val", {"good.png": block_words(), "cut.jpg": block_words()})
+    _truncated_jpeg(tmp_path / "images" / "val" / "cut.jpg")
+    dataset = _dataset(tmp_path, on_missing="skip")
+    assert len(dataset) == 1 and dataset.report.unreadable == ["cut.jpg"]
+    assert dataset[0]["image_id"] == "good.png"
+
+
+def test_fail_names_every_unusable_image_at_once(tmp_path: Path) -> None:
+    names = ["good.png", "ghost.png", "cut.jpg", "float.tif"]
+    write_split(tmp_path, "val", {name: block_words() for name in names}, create=False)
+    block_image().save(tmp_path / "images" / "val" / "good.png")
+    _truncated_jpeg(tmp_path / "images" / "val" / "cut.jpg")
+    Image.fromarray(np.zeros((8, 8), np.float32)).save(tmp_path / "images" / "val" / "float.tif")
+    with pytest.raises(FileNotFoundError) as info:
+        _dataset(tmp_path, on_missing="fail")
+    message = str(info.value)
+    assert (
+        "1 missing: ghost.png" in message
+        and "2 unreadable, corrupt or truncated: cut.jpg, float.tif" in message
+    )
+    assert "good.png" not in message
+
+
+def test_scan_fills_the_decode_cache_so_loading_does_not_decode_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_split(tmp_path, "val", {f"val_{i}.png": block_words() for i in range(2)})
+    dataset = _dataset(tmp_path, cache_dir=tmp_path / "cache")
+    assert len(list((tmp_path / "cache").rglob("*.npy"))) == 2  # written by the scan itself
+
+    def no_decode(*args: object, **kwargs: object) -> None:
+        raise AssertionError("decoded again although the scan cached the image")
+
+    monkeypatch.setattr("ocr.data.scan.read_image", no_decode)
+    assert dataset[1]["image"].shape == (3, 64, 64)
+    assert len(_dataset(tmp_path, cache_dir=tmp_path / "cache")) == 2  # a second scan reads headers only
+
+
+def test_unannotated_files_and_wrong_recorded_sizes_are_counted_and_warned_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sizes = {f"val_{i}.png": {"img_w": 10, "img_h": 20} for i in range(2)}
+    write_split(tmp_path, "val", {f"val_{i}.png": block_words() for i in range(3)}, image_keys=sizes)
+    for extra in ("extra_0.jpg", "sub/extra_1.png"):
+        (tmp_path / "images" / "val" / extra).parent.mkdir(exist_ok=True)
+        block_image().save(tmp_path / "images" / "val" / extra)
+    (tmp_path / "images" / "val" / "notes.txt").write_text("not an image")
+    with caplog.at_level(logging.WARNING, logger="ocr.data.scan"):
+        dataset = _dataset(tmp_path)
+    assert len(dataset) == 3
+    assert dataset.report.unannotated == ["extra_0.jpg", "sub/extra_1.png"]
+    assert dataset.report.size_mismatch == ["val_0.png", "val_1.png"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert len([m for m in messages if "extra_0.jpg" in m]) == 1
+    [size_warning] = [m for m in messages if "img_w/img_h" in m]
+    assert "2 images" in size_warning and "val_0.png: 10x20 recorded, 160x120 decoded" in size_warning
+    assert "decoded image's size is used" in size_warning
+    np.testing.assert_allclose(dataset[0]["polygons"][0], BLOCK)  # the decoded size clips, not 10x20
+
+
+def test_recorded_size_of_the_stored_frame_is_not_a_mismatch(tmp_path: Path) -> None:
+    """img_w/img_h of the pre-EXIF frame (a raw-frame annotation file) agree with the file."""
+    write_split(
+        tmp_path,
+        "val",
+        {"o6.jpg": block_words()},
+        create=False,
+        image_keys={"o6.jpg": {"img_w": 96, "img_h": 64}},
+    )
+    _exif_jpeg(tmp_path / "images" / "val" / "o6.jpg", 6)
+    assert _dataset(tmp_path).report.size_mismatch == []
+
+
 def test_reduced_scale_decode_and_cache_keep_geometry(tmp_path: Path) -> None:
     """A 256 px JPEG for a 64 px input is DCT-decoded small; cached or not, geometry maps to full res."""
     big = np.full((192, 256, 3), 255, np.uint8)

@@ -22,6 +22,8 @@ def test_write_report_stats_and_pngs(tmp_path: Path) -> None:
     )
     stats = write_report(root, "val", tmp_path / "out", num_images=4, long_side=80, exif_mode="rotated")
     assert (stats["images"], stats["words"], stats["ignore"], stats["missing"]) == (1, 1, 0, ["ghost.png"])
+    assert stats["unannotated"] == ["val_1.png", "val_2.png"]  # left on disk by make_root
+    assert "unannotated 2  img_w/img_h mismatch 0" in format_stats(stats)
     assert stats["box_width"] == {"min": 80.0, "median": 80.0, "max": 80.0}
     assert stats["box_short_side_at_80"]["median"] == pytest.approx(15.0, abs=0.1)  # 30 px * 80 / 160
     pngs = sorted((tmp_path / "out").glob("*.png"))
