@@ -71,6 +71,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         atomic_write_json(directory / "metrics.json", {"metrics": metrics, "best_checkpoint": best or None})
         print(format_metrics(metrics, "Final metrics"))
         print(f"Best checkpoint: {best or '(none: no validation ran, or checkpointing is off)'}")
+        if datamodule.no_validation_reason:
+            print(f"No validation ran: {datamodule.no_validation_reason}")
         print(f"Run directory: {directory}")
     return metrics
 

@@ -119,6 +119,7 @@ class ReceiptDataModule(L.LightningDataModule):
         self.persistent_workers = bool(persistent_workers) and self.num_workers > 0
         self.synthetic = None if synthetic is None else {k: int(synthetic[k]) for k in SYNTHETIC_KEYS}
         self.datasets: dict[str, Dataset[Sample]] = {}
+        self.no_validation_reason: str | None = None  # set by setup when the val split is empty
 
     @functools.cached_property
     def fingerprint(self) -> str | None:
@@ -138,12 +139,19 @@ class ReceiptDataModule(L.LightningDataModule):
             generate_dataset(self.root, **self.synthetic)
 
     def setup(self, stage: str | None = None) -> None:
-        """Build the datasets ``stage`` needs (all labelled splits when ``stage`` is None)."""
+        """Build the datasets ``stage`` needs (all labelled splits when ``stage`` is None).
+
+        Raises:
+            ValueError: the train split has no usable image, or (DDP) an evaluation split has fewer
+                images than the run has ranks.
+        """
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
         names = wanted.get(stage or "", ("train", "val", "test"))
         for name in names:
             if name not in self.datasets:
                 self.datasets[name] = self._build(name)
+                self._check_not_empty(name)
+            self._check_per_rank(name)
 
     def _build(self, name: str) -> Dataset[Sample]:
         if name == "predict":
@@ -157,6 +165,34 @@ class ReceiptDataModule(L.LightningDataModule):
         labelled = ReceiptDataset(root=self.root, split=split, transform=transform, **self.dataset_options)
         log.info("%s dataset <data.root=%s>: %s", name, self.root, labelled.report.summary())
         return labelled
+
+    def _split_name(self, name: str) -> str:
+        """How errors name a labelled split: its annotation file, split and config key."""
+        split = self.splits[{"train": "fit", "val": "validate", "test": "test"}[name]]
+        return f"{self.root / 'jsons' / f'{split}.json'}: {name} split {split!r} <data.{name}_split={split}>"
+
+    def _check_not_empty(self, name: str) -> None:
+        dataset = self.datasets[name]
+        if not isinstance(dataset, ReceiptDataset) or len(dataset) > 0:
+            return
+        reason = f"{self._split_name(name)} has no usable image ({_unusable(dataset)})"
+        if name == "train":
+            raise ValueError(f"{reason}; training needs at least one")
+        if name == "val":
+            self.no_validation_reason = reason
+            reason += ": no validation will run, so no val/hmean and no best checkpoint"
+        log.warning("%s", reason)
+
+    def _check_per_rank(self, name: str) -> None:
+        dataset = self.datasets[name]
+        world_size = self.trainer.world_size if self.trainer is not None else 1
+        if name in ("val", "test") and 0 < len(dataset) < world_size:  # type: ignore[arg-type]
+            # Evaluation is sharded without repeats (CLEval would count a repeat twice): a rank without a
+            # batch would wait forever in the val/loss sync of the others.
+            raise ValueError(
+                f"{self._split_name(name)} has {len(dataset)} images for {world_size} ranks (DDP): "
+                "every rank needs at least one; add images or run on fewer devices (trainer.devices)"
+            )
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled train loader (drops a last incomplete batch so BatchNorm never sees a batch of 1)."""
@@ -194,3 +230,12 @@ class ReceiptDataModule(L.LightningDataModule):
             worker_init_fn=seed_worker,
             collate_fn=collate_batch,
         )
+
+
+def _unusable(dataset: ReceiptDataset) -> str:
+    """What the scan of an empty split found, for the error or warning."""
+    report = dataset.report
+    listed = len(report.missing) + len(report.unreadable)
+    if not listed:
+        return "the annotation file lists no image"
+    return f"{listed} listed, {len(report.missing)} missing, {len(report.unreadable)} unreadable"

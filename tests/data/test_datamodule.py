@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import hydra
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from receipt_fixtures import TARGETS, block_words, eval_transform, make_root, train_transform, write_split
 
 from ocr.data.datamodule import ReceiptDataModule
@@ -122,3 +125,62 @@ def test_data_configs_instantiate(tmp_path: Path, name: str) -> None:
     assert module.train_transform.scale_range == (0.5, 3.0)
     with pytest.raises(Exception, match="nosuch"):
         cfg.data.nosuch = 1
+
+
+def test_an_empty_train_split_fails_naming_split_and_file(tmp_path: Path) -> None:
+    make_root(tmp_path)
+    write_split(tmp_path, "train", {})
+    with pytest.raises(
+        ValueError, match=r"train\.json: train split 'train' <data\.train_split=train> has no usable"
+    ):
+        _module(tmp_path).setup("fit")
+    write_split(tmp_path, "train", {"ghost_0.png": block_words(), "ghost_1.png": block_words()}, create=False)
+    with pytest.raises(ValueError, match=r"2 listed, 2 missing, 0 unreadable\); training needs at least one"):
+        _module(tmp_path).setup("fit")
+
+
+def test_an_empty_val_split_warns_at_start_and_keeps_the_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_root(tmp_path)
+    write_split(tmp_path, "val", {})
+    module = _module(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="ocr.data.datamodule"):
+        module.setup("fit")
+    assert module.no_validation_reason is not None and "val split 'val'" in module.no_validation_reason
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "ocr.data.datamodule"]
+    assert "no validation will run, so no val/hmean and no best checkpoint" in warning
+    assert _module(make_root(tmp_path / "full")).no_validation_reason is None
+
+
+@pytest.mark.parametrize("stage", ["fit", "test"])
+def test_each_rank_needs_an_evaluation_image(tmp_path: Path, stage: str) -> None:
+    """Evaluation is sharded without repeats: 3 images cannot feed 4 ranks (their sync would hang)."""
+    make_root(tmp_path, num_images=3)
+    module = _module(tmp_path)
+    module.trainer = SimpleNamespace(world_size=4)  # what Lightning sets; no process group needed
+    split = "val" if stage == "fit" else "test"
+    with pytest.raises(ValueError, match=rf"{split} split '{split}'.* has 3 images for 4 ranks \(DDP\)"):
+        module.setup(stage)
+    module.trainer = SimpleNamespace(world_size=3)
+    module.setup(stage)
+    assert len(module.datasets[split]) == 3
+
+
+def test_train_runner_says_no_validation_ran(
+    tmp_path: Path,
+    tiny_run: list[str],
+    compose_cfg: Callable[[str, list[str], Path], DictConfig],
+    runner_module: Callable[[str], ModuleType],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = tmp_path / "data"
+    write_split(root, "train", {f"t{i}.png": block_words() for i in range(2)})
+    write_split(root, "val", {})
+    overrides = [*tiny_run, f"data.root={root}", "data.synthetic=null", "trainer.max_steps=1"]
+    overrides += ["test_after_fit=false", "logger=none"]
+    runner_module("train").train(compose_cfg("train", overrides, tmp_path / "run"))
+    assert (tmp_path / "run" / ".SUCCESS").is_file()
+    out = capsys.readouterr().out
+    assert f"No validation ran: {root / 'jsons' / 'val.json'}: val split 'val'" in out
+    assert "the annotation file lists no image" in out
