@@ -12,6 +12,7 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.utils.config_types import check_config_types
 from ocr.utils.hardware import register_resolvers
 from ocr.utils.runner import (
     format_metrics,
@@ -37,6 +38,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from ocr.lightning_modules.callbacks.checkpoint import scalar_metrics
     from ocr.utils.io import atomic_write_json
 
+    check_config_types(cfg)
     directory = run_dir(cfg)
     if cfg.seed is not None:
         L.seed_everything(cfg.seed, workers=True)

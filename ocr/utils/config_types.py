@@ -1,0 +1,193 @@
+"""Type check of a composed config against the signatures of its ``_target_`` classes and functions.
+
+Hydra checks keys (struct mode) but not the types of values bound for ``_target_`` arguments, so
+``data.batch_size=abc`` used to fail inside the constructor with ``full_key: data``. This pass reads each
+target's annotated signature and names the full key of every value of the wrong type, all at once,
+before anything is instantiated. Annotations it cannot judge (generic callables and iterables, protocols,
+type variables, unresolvable names) are not checked: the constructor still validates those.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import get_object
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+__all__ = ["ConfigValueTypeError", "check_config_types"]
+
+_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+_SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
+_SCALARS = {bool: "bool", int: "int", float: "float", str: "str", Path: "path (str)"}
+
+
+class ConfigValueTypeError(TypeError):
+    """Config values of the wrong type; the message names each full key, expected and found."""
+
+
+def check_config_types(cfg: DictConfig) -> None:
+    """Check every value bound for a ``_target_`` argument against that argument's annotation.
+
+    Raises:
+        ConfigValueTypeError: one or more values have the wrong type (all are listed).
+    """
+    problems = _check_node(cfg, "")
+    if problems:
+        raise ConfigValueTypeError(
+            f"config: {len(problems)} value(s) of the wrong type (fix them in the YAML or on the command "
+            "line):\n  " + "\n  ".join(problems)
+        )
+
+
+def _check_node(node: DictConfig, path: str) -> list[str]:
+    hints = _parameter_hints(node)
+    problems = []
+    for key in node:
+        key = str(key)
+        if key.startswith("_") or OmegaConf.is_missing(node, key):
+            continue
+        full_key = f"{path}.{key}" if path else key
+        try:
+            value = node[key]
+        except OmegaConfBaseException:
+            continue  # an unresolvable interpolation: reported by whatever reads it
+        if isinstance(value, DictConfig | ListConfig) and OmegaConf.is_interpolation(node, key):
+            continue  # checked where it is defined
+        if key in hints:
+            problems += _check(value, hints[key], full_key)
+        elif isinstance(value, DictConfig):
+            problems += _check_node(value, full_key)
+    return problems
+
+
+def _parameter_hints(node: DictConfig) -> dict[str, Any]:
+    """Annotation of each parameter of the node's ``_target_`` (empty when it has none or cannot load)."""
+    if "_target_" not in node:
+        return {}
+    try:
+        target = get_object(str(node._target_))
+    except Exception:  # noqa: BLE001 - a target that cannot load is instantiate's error to report
+        return {}
+    function = inspect.unwrap(target.__init__ if isinstance(target, type) else target)
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return {}
+    namespace = getattr(function, "__globals__", {})
+    hints = {}
+    for name, parameter in parameters.items():
+        annotation = parameter.annotation
+        if isinstance(annotation, str):  # postponed evaluation (from __future__ import annotations)
+            try:
+                annotation = eval(annotation, namespace)  # noqa: S307 - what typing.get_type_hints does
+            except Exception:  # noqa: BLE001 - e.g. a name imported only under TYPE_CHECKING
+                continue
+        if annotation is not inspect.Parameter.empty:
+            hints[name] = annotation
+    return hints
+
+
+def _check(value: Any, hint: Any, path: str) -> list[str]:
+    if isinstance(value, DictConfig) and "_target_" in value:
+        return _check_node(value, path)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        results = [(arg, _check(value, arg, path)) for arg in args]
+        if any(not problems for _, problems in results):
+            return []
+        # A list or mapping with one list or mapping alternative: report that one's item problems.
+        kind = _value_kind(value)
+        same_kind = [problems for arg, problems in results if kind != "scalar" and _kind(arg) == kind]
+        return same_kind[0] if len(same_kind) == 1 else [_mismatch(path, hint, value)]
+    if hint is type(None):
+        return [] if value is None else [_mismatch(path, hint, value)]
+    if origin is typing.Literal:
+        fits = value in args or type(value) in {type(arg) for arg in args}  # the target checks the value
+        return [] if fits else [_mismatch(path, hint, value)]
+    if hint in _SCALARS:
+        return [] if _scalar_fits(value, hint) else [_mismatch(path, hint, value)]
+    if (origin or hint) in _MAPPINGS:
+        if not isinstance(value, DictConfig):
+            return [_mismatch(path, hint, value)]
+        value_hint = args[1] if len(args) == 2 else Any
+        return [
+            p for key in value if not str(key).startswith("_") for p in _item(value, key, value_hint, path)
+        ]
+    if (origin or hint) in _SEQUENCES:
+        if not isinstance(value, ListConfig):
+            return [_mismatch(path, hint, value)]
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                return [f"{path}: expected {len(args)} items ({_describe(hint)}), got {len(value)}"]
+            return [p for i, arg in enumerate(args) for p in _check(value[i], arg, f"{path}[{i}]")]
+        item_hint = args[0] if args else Any
+        return [p for i, item in enumerate(value) for p in _check(item, item_hint, f"{path}[{i}]")]
+    if isinstance(hint, type) and hint is not object and not isinstance(value, DictConfig | ListConfig):
+        # A text or number cannot become a Tensor or a Module; None passes (Optional is often left out).
+        try:
+            return [] if value is None or isinstance(value, hint) else [_mismatch(path, hint, value)]
+        except TypeError:  # a Protocol that is not runtime-checkable
+            return []
+    return []
+
+
+def _item(node: DictConfig, key: Any, hint: Any, path: str) -> list[str]:
+    try:
+        value = node[key]
+    except OmegaConfBaseException:
+        return []
+    return _check(value, hint, f"{path}.{key}")
+
+
+def _scalar_fits(value: Any, hint: type) -> bool:
+    if hint is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False  # a bool is an int to Python, never to a config reader
+    if hint is float:
+        return isinstance(value, int | float)
+    if hint is Path:
+        return isinstance(value, str | Path)
+    return isinstance(value, hint)
+
+
+def _kind(hint: Any) -> str:
+    base = typing.get_origin(hint) or hint
+    return "mapping" if base in _MAPPINGS else "sequence" if base in _SEQUENCES else "scalar"
+
+
+def _value_kind(value: Any) -> str:
+    if isinstance(value, DictConfig):
+        return "mapping"
+    return "sequence" if isinstance(value, ListConfig) else "scalar"
+
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arg) for arg in args)
+    if hint is type(None):
+        return "null"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(arg) for arg in args)
+    if hint in _SCALARS:
+        return _SCALARS[hint]
+    if (origin or hint) in _MAPPINGS:
+        return "a mapping"
+    if (origin or hint) in _SEQUENCES:
+        return "a list"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _mismatch(path: str, hint: Any, value: Any) -> str:
+    shown = OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
+    message = f"{path}: expected {_describe(hint)}, got {shown!r} ({type(shown).__name__})"
+    if isinstance(value, int | float) and not isinstance(value, bool) and "str" in _describe(hint):
+        message += f"; a text that looks like a number needs quotes on the command line: {path}=\"'{value}'\""
+    return message

@@ -1,0 +1,88 @@
+"""check_config_types: wrong value types name their full key; every shipped config passes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from omegaconf import DictConfig, OmegaConf
+
+from ocr.utils.config_types import ConfigValueTypeError, check_config_types
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+Compose = Callable[[str, list[str], Path], DictConfig]
+
+
+def _problems(cfg: DictConfig) -> list[str]:
+    with pytest.raises(ConfigValueTypeError) as info:
+        check_config_types(cfg)
+    return str(info.value).splitlines()[1:]
+
+
+def test_every_wrong_type_is_named_by_its_full_key_at_once(compose_cfg: Compose, tmp_path: Path) -> None:
+    overrides = [
+        "data.batch_size=abc",
+        "data.targets.min_text_size=x",  # an item of a Mapping[str, float]
+        "data.train_transform.scale_range=[1,a]",  # an item of a tuple, inside a nested _target_
+        "trainer.max_steps=1.5",
+        "trainer.check_val_every_n_epoch=true",  # a bool is not an int to a config reader
+        "model.encoder.pretrained=yes",
+        "optimizer.lr=fast",  # reached twice (module.optimizer is ${optimizer}): named once
+    ]
+    problems = _problems(compose_cfg("train", overrides, tmp_path))
+    assert sorted(p.strip() for p in problems) == [
+        "data.batch_size: expected int, got 'abc' (str)",
+        "data.targets.min_text_size: expected float, got 'x' (str)",
+        "data.train_transform.scale_range[1]: expected float, got 'a' (str)",
+        "model.encoder.pretrained: expected bool, got 'yes' (str)",
+        "optimizer.lr: expected float or Tensor, got 'fast' (str)",
+        "trainer.check_val_every_n_epoch: expected int or null, got True (bool)",
+        "trainer.max_steps: expected int, got 1.5 (float)",
+    ]
+
+
+def test_optional_and_numeric_values(compose_cfg: Compose, tmp_path: Path) -> None:
+    check_config_types(compose_cfg("train", ["data.cache_dir=null", "data.min_polygon_size=2"], tmp_path))
+    [problem] = _problems(compose_cfg("train", ["data.cache_dir=2024"], tmp_path))
+    assert "data.cache_dir: expected str or null, got 2024 (int)" in problem
+    assert "data.cache_dir=\"'2024'\"" in problem  # how to pass a number as text
+
+
+def test_a_node_without_a_target_or_an_unloadable_target_is_not_judged() -> None:
+    cfg = OmegaConf.create(
+        {"seed": "x", "gone": {"_target_": "no.such.module.Thing", "size": "abc"}, "paths": {"a": 1}}
+    )
+    check_config_types(cfg)
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def test_every_shipped_config_passes(compose_cfg: Compose, tmp_path: Path) -> None:
+    groups = [
+        "data",
+        "model",
+        "hardware",
+        "performance",
+        "logger",
+        "callbacks",
+        "experiment",
+        "debug",
+        "scheduler",
+    ]
+    runs = [("train", [f"{group}={option}"]) for group in groups for option in _options(group)]
+    runs += [("test", ["ckpt=x.ckpt"]), ("predict", ["ckpt=x.ckpt", "image_dir=d"]), ("evaluate", [])]
+    for name, overrides in runs:
+        check_config_types(compose_cfg(name, overrides, tmp_path))
+
+
+def test_the_train_runner_names_the_key_and_leaves_a_failure(
+    tmp_path: Path, compose_cfg: Compose, runner_module: Callable[[str], ModuleType]
+) -> None:
+    cfg = compose_cfg("train", ["data.batch_size=abc"], tmp_path / "run")
+    with pytest.raises(TypeError, match=r"data\.batch_size: expected int, got 'abc' \(str\)"):
+        runner_module("train").train(cfg)
+    assert "data.batch_size" in (tmp_path / "run" / ".FAILURE").read_text()
