@@ -158,7 +158,7 @@ def scan_split(
             if _size_disagrees(record, header):
                 report.size_mismatch.append(name)
                 mismatches.append(
-                    f"{name}: {record.img_w}x{record.img_h} recorded, "
+                    f"{name}: {record.img_w or '?'}x{record.img_h or '?'} recorded, "
                     f"{header.orig_width}x{header.orig_height} decoded"
                 )
             entries.append(_entry(record, header, exif_mode, min_polygon_size, report))
