@@ -22,20 +22,20 @@ from ocr.data.dataset import IMAGE_SUFFIXES
 
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
+PredictCfg = Callable[..., DictConfig]
 RANKS_TIMEOUT_S = 300
 
 
-def _predict_cfg(
-    trained_run: tuple[Path, Path],
-    image_dir: Path,
-    out: Path,
-    tiny_run: list[str],
-    compose_cfg: Compose,
-    *extra: str,
-) -> DictConfig:
-    run, _ = trained_run
-    overrides = [*tiny_run, f"ckpt={run / 'checkpoints' / 'last.ckpt'}", f"image_dir={image_dir}"]
-    return compose_cfg("predict", [*overrides, "overlays=true", *extra], out)
+@pytest.fixture
+def predict_cfg(trained_run: tuple[Path, Path], tiny_run: list[str], compose_cfg: Compose) -> PredictCfg:
+    """``predict_cfg(image_dir, out_dir, *overrides)``: the predict config for the shared checkpoint."""
+    ckpt = trained_run[0] / "checkpoints" / "last.ckpt"
+
+    def make(image_dir: Path, out: Path, *extra: str) -> DictConfig:
+        overrides = [*tiny_run, f"ckpt={ckpt}", f"image_dir={image_dir}", "overlays=true", *extra]
+        return compose_cfg("predict", overrides, out)
+
+    return make
 
 
 def _rows(path: str | Path) -> dict[str, str]:
@@ -44,16 +44,12 @@ def _rows(path: str | Path) -> dict[str, str]:
 
 
 def test_predict_refuses_a_folder_without_images(
-    trained_run: tuple[Path, Path],
-    tmp_path: Path,
-    tiny_run: list[str],
-    compose_cfg: Compose,
-    runner_module: Runner,
+    predict_cfg: PredictCfg, tmp_path: Path, runner_module: Runner
 ) -> None:
     image_dir = tmp_path / "empty"
     image_dir.mkdir()
     (image_dir / "notes.txt").write_text("not an image")
-    cfg = _predict_cfg(trained_run, image_dir, tmp_path / "out", tiny_run, compose_cfg)
+    cfg = predict_cfg(image_dir, tmp_path / "out")
     with pytest.raises(FileNotFoundError) as err:
         runner_module("predict").predict(cfg)
     assert f"image_dir={image_dir}: no images found" in str(err.value)
@@ -63,10 +59,9 @@ def test_predict_refuses_a_folder_without_images(
 
 
 def test_predict_overlays_skip_unreadable_images_and_mirror_subfolders(
+    predict_cfg: PredictCfg,
     trained_run: tuple[Path, Path],
     tmp_path: Path,
-    tiny_run: list[str],
-    compose_cfg: Compose,
     runner_module: Runner,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -76,7 +71,7 @@ def test_predict_overlays_skip_unreadable_images_and_mirror_subfolders(
         (image_dir / folder).mkdir(parents=True)
         shutil.copy(image, image_dir / folder / "receipt.jpg")
     (image_dir / "a" / "broken.jpg").write_bytes(source[0].read_bytes()[:100])  # a truncated JPEG
-    cfg = _predict_cfg(trained_run, image_dir, tmp_path / "out", tiny_run, compose_cfg)
+    cfg = predict_cfg(image_dir, tmp_path / "out")
     with caplog.at_level(logging.WARNING):
         paths = runner_module("predict").predict(cfg)
     assert set(_rows(paths["submission"])) == {"a/broken.jpg", "a/receipt.jpg", "b/receipt.jpg"}
@@ -106,19 +101,17 @@ def _predict_on_rank(
 
 
 def test_predict_under_ddp_writes_every_image_once_on_rank_zero(
+    predict_cfg: PredictCfg,
     trained_run: tuple[Path, Path],
     tmp_path: Path,
-    tiny_run: list[str],
-    compose_cfg: Compose,
     runner_module: Runner,
 ) -> None:
     image_dir = trained_run[1] / "images" / "test"
     # Thresholds of 0 turn each whole image into one box, so every row depends on its own image's size.
     boxes = ("postprocess.thresh=0", "postprocess.box_thresh=0")
     predict = runner_module("predict").predict
-    single = predict(_predict_cfg(trained_run, image_dir, tmp_path / "single", tiny_run, compose_cfg, *boxes))
-    ddp = _predict_cfg(trained_run, image_dir, tmp_path / "ddp", tiny_run, compose_cfg, *boxes)
-    ddp.trainer.devices, ddp.trainer.strategy = 2, "ddp"
+    single = predict(predict_cfg(image_dir, tmp_path / "single", *boxes))
+    ddp = predict_cfg(image_dir, tmp_path / "ddp", *boxes, "trainer.devices=2", "trainer.strategy=ddp")
     # fork reuses this process's imported torch and Lightning (spawn would re-import them per rank)
     # and hands the ranks the runner without pickling it.
     args = (2, predict, ddp, str(tmp_path))
