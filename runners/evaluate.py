@@ -4,7 +4,8 @@
         pred=outputs/predict/<run>/submission.csv [mode=upstream] [out_dir=...]
 
 The last stdout line is ``{"precision": ..., "recall": ..., "hmean": ..., "num_images": ...}``; per-image
-results go to ``cleval_per_image.csv`` in the run directory (or ``out_dir=``).
+results go to ``cleval_per_image.csv`` in the run directory (or ``out_dir=``). Prediction names match GT
+names exactly, or else after stripping folders (logged); files with no name in common are an error.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Predict a folder of images: submission CSV (one row per image), predictions JSON, optional overlays.
 
 uv run runners/predict.py ckpt=outputs/train/<run>/checkpoints/last.ckpt image_dir=path/to/images
+
+A folder without image files is an error (exit 1) that names it and the extensions looked for. An
+unreadable image gets an empty row and no overlay. Under DDP, rank 0 gathers and writes everything.
 """
 
 from __future__ import annotations
@@ -18,21 +21,32 @@ quiet_third_party()
 
 @task_wrapper
 def predict(cfg: DictConfig) -> dict[str, str]:
-    """Run the checkpoint over ``image_dir``; returns the paths written."""
+    """Run the checkpoint over ``image_dir``; returns the paths written (empty on ranks other than 0)."""
     from ocr.lightning_modules.loading import restore_for_inference
-    from ocr.lightning_modules.prediction_io import save_overlays, save_predictions
+    from ocr.lightning_modules.prediction_io import (
+        gather_predictions,
+        require_images,
+        save_overlays,
+        save_predictions,
+    )
 
     directory = run_dir(cfg)
     save_config(cfg, directory)
-    module, trainer = restore_for_inference(cfg, metric=None)
     # No synthetic generation when predicting; root is read first, as it may interpolate data.synthetic.
     datamodule = instantiate(cfg.data, root=cfg.data.root, predict_image_dir=cfg.image_dir, synthetic=None)
-    predictions = [p for batch in trainer.predict(module, datamodule=datamodule) for p in batch]
+    datamodule.setup("predict")
+    require_images(datamodule.datasets["predict"])
+    module, trainer = restore_for_inference(cfg, metric=None)
+    # Under DDP each rank predicts its share of the images; rank 0 writes them all, once.
+    batches = trainer.predict(module, datamodule=datamodule, return_predictions=True)
+    predictions = gather_predictions([p for batch in batches for p in batch])
+    if predictions is None:
+        return {}
     paths = save_predictions(predictions, directory)
     if cfg.overlays:
-        paths["overlays"] = str(
-            save_overlays(predictions, cfg.image_dir, directory / "overlays", cfg.max_overlays)
-        )
+        report = save_overlays(predictions, cfg.image_dir, directory / "overlays", cfg.max_overlays)
+        paths["overlays"] = str(report.directory)
+        print(f"overlays: {report.written} written, {len(report.unreadable)} images unreadable")
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     print(f"Run directory: {directory}")

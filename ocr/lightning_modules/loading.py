@@ -25,29 +25,71 @@ __all__ = [
 # Data settings that change what the network sees at evaluation time.
 EVAL_KEYS = ("root", "eval_transform.long_side", "eval_transform.mean", "eval_transform.std")
 
+# torch.save writes zip archives (since torch 1.6); how far into a refused file to look.
+_ZIP_MAGIC = b"PK\x03\x04"
+_HEAD_BYTES = 256
+
 log = logging.getLogger(__name__)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a Lightning checkpoint on the CPU.
+    """Load a checkpoint written by ``runners/train.py`` on the CPU (what test and predict start from).
 
     Raises:
-        FileNotFoundError: naming the path when it does not exist.
-        ValueError: when the file is not a checkpoint written by this project.
+        FileNotFoundError: naming the path when it is not a file.
+        ValueError: naming the path and what the file is instead of such a checkpoint: empty,
+            a truncated or corrupt zip archive, a text file, other bytes, or an object without the
+            weights and run config (a bare state dict, a Lightning checkpoint from elsewhere, ...).
     """
     path = Path(path)
     if not path.is_file():
+        what = "a directory" if path.is_dir() else "no such file"
         raise FileNotFoundError(
-            f"ckpt: no checkpoint at {path} (pass ckpt=<run dir>/checkpoints/<name>.ckpt)"
+            f"ckpt={path}: expected a checkpoint file, got {what} "
+            "(pass ckpt=<run dir>/checkpoints/<name>.ckpt)"
         )
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    missing = [k for k in ("state_dict", "ocr_config") if k not in checkpoint]
-    if missing:
-        raise ValueError(
-            f"{path}: expected a checkpoint from runners/train.py with keys {missing}, "
-            f"got keys {sorted(checkpoint)}"
-        )
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # unpickling raises anything from EOFError to ValueError
+        raise ValueError(f"ckpt={path}: {_unloadable(path)}; torch.load said: {exc}") from None
+    problem = _not_a_run_checkpoint(checkpoint)
+    if problem:
+        raise ValueError(f"ckpt={path}: expected a checkpoint written by runners/train.py, got {problem}")
     return checkpoint
+
+
+def _unloadable(path: Path) -> str:
+    """What a file that ``torch.load`` refused is, judged from its first bytes."""
+    with path.open("rb") as f:
+        head = f.read(_HEAD_BYTES)
+    if not head:
+        return "an empty file (0 bytes), not a checkpoint"
+    if head.startswith(_ZIP_MAGIC):
+        return (
+            f"a truncated or corrupt zip archive ({path.stat().st_size} bytes; checkpoints are zip "
+            "archives: was the save or the copy interrupted?)"
+        )
+    # Binary data shows control bytes within a few hundred bytes; "ignore" copes with a cut UTF-8 tail.
+    text = head.decode("utf-8", errors="ignore")
+    if text and all(c.isprintable() or c.isspace() for c in text):
+        return f"a text file, not a PyTorch checkpoint (it starts with {text[:40]!r})"
+    return f"not a PyTorch checkpoint (it starts with the bytes {head[:16]!r})"
+
+
+def _not_a_run_checkpoint(checkpoint: object) -> str | None:
+    """None for a checkpoint with weights and run config; else what the loaded object is instead."""
+    if not isinstance(checkpoint, dict):
+        return f"a pickled {type(checkpoint).__name__}, not a checkpoint dict"
+    if "state_dict" in checkpoint and "ocr_config" in checkpoint:
+        return None
+    if checkpoint and all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        return (
+            f"a bare state dict ({len(checkpoint)} tensors) without the run config the network is "
+            "rebuilt from"
+        )
+    if "state_dict" in checkpoint:
+        return "a checkpoint without the run config ('ocr_config'; not saved by this project's training)"
+    return f"a dict without 'state_dict' and 'ocr_config' (keys: {sorted(map(str, checkpoint))[:10]})"
 
 
 def weights_free_model_config(model_cfg: DictConfig) -> DictConfig:

@@ -4,18 +4,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
+import torch.distributed as dist
 
 from ocr.data.annotations import ImageRecord, Word, save_annotations
-from ocr.data.images import read_image
+from ocr.data.dataset import IMAGE_SUFFIXES, ImageFolderDataset
+from ocr.data.images import ImageReadError, read_image
 from ocr.lightning_modules.detection_module import Prediction
 from ocr.utils.io import atomic_write_bytes
 from ocr.utils.submission import write_submission_csv
 from ocr.utils.visualize import draw_polygons
 
-__all__ = ["save_predictions", "save_overlays", "to_records"]
+__all__ = [
+    "OverlayReport",
+    "gather_predictions",
+    "require_images",
+    "save_predictions",
+    "save_overlays",
+    "to_records",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +55,70 @@ def save_predictions(predictions: Sequence[Prediction], directory: Path) -> dict
     return {"submission": str(csv_path), "predictions": str(json_path)}
 
 
+@dataclass(frozen=True)
+class OverlayReport:
+    """Where the overlays went, how many were written and which images could not be read."""
+
+    directory: Path
+    written: int
+    unreadable: list[str]
+
+
+def require_images(dataset: ImageFolderDataset) -> None:
+    """Fail before loading the model when the predict folder holds no image files.
+
+    Raises:
+        FileNotFoundError: naming the folder and the extensions looked for.
+    """
+    if len(dataset) == 0:
+        raise FileNotFoundError(
+            f"image_dir={dataset.image_dir}: no images found (looked recursively for files ending in "
+            f"{', '.join(IMAGE_SUFFIXES)}, any case)"
+        )
+
+
+def gather_predictions(predictions: list[Prediction]) -> list[Prediction] | None:
+    """Every rank's predictions on global rank 0, in image-name order (the order of a single-process
+    run); None on the other ranks. Without a process group, ``predictions`` as they are."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return predictions
+    rank, world = dist.get_rank(), dist.get_world_size()
+    shards: list[list[Prediction] | None] | None = [None] * world if rank == 0 else None
+    dist.gather_object(predictions, shards, dst=0)
+    if rank != 0:
+        return None
+    merged = {p["image_id"]: p for shard in shards or [] for p in shard or []}
+    log.info("Gathered predictions for %d images from %d ranks on rank 0", len(merged), world)
+    return [merged[name] for name in sorted(merged)]
+
+
 def save_overlays(
     predictions: Sequence[Prediction], image_dir: str | Path, out_dir: Path, limit: int
-) -> Path:
-    """Draw predicted polygons over the first ``limit`` original images as PNGs."""
+) -> OverlayReport:
+    """Draw predicted polygons over the first ``limit`` original images as PNGs.
+
+    An overlay goes to ``out_dir/<image path relative to image_dir>.png`` (subfolders mirrored, so
+    ``a/x.jpg`` and ``b/x.jpg`` keep one each). An image that cannot be read gets no overlay; such
+    images are counted and named in one warning.
+    """
+    written, unreadable = 0, []
     for pred in predictions[:limit]:
-        image = read_image(Path(image_dir) / pred["image_id"]).image
+        try:
+            image = read_image(Path(image_dir) / pred["image_id"]).image
+        except ImageReadError:
+            unreadable.append(pred["image_id"])
+            continue
         canvas = draw_polygons(image, pred["polygons"])
         ok, png = cv2.imencode(".png", cv2.cvtColor(canvas, cv2.COLOR_RGB2BGR))
-        if ok:
-            atomic_write_bytes(out_dir / f"{Path(pred['image_id']).stem}.png", png.tobytes())
-    return out_dir
+        if not ok:
+            raise ValueError(f"{pred['image_id']}: OpenCV could not encode its overlay as PNG")
+        atomic_write_bytes(out_dir / f"{pred['image_id']}.png", png.tobytes())
+        written += 1
+    if unreadable:
+        log.warning(
+            "overlays: %d of %d images could not be read and have no overlay: %s",
+            len(unreadable),
+            min(limit, len(predictions)),
+            ", ".join(unreadable[:10]) + (", ..." if len(unreadable) > 10 else ""),
+        )
+    return OverlayReport(out_dir, written, unreadable)

@@ -19,6 +19,7 @@ from ocr.utils.submission import read_submission_csv
 
 __all__ = [
     "load_predictions",
+    "match_prediction_names",
     "sanitized_ground_truth",
     "evaluate_files",
     "write_image_results",
@@ -80,8 +81,9 @@ def evaluate_files(
     records = load_annotations(gt_path)
     preds = load_predictions(pred_path)
     names = list(records)
-    missing = [n for n in names if n not in preds]
-    extra = [n for n in preds if n not in records]
+    matched = match_prediction_names(names, list(preds), gt_path, pred_path)
+    missing = [n for n in names if n not in matched]
+    extra = sorted(set(preds) - set(matched.values()))
     if missing:
         log.warning(
             "%d of %d GT images have no row in %s (scored as no detections), e.g. %s",
@@ -96,7 +98,7 @@ def evaluate_files(
         )
     ground_truth = [sanitized_ground_truth(records[n], min_polygon_size) for n in names]
     result = evaluate_dataset(
-        [preds.get(n, []) for n in names],
+        [preds[matched[n]] if n in matched else [] for n in names],
         [polygons for polygons, _, _ in ground_truth],
         [ignore for _, ignore, _ in ground_truth],
         [texts for _, _, texts in ground_truth],
@@ -104,6 +106,52 @@ def evaluate_files(
         names=names,
     )
     return names, result
+
+
+def match_prediction_names(
+    gt_names: Sequence[str], pred_names: Sequence[str], gt_path: str | Path, pred_path: str | Path
+) -> dict[str, str]:
+    """GT name -> prediction name: equal names, else equal names after stripping folders on both sides
+    (``images/test/x.jpg`` matches ``x.jpg``) when that pairing is one to one, which is logged.
+
+    Raises:
+        ValueError: both files name images and not one name matches, showing an example of each.
+    """
+    matched = {n: n for n in set(gt_names).intersection(pred_names)}
+    gt_left = [n for n in gt_names if n not in matched]
+    pred_left = [n for n in pred_names if n not in matched]
+    gt_by_base, pred_by_base = _by_base_name(gt_left), _by_base_name(pred_left)
+    stripped = {
+        gts[0]: pred_by_base[base][0]
+        for base, gts in gt_by_base.items()
+        if len(gts) == 1 and len(pred_by_base.get(base, ())) == 1
+    }
+    if stripped:
+        example = next(iter(stripped.items()))
+        log.info(
+            "%d prediction names match GT names only without their folders and are scored as such, "
+            "e.g. %r (%s) -> %r (%s)",
+            len(stripped),
+            example[1],
+            pred_path,
+            example[0],
+            gt_path,
+        )
+    matched.update(stripped)
+    if not matched and gt_names and pred_names:
+        raise ValueError(
+            f"pred={pred_path}: none of its {len(pred_names)} image names matches one of the "
+            f"{len(gt_names)} in gt={gt_path}, even without folders: e.g. {pred_names[0]!r} in the "
+            f"predictions, {gt_names[0]!r} in the ground truth"
+        )
+    return matched
+
+
+def _by_base_name(names: Sequence[str]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(name.replace("\\", "/").rsplit("/", 1)[-1], []).append(name)
+    return groups
 
 
 def write_image_results(path: str | Path, names: Sequence[str], images: Sequence[ImageResult]) -> Path:

@@ -4,43 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-import pytest
 import torch
 from omegaconf import DictConfig
 
-REPO = Path(__file__).resolve().parents[2]
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
-
-
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory: pytest.TempPathFactory, tiny_run: list[str]) -> tuple[Path, Path]:
-    tmp = tmp_path_factory.mktemp("e2e")
-    data_root = tmp / "synthetic"
-    run = tmp / "train"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
-    cmd = [
-        sys.executable,
-        "runners/train.py",
-        *tiny_run,
-        f"data.root={data_root}",
-        f"hydra.run.dir={run}",
-        "trainer.max_steps=3",
-        "trainer.max_epochs=3",
-        "trainer.log_every_n_steps=1",
-        "logger=csv",
-    ]
-    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    assert f"Run directory: {run}" in result.stdout
-    return run, data_root
 
 
 def test_train_leaves_checkpoints_metadata_and_success(trained_run: tuple[Path, Path]) -> None:

@@ -75,3 +75,36 @@ def pytest_approx(value: float):
     import pytest
 
     return pytest.approx(value, abs=1e-9)
+
+
+def _one_word_gt(tmp_path: Path, names: list[str]) -> np.ndarray:
+    word = [[10, 10], [110, 10], [110, 30], [10, 30]]
+    gt = {"images": {name: {"words": {"0001": {"points": word}}} for name in names}}
+    (tmp_path / "gt.json").write_text(json.dumps(gt))
+    return np.array(word)
+
+
+def test_evaluate_matches_prediction_names_after_stripping_folders(tmp_path: Path) -> None:
+    word = _one_word_gt(tmp_path, ["a.jpg", "b.jpg"])
+    write_submission_csv(tmp_path / "sub.csv", {"images/test/a.jpg": [word], "images/test/b.jpg": [word]})
+    proc = _run(tmp_path, "gt=gt.json", "pred=sub.csv")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+        "precision": 1.0,
+        "recall": 1.0,
+        "hmean": 1.0,
+        "num_images": 2,
+    }
+    assert "2 prediction names match GT names only without their folders" in proc.stdout
+    assert "'images/test/a.jpg' (sub.csv) -> 'a.jpg' (gt.json)" in proc.stdout
+
+
+def test_evaluate_fails_when_no_prediction_name_matches(tmp_path: Path) -> None:
+    word = _one_word_gt(tmp_path, ["a.jpg", "b.jpg"])
+    write_submission_csv(tmp_path / "sub.csv", {"images/test/x.png": [word], "y.png": []})
+    proc = _run(tmp_path, "gt=gt.json", "pred=sub.csv")
+    assert proc.returncode != 0
+    assert (
+        "pred=sub.csv: none of its 2 image names matches one of the 2 in gt=gt.json, even without "
+        "folders: e.g. 'images/test/x.png' in the predictions, 'a.jpg' in the ground truth"
+    ) in proc.stderr

@@ -1,0 +1,57 @@
+"""runners/test.py and runners/predict.py name a checkpoint file that cannot be used, and what it is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from omegaconf import DictConfig
+
+Compose = Callable[[str, list[str], Path], DictConfig]
+Runner = Callable[[str], ModuleType]
+
+
+def _truncated_checkpoint(path: Path) -> Path:
+    torch.save({"state_dict": {"w": torch.zeros(4096)}, "ocr_config": {}}, path)
+    path.write_bytes(path.read_bytes()[:2000])
+    return path
+
+
+@pytest.mark.parametrize("kind", ["truncated", "text"])
+def test_test_runner_names_a_checkpoint_it_cannot_load(
+    kind: str, tmp_path: Path, tiny_run: list[str], compose_cfg: Compose, runner_module: Runner
+) -> None:
+    ckpt = tmp_path / "last.ckpt"
+    if kind == "truncated":
+        _truncated_checkpoint(ckpt)
+    else:
+        ckpt.write_text("epoch=3 step=120\n")
+    cfg = compose_cfg("test", [*tiny_run, f"ckpt={ckpt}"], tmp_path / "run")
+    expected = {
+        "truncated": "a truncated or corrupt zip archive",
+        "text": "a text file, not a PyTorch checkpoint",
+    }
+    with pytest.raises(ValueError, match=f"ckpt={ckpt}: {expected[kind]}"):
+        runner_module("test").evaluate(cfg)
+    assert (tmp_path / "run" / ".FAILURE").is_file()
+
+
+def test_predict_runner_names_a_state_dict_without_run_config(
+    tmp_path: Path, tiny_run: list[str], compose_cfg: Compose, runner_module: Runner
+) -> None:
+    ckpt = tmp_path / "weights.pt"
+    torch.save({"conv.weight": torch.zeros(3)}, ckpt)
+    (tmp_path / "images").mkdir()
+    cv2.imwrite(str(tmp_path / "images" / "x.png"), np.zeros((8, 8, 3), np.uint8))
+    cfg = compose_cfg(
+        "predict", [*tiny_run, f"ckpt={ckpt}", f"image_dir={tmp_path / 'images'}"], tmp_path / "run"
+    )
+    with pytest.raises(
+        ValueError, match=f"ckpt={ckpt}: expected a checkpoint written by runners/train.py, got a bare"
+    ):
+        runner_module("predict").predict(cfg)
