@@ -12,6 +12,7 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from ocr.utils.config_types import check_config_types
 from ocr.utils.hardware import register_resolvers
 from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
 
@@ -30,6 +31,7 @@ def predict(cfg: DictConfig) -> dict[str, str]:
         save_predictions,
     )
 
+    check_config_types(cfg)
     directory = run_dir(cfg)
     save_config(cfg, directory)
     # No synthetic generation when predicting; root is read first, as it may interpolate data.synthetic.

@@ -10,6 +10,7 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from ocr.utils.config_types import check_config_types
 from ocr.utils.hardware import register_resolvers
 from ocr.utils.runner import format_metrics, quiet_third_party, run_dir, save_config, task_wrapper
 
@@ -23,6 +24,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     from ocr.lightning_modules.loading import restore_for_inference
     from ocr.utils.io import atomic_write_json
 
+    check_config_types(cfg)
     if cfg.split not in ("val", "test"):
         raise ValueError(f"split: expected 'val' or 'test', got {cfg.split!r}")
     directory = run_dir(cfg)

@@ -79,10 +79,23 @@ def test_every_shipped_config_passes(compose_cfg: Compose, tmp_path: Path) -> No
         check_config_types(compose_cfg(name, overrides, tmp_path))
 
 
-def test_the_train_runner_names_the_key_and_leaves_a_failure(
-    tmp_path: Path, compose_cfg: Compose, runner_module: Callable[[str], ModuleType]
+@pytest.mark.parametrize(
+    ("runner", "task", "extra"),
+    [
+        ("train", "train", []),
+        ("test", "evaluate", ["ckpt=missing.ckpt"]),
+        ("predict", "predict", ["ckpt=x", "image_dir=x"]),
+    ],
+)
+def test_each_runner_names_the_key_and_leaves_a_failure(
+    tmp_path: Path,
+    compose_cfg: Compose,
+    runner_module: Callable[[str], ModuleType],
+    runner: str,
+    task: str,
+    extra: list[str],
 ) -> None:
-    cfg = compose_cfg("train", ["data.batch_size=abc"], tmp_path / "run")
+    cfg = compose_cfg(runner, ["data.batch_size=abc", *extra], tmp_path / "run")
     with pytest.raises(TypeError, match=r"data\.batch_size: expected int, got 'abc' \(str\)"):
-        runner_module("train").train(cfg)
+        getattr(runner_module(runner), task)(cfg)
     assert "data.batch_size" in (tmp_path / "run" / ".FAILURE").read_text()
