@@ -1,0 +1,288 @@
+"""Per-box quantities of competition-mode CLEval, as the receipt competition's scorer computes them.
+
+That scorer (docs/metrics.md) reads every box as a polygon of float32 coordinates:
+- its aspect ratio is length_orthogonal / length_parallel of a minimum-area rectangle found by trying each
+  convex-hull edge in the order scipy's qhull lists the hull; ties go to the first edge, so an axis-aligned
+  rectangle is read along whichever of its sides qhull lists first. That order is reproduced here from
+  qhull's initial simplex (checked against scipy on thousands of quads, tests/metrics);
+- a box that is flat after rounding to integers, or whose hull qhull rejects, gets aspect ratio 0;
+- the float32 arithmetic is kept, so values on a rounding boundary fall the same way;
+- pseudo-character centres interpolate the first half of the points (top edge) and the second half
+  reversed (bottom edge), truncating the interpolated points to integers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "COMPETITION_MAX_CHARS",
+    "COMPETITION_MIN_POINTS",
+    "min_area_aspect_ratios",
+    "pseudo_char_counts",
+    "fp_char_counts",
+    "pseudo_char_centres",
+]
+
+COMPETITION_MAX_CHARS = 100
+COMPETITION_MIN_POINTS = 4  # the scorer skips polygons with fewer points
+_EPS32 = np.finfo(np.float32).eps
+_RATIO_MAXSIMPLEX = 1e-3  # qhull's qh_RATIOmaxsimplex: a narrower initial triangle makes it search all points
+
+F64 = npt.NDArray[np.float64]
+F32 = npt.NDArray[np.float32]
+IntArr = npt.NDArray[np.intp]
+
+# Start vertex of the hull listing: [head facet][flipped] -> simplex slot (0 minx, 1 maxx, 2 third), for the
+# facets (maxx, minx), (third, minx), (third, maxx) in qhull's facet-list order.
+_START_SLOT = np.array([[1, 0], [0, 2], [2, 1]])
+
+
+def _cross(o: F64, a: F64, b: F64) -> F64:
+    return (a[..., 0] - o[..., 0]) * (b[..., 1] - o[..., 1]) - (a[..., 1] - o[..., 1]) * (
+        b[..., 0] - o[..., 0]
+    )
+
+
+def _qhull_det(p_min: F64, p_max: F64, p: F64) -> F64:
+    """|det| qhull ranks candidate third vertices by (its qh_detsimplex operand order)."""
+    a, b = p_min - p, p_max - p
+    return np.abs(a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0])
+
+
+def _initial_simplex(pts: F64) -> tuple[IntArr, IntArr, IntArr]:
+    """(n,) indices of qhull's initial triangle (min x, max x, third) for (n, K, 2) points.
+
+    Ties go to the first point; the third is the larger-|det| of the min-y and max-y points (min-y on a
+    tie) unless both are taken or the triangle is too narrow, then the first point in input order whose
+    |det| beats the best so far and exceeds 1 % of x-extent x widest extent, else the largest.
+    """
+    n, k = pts.shape[:2]
+    rows = np.arange(n)
+    minx, maxx = pts[..., 0].argmin(axis=1), pts[..., 0].argmax(axis=1)
+    p_min, p_max = pts[rows, minx], pts[rows, maxx]
+    target = (p_max[:, 0] - p_min[:, 0]) * np.ptp(pts, axis=1).max(axis=1)
+    third = np.full(n, -1)
+    best = np.full(n, -1.0)
+    for cand in (pts[..., 1].argmin(axis=1), pts[..., 1].argmax(axis=1)):
+        det = np.where((cand != minx) & (cand != maxx), _qhull_det(p_min, p_max, pts[rows, cand]), -1.0)
+        better = det > best
+        third, best = np.where(better, cand, third), np.where(better, det, best)
+    searching = (third < 0) | (best < _RATIO_MAXSIMPLEX * target)
+    mindet = 10 * _RATIO_MAXSIMPLEX * target
+    for i in range(k):
+        det = _qhull_det(p_min, p_max, pts[:, i])
+        better = searching & (i != minx) & (i != maxx) & (det > best)
+        third, best = np.where(better, i, third), np.where(better, det, best)
+        searching &= ~(better & (det > mindet))
+    return minx, maxx, third
+
+
+def _quad_cycles(quads: F64) -> tuple[F64, IntArr]:
+    """Hull of (n, 4, 2) quads with no three collinear points, as qhull lists it.
+
+    Returns:
+        (n, 4, 2) hull vertices counter-clockwise (positive shoelace area) from qhull's first vertex,
+        padded with the first vertex, and (n,) vertex counts (3 or 4).
+    """
+    n = len(quads)
+    rows = np.arange(n)
+    minx, maxx, third = _initial_simplex(quads)
+    last = 6 - minx - maxx - third
+    simplex = np.stack([minx, maxx, third], axis=1)
+    tri = quads[rows[:, None], simplex]  # (n, 3, 2)
+    d = quads[rows, last]
+    flipped = _cross(tri[:, 1], tri[:, 0], tri[:, 2]) < 0
+    # Facet (a, b) opposite vertex c is visible from the fourth point when it lies across the line ab.
+    facets = ((1, 0, 2), (2, 0, 1), (2, 1, 0))
+    visible = np.stack(
+        [
+            np.sign(_cross(tri[:, a], tri[:, b], d)) != np.sign(_cross(tri[:, a], tri[:, b], tri[:, c]))
+            for a, b, c in facets
+        ],
+        axis=1,
+    )
+    head = np.argmax(~visible, axis=1)  # the fourth point sees at most two of the three edges
+    start = simplex[rows, _START_SLOT[head, flipped.astype(int)]]
+    # A triangle vertex leaves the hull when both its edges are visible; the fourth point joins when any is.
+    on_hull = np.ones((n, 4), dtype=bool)
+    slot_facets = ((0, 1), (0, 2), (1, 2))
+    for slot, (f, g) in enumerate(slot_facets):
+        on_hull[rows, simplex[:, slot]] = ~(visible[:, f] & visible[:, g])
+    on_hull[rows, last] = visible.any(axis=1)
+    count = on_hull.sum(axis=1)
+    centre = (quads * on_hull[..., None]).sum(axis=1) / count[:, None]
+    angle = np.where(
+        on_hull, np.arctan2(quads[..., 1] - centre[:, None, 1], quads[..., 0] - centre[:, None, 0]), np.inf
+    )
+    order = np.argsort(angle, axis=1)
+    shift = np.argmax(order == start[:, None], axis=1)
+    slots = (shift[:, None] + np.arange(4)[None, :]) % count[:, None]
+    cycle = quads[rows[:, None], np.take_along_axis(order, slots, axis=1)]
+    return cycle, count
+
+
+def _hull_ccw(points: F64) -> F64:
+    """Convex hull vertices counter-clockwise (positive shoelace area), collinear points left out."""
+    pts = np.unique(points, axis=0)  # sorted by x, then y
+    if len(pts) < 3:
+        return pts
+    chain: list[F64] = []
+    for seq in (pts, pts[::-1]):  # lower hull, then upper hull
+        part: list[F64] = []
+        for p in seq:
+            while len(part) >= 2 and _cross(part[-2], part[-1], p) <= 0:
+                part.pop()
+            part.append(p)
+        chain.extend(part[:-1])
+    return np.array(chain)
+
+
+def _polygon_cycle(points: F64) -> F64 | None:
+    """Hull of one polygon as qhull lists it, or None where qhull fails (flat point set).
+
+    The listing starts where qhull's first facet starts when one of its initial edges survives on the
+    hull (always for 4 points); otherwise qhull's later facet order decides and the hull is started at its
+    left-most vertex: then an exact tie between hull edges may be read differently from the scorer.
+    """
+    hull = _hull_ccw(points)
+    if len(hull) < 3:
+        return None
+    minx, maxx, third = (int(i[0]) for i in _initial_simplex(points[None]))
+    simplex = points[[minx, maxx, third]]
+    flipped = _cross(simplex[1], simplex[0], simplex[2]) < 0
+    nxt = np.roll(hull, -1, axis=0)
+    for facet, (a, b) in enumerate(((1, 0), (2, 0), (2, 1))):
+        ends = simplex[[a, b]]
+        for u, v in (ends, ends[::-1]):
+            if (np.all(hull == u, axis=1) & np.all(nxt == v, axis=1)).any():
+                first = simplex[_START_SLOT[facet, int(flipped)]]
+                return np.roll(hull, -int(np.flatnonzero(np.all(hull == first, axis=1))[0]), axis=0)
+    return hull
+
+
+def _min_area_sides(cycle: F64, count: IntArr) -> tuple[F32, F32]:
+    """(n,) float32 (length along, length across) the first hull edge whose bounding rectangle is smallest.
+
+    Args:
+        cycle: (n, M, 2) hull vertices in listing order, padded with hull vertices.
+        count: (n,) hull vertex counts.
+    """
+    pts = cycle.astype(np.float32)
+    m = cycle.shape[1]
+    nxt = np.take_along_axis(pts, ((np.arange(m)[None, :] + 1) % count[:, None])[..., None], axis=1)
+    step = nxt - pts  # (n, M, 2) edge vectors
+    back = pts - nxt
+    # math.sqrt of the float32 sum of squares, then float32 division, as in the scorer
+    length = np.sqrt((back[..., 0] * back[..., 0] + back[..., 1] * back[..., 1]).astype(np.float64))
+    length = length.astype(np.float32)
+    ux, uy = step[..., 0] / length, step[..., 1] / length  # (n, M)
+    x, y = pts[:, None, :, 0], pts[:, None, :, 1]  # (n, 1, M)
+    along = ux[..., None] * x + uy[..., None] * y  # (n, M edges, M points)
+    across = (-uy)[..., None] * x + ux[..., None] * y
+    len_p = along.max(axis=2) - along.min(axis=2)
+    len_o = across.max(axis=2) - across.min(axis=2)
+    area = np.where(np.arange(m)[None, :] < count[:, None], len_p * len_o, np.float32(np.inf))
+    best = area.argmin(axis=1)[:, None]
+    return np.take_along_axis(len_p, best, 1)[:, 0], np.take_along_axis(len_o, best, 1)[:, 0]
+
+
+def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
+    """(N,) float32 aspect ratios: across / along of each polygon's minimum-area rectangle, at most 100.
+
+    Args:
+        verts: (N, Kmax, 2) float32-valued polygons, each padded by repeating its last vertex.
+        counts: (N,) point counts (>= 4).
+
+    Returns:
+        0 where the polygon is flat after rounding to integers or all its points are collinear.
+    """
+    n = len(counts)
+    ar = np.zeros(n, dtype=np.float32)
+    if n == 0:
+        return ar
+    span = np.ptp(np.rint(verts), axis=1)  # padding repeats a vertex: spans unchanged
+    flat = (span == 0).any(axis=1)
+    quads = verts[:, :4]
+    pairs = ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3))
+    generic = (counts == 4) & ~flat
+    for a, b, c in pairs:
+        generic &= _cross(quads[:, a], quads[:, b], quads[:, c]) != 0
+    cycles = np.zeros((n, max(verts.shape[1], 4), 2))
+    hull_count = np.zeros(n, dtype=np.intp)
+    idx = np.flatnonzero(generic)
+    cycles[idx, :4], hull_count[idx] = _quad_cycles(quads[idx])
+    for i in np.flatnonzero(~generic & ~flat):
+        cycle = _polygon_cycle(verts[i, : counts[i]])
+        if cycle is not None:
+            cycles[i, : len(cycle)], cycles[i, len(cycle) :] = cycle, cycle[0]
+            hull_count[i] = len(cycle)
+    ok = hull_count >= 3
+    if ok.any():
+        len_p, len_o = _min_area_sides(cycles[ok], hull_count[ok])
+        ar[ok] = np.minimum(len_o / (len_p + _EPS32), np.float32(COMPETITION_MAX_CHARS))
+    return ar
+
+
+def pseudo_char_counts(ar: F32) -> npt.NDArray[np.int64]:
+    """Characters of every GT box: min(round(0.5 + max(ar, 1 / (ar + eps))), 100) in float32, half to even."""
+    value = np.float32(0.5) + np.maximum(ar, np.float32(1) / (ar + _EPS32))
+    return np.minimum(np.rint(value), COMPETITION_MAX_CHARS).astype(np.int64)
+
+
+def fp_char_counts(ar: F32) -> npt.NDArray[np.int64]:
+    """Characters an unmatched detection costs: min(round(0.5 + 1 / (eps + ar)), 100) in float32."""
+    value = np.float32(0.5) + np.float32(1) / (_EPS32 + ar)
+    return np.minimum(np.rint(value), COMPETITION_MAX_CHARS).astype(np.int64)
+
+
+def _chain_points(verts: F64, owner: IntArr, j: IntArr, counts: IntArr, n: IntArr, top: bool) -> F64:
+    """Point ``j`` of each centre's top (or bottom) chain in the scorer's interpolation.
+
+    The chain is the first half of the points (top) or the second half reversed (bottom); each of its
+    ``half - 1`` sections is cut into ``n`` steps, the inner cut points truncated to integers, and the
+    chain's last point closes it.
+    """
+    half = counts // 2
+    sections = half - 1
+    sec, step = np.divmod(j, n)
+    last = j == sections * n
+    kmax = verts.shape[1]
+    if top:
+        base, nxt, end = sec, sec + 1, half - 1
+    else:
+        base, nxt, end = counts - 1 - sec, counts - 2 - sec, half
+    start = verts[owner, np.clip(base, 0, kmax - 1)]
+    stop = verts[owner, np.clip(nxt, 0, kmax - 1)]
+    inner = np.trunc(start + ((stop - start) / n[:, None]) * step[:, None])
+    point = np.where((step == 0)[:, None], start, inner)
+    return np.where(last[:, None], verts[owner, end], point)
+
+
+def pseudo_char_centres(verts: F64, counts: IntArr, num_chars: npt.NDArray[np.int64]) -> tuple[F64, IntArr]:
+    """Pseudo-character centres of GT polygons, as the scorer places them.
+
+    Centre ``c`` of a GT with ``n`` characters averages chain points ``c * s`` and ``(c + 1) * s`` of its
+    top and bottom chains (``s`` = sections per chain): for a quad, the corners of the c-th of ``n`` equal
+    slices, inner corners truncated to integers.
+
+    Args:
+        verts: (G, Kmax, 2) polygons padded by repeating the last vertex.
+        counts: (G,) point counts (>= 4).
+        num_chars: (G,) characters per GT.
+
+    Returns:
+        (P, 2) centres grouped by GT in order, and (P,) the GT of each centre.
+    """
+    owner = np.repeat(np.arange(len(num_chars)), num_chars)
+    char = np.arange(owner.size) - np.repeat(np.cumsum(num_chars) - num_chars, num_chars)
+    k, n = counts[owner], num_chars[owner]
+    sections = k // 2 - 1
+    first, second = char * sections, (char + 1) * sections
+    parts = [
+        _chain_points(verts, owner, j, k, n, top)
+        for top, j in ((True, first), (True, second), (False, first), (False, second))
+    ]
+    # Summed left to right, as the scorer does, so a centre on a box edge falls the same way.
+    return (((parts[0] + parts[1]) + parts[2]) + parts[3]) / 4, owner
