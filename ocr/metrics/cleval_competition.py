@@ -176,7 +176,7 @@ def _min_area_sides(cycle: F64, count: IntArr) -> tuple[F32, F32]:
     back = pts - nxt
     # math.sqrt of the float32 sum of squares, then float32 division, as in the scorer
     length = np.sqrt((back[..., 0] * back[..., 0] + back[..., 1] * back[..., 1]).astype(np.float64))
-    length = length.astype(np.float32)
+    length = np.where(length > 0, length, 1).astype(np.float32)  # zero only on padding edges
     ux, uy = step[..., 0] / length, step[..., 1] / length  # (n, M)
     x, y = pts[:, None, :, 0], pts[:, None, :, 1]  # (n, 1, M)
     along = ux[..., None] * x + uy[..., None] * y  # (n, M edges, M points)
@@ -209,20 +209,28 @@ def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
     generic = (counts == 4) & ~flat
     for a, b, c in pairs:
         generic &= _cross(quads[:, a], quads[:, b], quads[:, c]) != 0
-    cycles = np.zeros((n, max(verts.shape[1], 4), 2))
-    hull_count = np.zeros(n, dtype=np.intp)
     idx = np.flatnonzero(generic)
-    cycles[idx, :4], hull_count[idx] = _quad_cycles(quads[idx])
+    if idx.size:
+        ar[idx] = _ratio(*_quad_cycles(quads[idx]))
+    # Everything else (more points, collinear or repeated points) one polygon at a time: rare.
+    rest, cycles = [], []
     for i in np.flatnonzero(~generic & ~flat):
         cycle = _polygon_cycle(verts[i, : counts[i]])
         if cycle is not None:
-            cycles[i, : len(cycle)], cycles[i, len(cycle) :] = cycle, cycle[0]
-            hull_count[i] = len(cycle)
-    ok = hull_count >= 3
-    if ok.any():
-        len_p, len_o = _min_area_sides(cycles[ok], hull_count[ok])
-        ar[ok] = np.minimum(len_o / (len_p + _EPS32), np.float32(COMPETITION_MAX_CHARS))
+            rest.append(i)
+            cycles.append(cycle)
+    if rest:
+        hull_count = np.array([len(c) for c in cycles])
+        padded = np.stack(
+            [np.concatenate([c, np.repeat(c[:1], hull_count.max() - len(c), 0)]) for c in cycles]
+        )
+        ar[rest] = _ratio(padded, hull_count)
     return ar
+
+
+def _ratio(cycle: F64, count: IntArr) -> F32:
+    len_p, len_o = _min_area_sides(cycle, count)
+    return np.minimum(len_o / (len_p + _EPS32), np.float32(COMPETITION_MAX_CHARS))
 
 
 def pseudo_char_counts(ar: F32) -> npt.NDArray[np.int64]:
