@@ -70,13 +70,19 @@ def _initial_simplex(pts: F64) -> tuple[IntArr, IntArr, IntArr]:
         better = det > best
         third, best = np.where(better, cand, third), np.where(better, det, best)
     searching = (third < 0) | (best < _RATIO_MAXSIMPLEX * target)
+    if not searching.any():
+        return minx, maxx, third
+    # qhull scans the points in order and stops at the first beating the best so far by more than
+    # mindet; the best so far is below mindet here, so that is the first point above mindet.
     mindet = 10 * _RATIO_MAXSIMPLEX * target
-    for i in range(k):
-        det = _qhull_det(p_min, p_max, pts[:, i])
-        better = searching & (i != minx) & (i != maxx) & (det > best)
-        third, best = np.where(better, i, third), np.where(better, det, best)
-        searching &= ~(better & (det > mindet))
-    return minx, maxx, third
+    dets = _qhull_det(p_min[:, None], p_max[:, None], pts)  # (n, K)
+    cols = np.arange(k)[None, :]
+    eligible = searching[:, None] & (cols != minx[:, None]) & (cols != maxx[:, None])
+    big = eligible & (dets > mindet[:, None])
+    scores = np.where(eligible, dets, -np.inf)
+    top = scores.argmax(axis=1)
+    pick = np.where(scores[rows, top] > best, top, third)
+    return minx, maxx, np.where(big.any(axis=1), big.argmax(axis=1), pick)
 
 
 def _quad_cycles(quads: F64) -> tuple[F64, IntArr]:
@@ -162,20 +168,24 @@ def _polygon_cycle(points: F64) -> F64 | None:
     return hull
 
 
-def _min_area_sides(cycle: F64, count: IntArr) -> tuple[F32, F32]:
-    """(n,) float32 (length along, length across) the first hull edge whose bounding rectangle is smallest.
+def _edge_sides(cycle: F64, count: IntArr) -> tuple[F32, F32, F32]:
+    """Float32 bounding rectangle of each polygon along each of its edges, as the scorer computes it.
+
+    An edge's direction does not matter: reversing it negates every projection exactly.
 
     Args:
-        cycle: (n, M, 2) hull vertices in listing order, padded with hull vertices.
-        count: (n,) hull vertex counts.
+        cycle: (n, M, 2) convex polygons (hulls), padded with their own vertices.
+        count: (n,) vertex counts.
+
+    Returns:
+        (n, M) length along the edge, length across it and their product (inf on padding edges).
     """
     pts = cycle.astype(np.float32)
     m = cycle.shape[1]
     nxt = np.take_along_axis(pts, ((np.arange(m)[None, :] + 1) % count[:, None])[..., None], axis=1)
     step = nxt - pts  # (n, M, 2) edge vectors
-    back = pts - nxt
     # math.sqrt of the float32 sum of squares, then float32 division, as in the scorer
-    length = np.sqrt((back[..., 0] * back[..., 0] + back[..., 1] * back[..., 1]).astype(np.float64))
+    length = np.sqrt((step[..., 0] * step[..., 0] + step[..., 1] * step[..., 1]).astype(np.float64))
     length = np.where(length > 0, length, 1).astype(np.float32)  # zero only on padding edges
     ux, uy = step[..., 0] / length, step[..., 1] / length  # (n, M)
     x, y = pts[:, None, :, 0], pts[:, None, :, 1]  # (n, 1, M)
@@ -184,8 +194,43 @@ def _min_area_sides(cycle: F64, count: IntArr) -> tuple[F32, F32]:
     len_p = along.max(axis=2) - along.min(axis=2)
     len_o = across.max(axis=2) - across.min(axis=2)
     area = np.where(np.arange(m)[None, :] < count[:, None], len_p * len_o, np.float32(np.inf))
-    best = area.argmin(axis=1)[:, None]
-    return np.take_along_axis(len_p, best, 1)[:, 0], np.take_along_axis(len_o, best, 1)[:, 0]
+    return len_p, len_o, area
+
+
+def _ratio(len_p: F32, len_o: F32, area: F32, rank: IntArr) -> F32:
+    """(n,) across / (along + eps), capped at 100, of the smallest rectangle; ties go to the lowest rank
+    (the edge's place in qhull's listing)."""
+    tied = area == area.min(axis=1, keepdims=True)
+    best = np.where(tied, rank, np.iinfo(np.intp).max).argmin(axis=1)[:, None]
+    len_p, len_o = np.take_along_axis(len_p, best, 1)[:, 0], np.take_along_axis(len_o, best, 1)[:, 0]
+    return np.minimum(len_o / (len_p + _EPS32), np.float32(COMPETITION_MAX_CHARS))
+
+
+def _convex_quad_ratios(quads: F64, ccw: npt.NDArray[np.bool_]) -> F32:
+    """Aspect ratios of strictly convex (n, 4, 2) quads, listed counter-clockwise when ``ccw``.
+
+    The hull is the quad itself; where the smallest rectangle is tied between edges that read it
+    differently (a rectangle: along its width or its height), qhull's first vertex decides.
+    """
+    n = len(quads)
+    len_p, len_o, area = _edge_sides(quads, np.full(n, 4))
+    rank = np.tile(np.arange(4), (n, 1))
+    tied = area == area.min(axis=1, keepdims=True)
+    first = tied.argmax(axis=1)[:, None]
+    differ = (len_p != np.take_along_axis(len_p, first, 1)) | (len_o != np.take_along_axis(len_o, first, 1))
+    amb = np.flatnonzero((tied & differ).any(axis=1))
+    if amb.size:
+        sub = quads[amb]
+        rows = np.arange(amb.size)
+        minx, maxx, third = _initial_simplex(sub)
+        simplex = np.stack([minx, maxx, third], axis=1)
+        flipped = _cross(sub[rows, maxx], sub[rows, minx], sub[rows, third]) < 0
+        # qhull's first facet is the first initial edge that stays on the hull: a side of the quad.
+        sides = np.stack([(a - b) % 2 == 1 for a, b in ((maxx, minx), (third, minx), (third, maxx))], axis=1)
+        start = simplex[rows, _START_SLOT[sides.argmax(axis=1), flipped.astype(int)]][:, None]
+        edge = np.arange(4)[None, :]
+        rank[amb] = np.where(ccw[amb, None], (edge - start) % 4, (start - 1 - edge) % 4)
+    return _ratio(len_p, len_o, area, rank)
 
 
 def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
@@ -205,16 +250,21 @@ def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
     span = np.ptp(np.rint(verts), axis=1)  # padding repeats a vertex: spans unchanged
     flat = (span == 0).any(axis=1)
     quads = verts[:, :4]
-    pairs = ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3))
-    generic = (counts == 4) & ~flat
-    for a, b, c in pairs:
-        generic &= _cross(quads[:, a], quads[:, b], quads[:, c]) != 0
-    idx = np.flatnonzero(generic)
+    turns = _cross(quads, np.roll(quads, -1, axis=1), np.roll(quads, -2, axis=1))  # (N, 4)
+    is_quad = (counts == 4) & ~flat
+    convex = is_quad & ((turns > 0).all(axis=1) | (turns < 0).all(axis=1))
+    idx = np.flatnonzero(convex)
     if idx.size:
-        ar[idx] = _ratio(*_quad_cycles(quads[idx]))
+        ar[idx] = _convex_quad_ratios(quads[idx], turns[idx, 0] > 0)
+    generic = is_quad & ~convex
+    for a, b, c in ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)):
+        generic &= _cross(quads[:, a], quads[:, b], quads[:, c]) != 0
+    idx = np.flatnonzero(generic)  # concave quads, or corners not listed around the quad
+    if idx.size:
+        ar[idx] = _hull_ratios(*_quad_cycles(quads[idx]))
     # Everything else (more points, collinear or repeated points) one polygon at a time: rare.
     rest, cycles = [], []
-    for i in np.flatnonzero(~generic & ~flat):
+    for i in np.flatnonzero(~convex & ~generic & ~flat):
         cycle = _polygon_cycle(verts[i, : counts[i]])
         if cycle is not None:
             rest.append(i)
@@ -224,13 +274,14 @@ def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
         padded = np.stack(
             [np.concatenate([c, np.repeat(c[:1], hull_count.max() - len(c), 0)]) for c in cycles]
         )
-        ar[rest] = _ratio(padded, hull_count)
+        ar[rest] = _hull_ratios(padded, hull_count)
     return ar
 
 
-def _ratio(cycle: F64, count: IntArr) -> F32:
-    len_p, len_o = _min_area_sides(cycle, count)
-    return np.minimum(len_o / (len_p + _EPS32), np.float32(COMPETITION_MAX_CHARS))
+def _hull_ratios(cycle: F64, count: IntArr) -> F32:
+    """Aspect ratios of hulls in qhull's listing order (see :func:`_edge_sides`)."""
+    len_p, len_o, area = _edge_sides(cycle, count)
+    return _ratio(len_p, len_o, area, np.broadcast_to(np.arange(cycle.shape[1]), area.shape))
 
 
 def pseudo_char_counts(ar: F32) -> npt.NDArray[np.int64]:
@@ -283,14 +334,15 @@ def pseudo_char_centres(verts: F64, counts: IntArr, num_chars: npt.NDArray[np.in
     Returns:
         (P, 2) centres grouped by GT in order, and (P,) the GT of each centre.
     """
-    owner = np.repeat(np.arange(len(num_chars)), num_chars)
-    char = np.arange(owner.size) - np.repeat(np.cumsum(num_chars) - num_chars, num_chars)
-    k, n = counts[owner], num_chars[owner]
-    sections = k // 2 - 1
-    first, second = char * sections, (char + 1) * sections
-    parts = [
-        _chain_points(verts, owner, j, k, n, top)
-        for top, j in ((True, first), (True, second), (False, first), (False, second))
-    ]
+    gts = np.arange(len(num_chars))
+    knots = num_chars + 1  # chain points 0, s, 2s, ..., n * s of each GT
+    knot_owner = np.repeat(gts, knots)
+    knot = np.arange(knot_owner.size) - np.repeat(np.cumsum(knots) - knots, knots)
+    k, n = counts[knot_owner], num_chars[knot_owner]
+    j = knot * (k // 2 - 1)
+    top = _chain_points(verts, knot_owner, j, k, n, top=True)
+    bottom = _chain_points(verts, knot_owner, j, k, n, top=False)
+    owner = np.repeat(gts, num_chars)
+    first = np.arange(owner.size) + owner  # centre c of GT g sits between knots c and c + 1
     # Summed left to right, as the scorer does, so a centre on a box edge falls the same way.
-    return (((parts[0] + parts[1]) + parts[2]) + parts[3]) / 4, owner
+    return (((top[first] + top[first + 1]) + bottom[first]) + bottom[first + 1]) / 4, owner

@@ -96,6 +96,11 @@ def _pcc_hits(xy: F64, owner: IntArr, num_gt: int, det: QuadSet) -> tuple[IntArr
     return g[pair][inside], pcc[inside], d[pair][inside]
 
 
+def _pad_to(verts: F64, kmax: int) -> F64:
+    """(N, kmax, 2) polygons padded by repeating each last vertex."""
+    return np.concatenate([verts, np.repeat(verts[:, -1:], kmax - verts.shape[1], axis=1)], axis=1)
+
+
 def _upstream_chars(
     verts: F64, counts: IntArr, gt_dc: BoolArr, texts: Sequence[str | None], options: CLEvalOptions
 ) -> tuple[npt.NDArray[np.int64], F64, IntArr]:
@@ -127,9 +132,15 @@ def measure_image(
     """Geometry of one image for :func:`ocr.metrics.cleval.evaluate_image`, from padded polygons
     (:func:`ocr.metrics.cleval_boxes.pad_polygons`)."""
     if options.mode == "competition":
-        chars = competition.pseudo_char_counts(competition.min_area_aspect_ratios(gt_verts, gt_counts))
+        # One call for both sides: the cost is mostly per call, not per box.
+        kmax = max(gt_verts.shape[1], det_verts.shape[1])
+        ar = competition.min_area_aspect_ratios(
+            np.concatenate([_pad_to(gt_verts, kmax), _pad_to(det_verts, kmax)]),
+            np.concatenate([gt_counts, det_counts]),
+        )
+        chars = competition.pseudo_char_counts(ar[: len(gt_counts)])
         xy, owner = competition.pseudo_char_centres(gt_verts, gt_counts, chars)
-        det_fp_chars = competition.fp_char_counts(competition.min_area_aspect_ratios(det_verts, det_counts))
+        det_fp_chars = competition.fp_char_counts(ar[len(gt_counts) :])
     else:
         chars, xy, owner = _upstream_chars(gt_verts, gt_counts, gt_dc, gt_texts, options)
         det_fp_chars = _upstream_fp_chars(det_verts, det_counts)
