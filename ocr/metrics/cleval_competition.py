@@ -183,7 +183,10 @@ def _edge_sides(cycle: F64, count: IntArr) -> tuple[F32, F32, F32]:
     """
     pts = cycle.astype(np.float32)
     m = cycle.shape[1]
-    nxt = np.take_along_axis(pts, ((np.arange(m)[None, :] + 1) % count[:, None])[..., None], axis=1)
+    if (count == m).all():
+        nxt = np.roll(pts, -1, axis=1)
+    else:
+        nxt = np.take_along_axis(pts, ((np.arange(m)[None, :] + 1) % count[:, None])[..., None], axis=1)
     step = nxt - pts  # (n, M, 2) edge vectors
     # math.sqrt of the float32 sum of squares, then float32 division, as in the scorer
     length = np.sqrt((step[..., 0] * step[..., 0] + step[..., 1] * step[..., 1]).astype(np.float64))
@@ -194,7 +197,9 @@ def _edge_sides(cycle: F64, count: IntArr) -> tuple[F32, F32, F32]:
     across = (-uy)[..., None] * x + ux[..., None] * y
     len_p = along.max(axis=2) - along.min(axis=2)
     len_o = across.max(axis=2) - across.min(axis=2)
-    area = np.where(np.arange(m)[None, :] < count[:, None], len_p * len_o, np.float32(np.inf))
+    area = len_p * len_o
+    if not (count == m).all():
+        area = np.where(np.arange(m)[None, :] < count[:, None], area, np.float32(np.inf))
     return len_p, len_o, area
 
 
@@ -254,6 +259,8 @@ def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
     turns = _cross(quads, np.roll(quads, -1, axis=1), np.roll(quads, -2, axis=1))  # (N, 4)
     is_quad = (counts == 4) & ~flat
     convex = is_quad & ((turns > 0).all(axis=1) | (turns < 0).all(axis=1))
+    if convex.all():
+        return _convex_quad_ratios(quads, turns[:, 0] > 0)
     idx = np.flatnonzero(convex)
     if idx.size:
         ar[idx] = _convex_quad_ratios(quads[idx], turns[idx, 0] > 0)
