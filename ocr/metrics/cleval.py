@@ -166,10 +166,12 @@ def evaluate_image(
     skipped = 0
     if competition:
         keep_gt, keep_det = gt_counts >= COMPETITION_MIN_POINTS, det_counts >= COMPETITION_MIN_POINTS
-        skipped = int(np.count_nonzero(~keep_gt) + np.count_nonzero(~keep_det))
-        gt_verts, gt_counts, gt_dc = gt_verts[keep_gt], gt_counts[keep_gt], gt_dc[keep_gt]
-        texts = [t for t, keep in zip(texts, keep_gt, strict=True) if keep]
-        det_verts, det_counts = det_verts[keep_det], det_counts[keep_det]
+        if not keep_gt.all():
+            gt_verts, gt_counts, gt_dc = gt_verts[keep_gt], gt_counts[keep_gt], gt_dc[keep_gt]
+            texts = [t for t, keep in zip(texts, keep_gt, strict=True) if keep]
+        if not keep_det.all():
+            det_verts, det_counts = det_verts[keep_det], det_counts[keep_det]
+        skipped = len(keep_gt) + len(keep_det) - len(gt_counts) - len(det_counts)
         gt_verts = gt_verts.astype(np.float32).astype(np.float64)
         det_verts = det_verts.astype(np.float32).astype(np.float64)
     geo = measure_image(det_verts, det_counts, gt_verts, gt_counts, gt_dc, texts, options)

@@ -203,11 +203,9 @@ def _edge_sides(cycle: F64, count: IntArr) -> tuple[F32, F32, F32]:
     return len_p, len_o, area
 
 
-def _ratio(len_p: F32, len_o: F32, area: F32, rank: IntArr) -> F32:
-    """(n,) across / (along + eps), capped at 100, of the smallest rectangle; ties go to the lowest rank
-    (the edge's place in qhull's listing)."""
-    tied = area == area.min(axis=1, keepdims=True)
-    best = np.where(tied, rank, np.iinfo(np.intp).max).argmin(axis=1)[:, None]
+def _ratio(len_p: F32, len_o: F32, best: IntArr) -> F32:
+    """(n,) across / (along + eps) of edge ``best`` of each row, capped at 100."""
+    best = best[:, None]
     len_p, len_o = np.take_along_axis(len_p, best, 1)[:, 0], np.take_along_axis(len_o, best, 1)[:, 0]
     return np.minimum(len_o / (len_p + _EPS32), np.float32(COMPETITION_MAX_CHARS))
 
@@ -215,28 +213,25 @@ def _ratio(len_p: F32, len_o: F32, area: F32, rank: IntArr) -> F32:
 def _convex_quad_ratios(quads: F64, ccw: npt.NDArray[np.bool_]) -> F32:
     """Aspect ratios of strictly convex (n, 4, 2) quads, listed counter-clockwise when ``ccw``.
 
-    The hull is the quad itself; where the smallest rectangle is tied between edges that read it
-    differently (a rectangle: along its width or its height), qhull's first vertex decides.
+    The hull is the quad itself; where the smallest rectangle is tied between edges (a rectangle: read
+    along its width or its height), the first in qhull's listing wins.
     """
-    n = len(quads)
-    len_p, len_o, area = _edge_sides(quads, np.full(n, 4))
-    rank = np.tile(np.arange(4), (n, 1))
+    len_p, len_o, area = _edge_sides(quads, np.full(len(quads), 4))
     tied = area == area.min(axis=1, keepdims=True)
-    first = tied.argmax(axis=1)[:, None]
-    differ = (len_p != np.take_along_axis(len_p, first, 1)) | (len_o != np.take_along_axis(len_o, first, 1))
-    amb = np.flatnonzero((tied & differ).any(axis=1))
+    best = tied.argmax(axis=1)
+    amb = np.flatnonzero(tied.sum(axis=1) > 1)
     if amb.size:
         sub = quads[amb]
         rows = np.arange(amb.size)
         minx, maxx, third = _initial_simplex(sub)
-        simplex = np.stack([minx, maxx, third], axis=1)
         flipped = _cross(sub[rows, maxx], sub[rows, minx], sub[rows, third]) < 0
         # qhull's first facet is the first initial edge that stays on the hull: a side of the quad.
-        sides = np.stack([(a - b) % 2 == 1 for a, b in ((maxx, minx), (third, minx), (third, maxx))], axis=1)
-        start = simplex[rows, _START_SLOT[sides.argmax(axis=1), flipped.astype(int)]][:, None]
+        head = np.where((maxx - minx) % 2 == 1, 0, np.where((third - minx) % 2 == 1, 1, 2))
+        start = np.choose(_START_SLOT[head, flipped.astype(int)], (minx, maxx, third))[:, None]
         edge = np.arange(4)[None, :]
-        rank[amb] = np.where(ccw[amb, None], (edge - start) % 4, (start - 1 - edge) % 4)
-    return _ratio(len_p, len_o, area, rank)
+        rank = np.where(ccw[amb, None], (edge - start) % 4, (start - 1 - edge) % 4)
+        best[amb] = np.where(tied[amb], rank, 4).argmin(axis=1)
+    return _ratio(len_p, len_o, best)
 
 
 def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
@@ -289,7 +284,7 @@ def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
 def _hull_ratios(cycle: F64, count: IntArr) -> F32:
     """Aspect ratios of hulls in qhull's listing order (see :func:`_edge_sides`)."""
     len_p, len_o, area = _edge_sides(cycle, count)
-    return _ratio(len_p, len_o, area, np.broadcast_to(np.arange(cycle.shape[1]), area.shape))
+    return _ratio(len_p, len_o, area.argmin(axis=1))
 
 
 def pseudo_char_counts(ar: F32) -> npt.NDArray[np.int64]:
@@ -327,6 +322,13 @@ def _chain_points(verts: F64, owner: IntArr, j: IntArr, counts: IntArr, n: IntAr
     return np.where(last[:, None], verts[owner, end], point)
 
 
+def _quad_knots(verts: F64, a: int, b: int, knots: IntArr, n: IntArr, step: IntArr) -> F64:
+    """:func:`_chain_points` of quads' chain from corner ``a`` to corner ``b`` at every knot."""
+    start, stop = np.repeat(verts[:, a], knots, axis=0), np.repeat(verts[:, b], knots, axis=0)
+    inner = np.trunc(start + ((stop - start) / n) * step)
+    return np.where(step == 0, start, np.where(step == n, stop, inner))
+
+
 def pseudo_char_centres(verts: F64, counts: IntArr, num_chars: npt.NDArray[np.int64]) -> tuple[F64, IntArr]:
     """Pseudo-character centres of GT polygons, as the scorer places them.
 
@@ -346,10 +348,15 @@ def pseudo_char_centres(verts: F64, counts: IntArr, num_chars: npt.NDArray[np.in
     knots = num_chars + 1  # chain points 0, s, 2s, ..., n * s of each GT
     knot_owner = np.repeat(gts, knots)
     knot = np.arange(knot_owner.size) - np.repeat(np.cumsum(knots) - knots, knots)
-    k, n = counts[knot_owner], num_chars[knot_owner]
-    j = knot * (k // 2 - 1)
-    top = _chain_points(verts, knot_owner, j, k, n, top=True)
-    bottom = _chain_points(verts, knot_owner, j, k, n, top=False)
+    if (counts == 4).all():  # the common case, in fewer operations: one section per chain
+        n, step = np.repeat(num_chars, knots)[:, None], knot[:, None]
+        top = _quad_knots(verts, 0, 1, knots, n, step)
+        bottom = _quad_knots(verts, 3, 2, knots, n, step)
+    else:
+        k, n = counts[knot_owner], num_chars[knot_owner]
+        j = knot * (k // 2 - 1)
+        top = _chain_points(verts, knot_owner, j, k, n, top=True)
+        bottom = _chain_points(verts, knot_owner, j, k, n, top=False)
     owner = np.repeat(gts, num_chars)
     first = np.arange(owner.size) + owner  # centre c of GT g sits between knots c and c + 1
     # Summed left to right, as the scorer does, so a centre on a box edge falls the same way.

@@ -98,6 +98,8 @@ def _pcc_hits(xy: F64, owner: IntArr, num_gt: int, det: QuadSet) -> tuple[IntArr
 
 def _pad_to(verts: F64, kmax: int) -> F64:
     """(N, kmax, 2) polygons padded by repeating each last vertex."""
+    if verts.shape[1] == kmax:
+        return verts
     return np.concatenate([verts, np.repeat(verts[:, -1:], kmax - verts.shape[1], axis=1)], axis=1)
 
 

@@ -195,3 +195,18 @@ def test_evaluate_files_gives_the_scorer_figure(sroie_root: Path) -> None:
     )
     assert len(names) == 100
     assert result.hmean == pytest.approx(SEED_MEAN_HMEAN[7], abs=1e-6)
+
+
+def test_quad_centres_shortcut_equals_the_general_chain() -> None:
+    from ocr.metrics.cleval_competition import pseudo_char_centres
+
+    rng = np.random.default_rng(1)
+    quads = np.round(rng.uniform(0, 300, (20, 4, 2)), 1)
+    chars = rng.integers(1, 30, 20)
+    alone, _ = pseudo_char_centres(quads, np.full(20, 4), chars)
+    hexagon = np.array([[[0, 0], [50, 0], [100, 0], [100, 20], [50, 20], [0, 20]]], dtype=np.float64)
+    padded = np.concatenate([np.concatenate([quads, np.repeat(quads[:, -1:], 2, axis=1)], axis=1), hexagon])
+    mixed, owner = pseudo_char_centres(padded, np.array([4] * 20 + [6]), np.append(chars, 5))
+    np.testing.assert_array_equal(mixed[owner < 20], alone)
+    # the hexagon: 5 centres along its mid-line y = 10, the chain points between corners truncated
+    np.testing.assert_array_equal(mixed[owner == 20], [[10, 10], [30, 10], [50, 10], [70, 10], [90, 10]])
