@@ -52,7 +52,8 @@ class CLEvalOptions:
         area_precision_threshold: intersection / detection area needed for a match.
         recall_granularity_weight: penalty per extra detection on a split GT.
         precision_granularity_weight: penalty per extra GT merged into one detection.
-        vertical_aspect_ratio_threshold: quads with width/height below it are read top to bottom.
+        vertical_aspect_ratio_threshold: upstream mode: GT quads with width/height below it are read top to
+            bottom (the competition's scorer has no such rule).
         case_sensitive: compare transcriptions case-sensitively (upstream character counts).
     """
 
