@@ -2,8 +2,8 @@
 
 One implementation, two modes (docs/metrics.md):
 - ``upstream``: the reference ``cleval`` 0.1.1 package's rules, micro-averaged over the dataset;
-- ``competition``: the receipt leaderboards' variant, pseudo character counts for every box, P/R/H as the
-  mean of per-image values.
+- ``competition``: the receipt competition's own scorer (pseudo character counts for every box from its
+  minimum-area rectangle, P/R/H as the mean of per-image values).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from ocr.metrics.cleval_boxes import pad_polygons
+from ocr.metrics.cleval_competition import COMPETITION_MIN_POINTS
 from ocr.metrics.cleval_geometry import ImageGeometry, measure_image
 from ocr.metrics.cleval_match import PairTables, count_chars, dont_care_detections, match_matrix
 
@@ -29,6 +31,7 @@ __all__ = [
     "summarise",
     "scores_from_counts",
     "warn_dropped_detections",
+    "warn_skipped_polygons",
     "DONT_CARE_TEXT",
 ]
 
@@ -49,7 +52,8 @@ class CLEvalOptions:
         area_precision_threshold: intersection / detection area needed for a match.
         recall_granularity_weight: penalty per extra detection on a split GT.
         precision_granularity_weight: penalty per extra GT merged into one detection.
-        vertical_aspect_ratio_threshold: quads with width/height below it are read top to bottom.
+        vertical_aspect_ratio_threshold: upstream mode: GT quads with width/height below it are read top to
+            bottom (the competition's scorer has no such rule).
         case_sensitive: compare transcriptions case-sensitively (upstream character counts).
     """
 
@@ -95,6 +99,7 @@ class ImageResult:
     num_split: int
     num_merged: int
     num_dropped_detections: int  # beyond max_detections
+    num_skipped_polygons: int  # competition mode: GT and detections with fewer than 4 points, not scored
     precision: float
     recall: float
     hmean: float
@@ -136,6 +141,9 @@ def evaluate_image(
         gt_texts: transcription per GT or None (upstream mode counts its characters).
         options: scoring options.
 
+    Competition mode reads coordinates as float32 and leaves polygons with fewer than 4 points out, as
+    the competition's scorer does.
+
     Raises:
         ValueError: a polygon with fewer than 3 points, a wrong shape or non-finite coordinates, or
             mismatched list lengths; the message names the polygon.
@@ -153,12 +161,26 @@ def evaluate_image(
     gt_dc = np.array(
         [bool(f) or t == DONT_CARE_TEXT for f, t in zip(gt_ignore, texts, strict=True)], dtype=bool
     )
-    geo = measure_image(pred_polygons, gt_polygons, gt_dc, texts, options)
-    return _score(geo, gt_dc, options, dropped)
+    competition = options.mode == "competition"
+    gt_verts, gt_counts = pad_polygons(gt_polygons, "gt_polygons", drop_closing=not competition)
+    det_verts, det_counts = pad_polygons(pred_polygons, "pred_polygons", drop_closing=not competition)
+    skipped = 0
+    if competition:
+        keep_gt, keep_det = gt_counts >= COMPETITION_MIN_POINTS, det_counts >= COMPETITION_MIN_POINTS
+        if not keep_gt.all():
+            gt_verts, gt_counts, gt_dc = gt_verts[keep_gt], gt_counts[keep_gt], gt_dc[keep_gt]
+            texts = [t for t, keep in zip(texts, keep_gt, strict=True) if keep]
+        if not keep_det.all():
+            det_verts, det_counts = det_verts[keep_det], det_counts[keep_det]
+        skipped = len(keep_gt) + len(keep_det) - len(gt_counts) - len(det_counts)
+        gt_verts = gt_verts.astype(np.float32).astype(np.float64)
+        det_verts = det_verts.astype(np.float32).astype(np.float64)
+    geo = measure_image(det_verts, det_counts, gt_verts, gt_counts, gt_dc, texts, options)
+    return _score(geo, gt_dc, options, dropped, skipped)
 
 
 def _score(
-    geo: ImageGeometry, gt_dc: npt.NDArray[np.bool_], options: CLEvalOptions, dropped: int
+    geo: ImageGeometry, gt_dc: npt.NDArray[np.bool_], options: CLEvalOptions, dropped: int, skipped: int
 ) -> ImageResult:
     tables = PairTables(geo.area_precision, geo.pcc_count, gt_dc, options.area_precision_threshold)
     det_dc = dont_care_detections(tables)
@@ -193,6 +215,7 @@ def _score(
         num_split=counts.num_split,
         num_merged=counts.num_merged,
         num_dropped_detections=dropped,
+        num_skipped_polygons=skipped,
         precision=precision,
         recall=recall,
         hmean=hmean,
@@ -260,6 +283,17 @@ def warn_dropped_detections(dropped: int, options: CLEvalOptions) -> None:
         )
 
 
+def warn_skipped_polygons(skipped: int) -> None:
+    """Say how many polygons competition mode left out for having fewer than 4 points."""
+    if skipped:
+        log.warning(
+            "CLEval (competition mode): %d polygons with fewer than %d points were not scored, as the "
+            "competition's scorer skips them",
+            skipped,
+            COMPETITION_MIN_POINTS,
+        )
+
+
 def evaluate_dataset(
     pred_polygons: Sequence[Sequence[npt.ArrayLike]],
     gt_polygons: Sequence[Sequence[npt.ArrayLike]],
@@ -285,4 +319,5 @@ def evaluate_dataset(
     labels = None if names is None else [f"image {name}" for name in names]
     results = evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, options, labels)
     warn_dropped_detections(sum(r.num_dropped_detections for r in results), options)
+    warn_skipped_polygons(sum(r.num_skipped_polygons for r in results))
     return summarise(results, options.mode)

@@ -1,6 +1,6 @@
-"""Per-box quantities for CLEval, vectorised over a padded batch of polygons.
+"""Per-box quantities for upstream-mode CLEval, vectorised over a padded batch of polygons.
 
-Conventions (docs/metrics.md):
+Competition mode reads boxes its own way (``cleval_competition``). Conventions (docs/metrics.md):
 - A 4-point box is read in its stored order: edges 0-1 and 2-3 are "horizontal", 1-2 and 3-0 "vertical"
   (as the reference package reads quadrilaterals).
 - A GT polygon with an even number K >= 6 of points is a reading-order chain: the first K/2 points are
@@ -21,7 +21,6 @@ from ocr.metrics.cleval_area import quad_areas
 
 __all__ = [
     "UPSTREAM_MAX_PSEUDO_CHARS",
-    "COMPETITION_MAX_CHARS",
     "pad_polygons",
     "reading_quads",
     "box_sides",
@@ -33,9 +32,7 @@ __all__ = [
 ]
 
 UPSTREAM_MAX_PSEUDO_CHARS = 10
-COMPETITION_MAX_CHARS = 100
 _UPSTREAM_EPS = 1e-5
-_COMPETITION_EPS = float(np.finfo(np.float32).eps)
 
 F64 = npt.NDArray[np.float64]
 IntArr = npt.NDArray[np.intp]
@@ -45,10 +42,11 @@ def _dist(a: F64, b: F64) -> F64:
     return np.sqrt((a[..., 0] - b[..., 0]) ** 2 + (a[..., 1] - b[..., 1]) ** 2)
 
 
-def pad_polygons(polygons: Sequence[npt.ArrayLike], what: str) -> tuple[F64, IntArr]:
+def pad_polygons(polygons: Sequence[npt.ArrayLike], what: str, drop_closing: bool) -> tuple[F64, IntArr]:
     """Validated polygons as (N, Kmax, 2) float64 padded by repeating each last vertex, and (N,) counts.
 
-    A closing vertex equal to the first is dropped (the count may then fall below 3: a degenerate box).
+    With ``drop_closing``, a closing vertex equal to the first is dropped (the count may then fall below
+    3: a degenerate box).
 
     Raises:
         ValueError: naming ``what[i]`` for a shape other than (K >= 3, 2) or a non-finite coordinate.
@@ -60,10 +58,10 @@ def pad_polygons(polygons: Sequence[npt.ArrayLike], what: str) -> tuple[F64, Int
     except ValueError:
         verts = None
     if verts is None or verts.ndim != 3 or verts.shape[2] != 2 or verts.shape[1] < 3:
-        return _pad_ragged(polygons, what)
+        return _pad_ragged(polygons, what, drop_closing)
     counts = np.full(len(verts), verts.shape[1], dtype=np.intp)
     _check_finite(verts, what)
-    closing = np.all(verts[:, 0] == verts[:, -1], axis=1)
+    closing = np.all(verts[:, 0] == verts[:, -1], axis=1) & drop_closing
     if closing.any():
         verts = verts.copy()
         verts[closing, -1] = verts[closing, -2]
@@ -71,13 +69,13 @@ def pad_polygons(polygons: Sequence[npt.ArrayLike], what: str) -> tuple[F64, Int
     return verts, counts
 
 
-def _pad_ragged(polygons: Sequence[npt.ArrayLike], what: str) -> tuple[F64, IntArr]:
+def _pad_ragged(polygons: Sequence[npt.ArrayLike], what: str, drop_closing: bool) -> tuple[F64, IntArr]:
     arrays = []
     for i, poly in enumerate(polygons):
         pts = np.asarray(poly, dtype=np.float64)
         if pts.ndim != 2 or pts.shape[1] != 2 or pts.shape[0] < 3:
             raise ValueError(f"{what}[{i}]: expected a (K, 2) polygon with K >= 3, got shape {pts.shape}")
-        if np.array_equal(pts[0], pts[-1]):
+        if drop_closing and np.array_equal(pts[0], pts[-1]):
             pts = pts[:-1]
         arrays.append(pts)
     counts = np.array([len(a) for a in arrays], dtype=np.intp)
@@ -139,26 +137,18 @@ def box_sides(verts: F64, counts: IntArr, quads: F64, chain: npt.NDArray[np.bool
     return hor, ver
 
 
-def aspect_ratios(hor: F64, ver: F64, competition: bool) -> F64:
-    """Width / height as each mode defines it (the competition caps it at 100)."""
-    if competition:
-        return np.minimum(float(COMPETITION_MAX_CHARS), hor / (ver + _COMPETITION_EPS))
+def aspect_ratios(hor: F64, ver: F64) -> F64:
+    """Width / height: (hor + 1e-5) / (ver + 1e-5)."""
     return (hor + _UPSTREAM_EPS) / (ver + _UPSTREAM_EPS)
 
 
-def pseudo_char_counts(ar: F64, competition: bool) -> npt.NDArray[np.int64]:
-    """Characters of boxes without a transcription: min(round(0.5 + max(ar, 1/ar)), cap), half to even."""
-    if competition:
-        value = np.rint(0.5 + np.maximum(ar, 1.0 / (ar + _COMPETITION_EPS)))
-        return np.minimum(value, COMPETITION_MAX_CHARS).astype(np.int64)
+def pseudo_char_counts(ar: F64) -> npt.NDArray[np.int64]:
+    """Characters of boxes without a transcription: min(round(0.5 + max(ar, 1/ar)), 10), half to even."""
     return np.minimum(np.rint(0.5 + np.maximum(ar, 1.0 / ar)), UPSTREAM_MAX_PSEUDO_CHARS).astype(np.int64)
 
 
-def fp_char_counts(ar: F64, competition: bool) -> npt.NDArray[np.int64]:
-    """Characters unmatched detections cost: min(round(0.5 + 1/ar), cap), half to even."""
-    if competition:
-        value = np.rint(0.5 + 1.0 / (ar + _COMPETITION_EPS))
-        return np.minimum(value, COMPETITION_MAX_CHARS).astype(np.int64)
+def fp_char_counts(ar: F64) -> npt.NDArray[np.int64]:
+    """Characters unmatched detections cost: min(round(0.5 + 1/ar), 10), half to even."""
     return np.minimum(np.rint(0.5 + 1.0 / (_UPSTREAM_EPS + ar)), UPSTREAM_MAX_PSEUDO_CHARS).astype(np.int64)
 
 

@@ -14,13 +14,13 @@ import numpy as np
 import numpy.typing as npt
 import shapely
 
+from ocr.metrics import cleval_competition as competition
 from ocr.metrics.cleval_area import QuadSet, intersection_areas
 from ocr.metrics.cleval_boxes import (
     aspect_ratios,
     box_sides,
     char_centres,
     fp_char_counts,
-    pad_polygons,
     points_in_polygons,
     pseudo_char_counts,
     reading_quads,
@@ -96,42 +96,56 @@ def _pcc_hits(xy: F64, owner: IntArr, num_gt: int, det: QuadSet) -> tuple[IntArr
     return g[pair][inside], pcc[inside], d[pair][inside]
 
 
-def _char_counts(
+def _pad_to(verts: F64, kmax: int) -> F64:
+    """(N, kmax, 2) polygons padded by repeating each last vertex."""
+    if verts.shape[1] == kmax:
+        return verts
+    return np.concatenate([verts, np.repeat(verts[:, -1:], kmax - verts.shape[1], axis=1)], axis=1)
+
+
+def _upstream_chars(
     verts: F64, counts: IntArr, gt_dc: BoolArr, texts: Sequence[str | None], options: CLEvalOptions
-) -> tuple[npt.NDArray[np.int64], F64, F64, BoolArr]:
-    """(G,) characters, aspect ratios, reading quads and chain mask of the GT boxes."""
-    competition = options.mode == "competition"
+) -> tuple[npt.NDArray[np.int64], F64, IntArr]:
+    """(G,) characters of the GT boxes, their (P, 2) centres and (P,) the GT of each centre."""
     quads, chain = reading_quads(verts, counts, is_gt=True)
-    ar = aspect_ratios(*box_sides(verts, counts, quads, chain), competition=competition)
-    chars = pseudo_char_counts(ar, competition)
-    if not competition:
-        for i, text in enumerate(texts):
-            if text is not None and not gt_dc[i]:
-                chars[i] = len(text if options.case_sensitive else text.upper())
-    return chars, ar, quads, chain
+    ar = aspect_ratios(*box_sides(verts, counts, quads, chain))
+    chars = pseudo_char_counts(ar)
+    for i, text in enumerate(texts):
+        if text is not None and not gt_dc[i]:
+            chars[i] = len(text if options.case_sensitive else text.upper())
+    xy, owner = char_centres(verts, counts, quads, chain, chars, ar, options.vertical_aspect_ratio_threshold)
+    return chars, xy, owner
+
+
+def _upstream_fp_chars(verts: F64, counts: IntArr) -> npt.NDArray[np.int64]:
+    quads, chain = reading_quads(verts, counts, is_gt=False)
+    return fp_char_counts(aspect_ratios(*box_sides(verts, counts, quads, chain)))
 
 
 def measure_image(
-    pred_polygons: Sequence[npt.ArrayLike],
-    gt_polygons: Sequence[npt.ArrayLike],
+    det_verts: F64,
+    det_counts: IntArr,
+    gt_verts: F64,
+    gt_counts: IntArr,
     gt_dc: BoolArr,
     gt_texts: Sequence[str | None],
     options: CLEvalOptions,
 ) -> ImageGeometry:
-    """Geometry of one image for :func:`ocr.metrics.cleval.evaluate_image`.
-
-    Raises:
-        ValueError: a polygon with a shape other than (K >= 3, 2) or a non-finite coordinate.
-    """
-    competition = options.mode == "competition"
-    gt_verts, gt_counts = pad_polygons(gt_polygons, "gt_polygons")
-    det_verts, det_counts = pad_polygons(pred_polygons, "pred_polygons")
-    chars, ar, quads, chain = _char_counts(gt_verts, gt_counts, gt_dc, gt_texts, options)
-    xy, owner = char_centres(
-        gt_verts, gt_counts, quads, chain, chars, ar, options.vertical_aspect_ratio_threshold
-    )
-    det_quads, det_chain = reading_quads(det_verts, det_counts, is_gt=False)
-    det_ar = aspect_ratios(*box_sides(det_verts, det_counts, det_quads, det_chain), competition=competition)
+    """Geometry of one image for :func:`ocr.metrics.cleval.evaluate_image`, from padded polygons
+    (:func:`ocr.metrics.cleval_boxes.pad_polygons`)."""
+    if options.mode == "competition":
+        # One call for both sides: the cost is mostly per call, not per box.
+        kmax = max(gt_verts.shape[1], det_verts.shape[1])
+        ar = competition.min_area_aspect_ratios(
+            np.concatenate([_pad_to(gt_verts, kmax), _pad_to(det_verts, kmax)]),
+            np.concatenate([gt_counts, det_counts]),
+        )
+        chars = competition.pseudo_char_counts(ar[: len(gt_counts)])
+        xy, owner = competition.pseudo_char_centres(gt_verts, gt_counts, chars)
+        det_fp_chars = competition.fp_char_counts(ar[len(gt_counts) :])
+    else:
+        chars, xy, owner = _upstream_chars(gt_verts, gt_counts, gt_dc, gt_texts, options)
+        det_fp_chars = _upstream_fp_chars(det_verts, det_counts)
 
     gt, det = QuadSet(np.trunc(gt_verts), gt_counts), QuadSet(np.trunc(det_verts), det_counts)
     num_gt, num_det = len(gt_counts), len(det_counts)
@@ -148,4 +162,4 @@ def measure_image(
     ap = np.zeros(pcc_count.shape, dtype=np.float32)
     det_area = det.areas[d]
     ap[g, d] = np.where(det_area > 0, inter / np.where(det_area > 0, det_area, 1.0), 0.0)
-    return ImageGeometry(ap, pcc_count, hit_gt, hit_pcc, hit_det, chars, fp_char_counts(det_ar, competition))
+    return ImageGeometry(ap, pcc_count, hit_gt, hit_pcc, hit_det, chars, det_fp_chars)

@@ -9,7 +9,13 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ocr.metrics.cleval import CLEvalOptions, evaluate_images, scores_from_counts, warn_dropped_detections
+from ocr.metrics.cleval import (
+    CLEvalOptions,
+    evaluate_images,
+    scores_from_counts,
+    warn_dropped_detections,
+    warn_skipped_polygons,
+)
 
 __all__ = ["CLEvalMetric"]
 
@@ -24,6 +30,7 @@ _SUMMED_FIELDS = {
     "sum_recall": "recall",
     "sum_hmean": "hmean",
     "num_dropped": "num_dropped_detections",
+    "num_skipped": "num_skipped_polygons",
 }
 
 
@@ -85,6 +92,7 @@ class CLEvalMetric(Metric):
     def compute(self) -> dict[str, Tensor]:
         """``{"precision", "recall", "hmean"}`` as float32 scalars (0 before any image)."""
         warn_dropped_detections(int(self.num_dropped), self.options)
+        warn_skipped_polygons(int(self.num_skipped))
         if self.options.mode == "competition":
             n = max(float(self.num_images), 1.0)
             values = (float(self.sum_precision) / n, float(self.sum_recall) / n, float(self.sum_hmean) / n)

@@ -62,11 +62,15 @@ def test_half_covered_word_finds_two_of_five_characters() -> None:
 
 
 def test_stray_box_costs_characters_by_its_shape() -> None:
-    tall = score([WORD, rect(300, 10, 320, 70)], [WORD])  # 20 x 60: round(0.5 + 3 - eps) = 3 characters
-    wide = score([WORD, rect(300, 10, 360, 30)], [WORD])  # 60 x 20: round(0.5 + 1/3) = 1 character
-    assert (tall.fp_chars, wide.fp_chars) == (3, 1)
-    assert prh(tall) == (5 / 8, 1.0, 2 * 0.625 / 1.625)
-    assert prh(wide) == (5 / 6, 1.0, 2 * (5 / 6) / (11 / 6))
+    tall, wide, very_wide = rect(300, 10, 320, 70), rect(300, 10, 360, 30), rect(300, 100, 700, 120)
+    # competition: about the box's own length in pseudo characters, round(0.5 + w / h - eps)
+    comp = [score([WORD, stray], [WORD]) for stray in (tall, wide, very_wide)]
+    assert [r.fp_chars for r in comp] == [1, 3, 20]
+    assert prh(comp[0]) == (5 / 6, 1.0, 2 * (5 / 6) / (11 / 6))
+    assert prh(comp[1]) == (5 / 8, 1.0, 2 * 0.625 / 1.625)
+    # upstream: round(0.5 + h / w) capped at 10, so a wide box costs 1
+    up = [score([WORD, stray], [WORD], "upstream") for stray in (tall, wide, very_wide)]
+    assert [r.fp_chars for r in up] == [3, 1, 1]
 
 
 def test_upstream_counts_transcription_characters() -> None:
@@ -101,10 +105,15 @@ def test_competition_averages_images_upstream_sums_characters() -> None:
     assert (up.precision, up.recall) == pytest.approx((1.0, 5 / 55))
 
 
-def test_vertical_word_reads_top_to_bottom() -> None:
+def test_vertical_word_reads_top_to_bottom_upstream_only() -> None:
     column = rect(10, 10, 30, 110)  # 20 x 100
-    r = score([rect(10, 10, 30, 60), rect(10, 60, 30, 110)], [column])
-    assert (r.num_gt_chars, r.num_split, r.tp_chars) == (5, 1, 5)
+    halves = [rect(10, 10, 30, 60), rect(10, 60, 30, 110)]
+    up = score(halves, [column], "upstream")
+    assert (up.num_gt_chars, up.num_split, up.tp_chars) == (5, 1, 5)
+    # The competition's scorer reads every box from its first two points to its last two: the centres
+    # lie on the horizontal mid-line y = 60, the lower half's top edge, so the upper half matches nothing.
+    comp = score(halves, [column])
+    assert (comp.num_gt_chars, comp.num_split, comp.tp_chars, comp.fp_chars) == (6, 0, 6, 1)
 
 
 def test_polygon_gt_chain_and_contour_detection() -> None:
