@@ -22,6 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 from torch.optim import Optimizer
 
+from ocr.debug.gpu_probe import sync_allowed
 from ocr.lightning_modules.callbacks.crash_bundle import crash_dir, is_cuda_error
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
 from ocr.utils.io import atomic_write_json
@@ -127,7 +128,8 @@ class NonFiniteGuard(Callback):
             NonFiniteLossError: a loss or gradient norm was NaN/Inf at some step since the last check
                 (on any rank, under DDP).
         """
-        bad = self._first_bad_steps(across_ranks=True)
+        with sync_allowed():  # the documented sync every check_every_n_steps
+            bad = self._first_bad_steps(across_ranks=True)
         if bad:
             step, what = bad[0]
             self._write_record(bad, checked_at)
