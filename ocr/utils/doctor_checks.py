@@ -138,7 +138,7 @@ def _cuda_init_error() -> str:
 
 
 def check_cuda_usable() -> CheckResult:
-    """An NVIDIA driver (or nvidia-smi) is present but torch cannot use CUDA: a run would silently use the CPU.
+    """A driver (or nvidia-smi) is present but torch cannot use CUDA: a run would silently use the CPU.
 
     Hiding the GPUs on purpose (``CUDA_VISIBLE_DEVICES=`` or ``-1``) is the way to train on the CPU anyway.
     """
