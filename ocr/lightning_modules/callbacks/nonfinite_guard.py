@@ -150,7 +150,8 @@ class NonFiniteGuard(Callback):
             firsts = trainer.strategy.reduce(firsts, reduce_op=torch.distributed.ReduceOp.MIN)
             firsts = torch.where(firsts == NO_BAD_STEP, torch.full_like(firsts, -1), firsts)
         pairs = zip(firsts.tolist(), names, strict=True)
-        return sorted((int(step), name) for step, name in pairs if step >= 0)
+        bad = [(int(step), name) for step, name in pairs if step >= 0]
+        return sorted(bad, key=lambda pair: (pair[0], pair[1] != "loss"))  # the loss before its gradients
 
     def _write_record(self, bad: list[tuple[int, str]], checked_at: int | None) -> Path | None:
         if self._crash_dir is None:
