@@ -278,20 +278,30 @@ def _skipped(name: str, title: str, why: str) -> StepResult:
 
 
 def _machine(cuda: bool) -> str:
-    from ocr.utils.environment import cpu_info, cuda_info
+    from ocr.utils.environment import package_versions
 
-    cpu = cpu_info()
-    parts = [f"{cpu['model']} ({cpu['logical_cpus']} logical CPUs)", platform.platform()]
-    if cuda:
+    parts = [
+        platform.platform(),
+        f"{os.cpu_count()} logical CPUs",
+        f"torch {package_versions(('torch',))['torch']}",
+    ]
+    if cuda:  # cpu_info and cuda_info import torch: not worth it for the CPU variant
+        from ocr.utils.environment import cpu_info, cuda_info
+
         info = cuda_info(query_devices=True)
+        parts[1] = f"{cpu_info()['model']} ({os.cpu_count()} logical CPUs)"
         parts += [
             f"{d['name']} {d['total_memory_gib']} GiB (sm_{d['capability'].replace('.', '')})"
             for d in info["devices"]
         ]
         parts.append(f"CUDA {info['torch_cuda']}, cuDNN {info['cudnn']}")
+    return ", ".join(parts)
+
+
+def _cuda_available() -> bool:
     import torch
 
-    return ", ".join([*parts, f"torch {torch.__version__}"])
+    return torch.cuda.is_available()
 
 
 def run_proof(proof: Proof, steps: list[str]) -> list[StepResult]:
@@ -333,9 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(steps) - set(STEPS))
     if unknown:
         parser.error(f"--steps: unknown {unknown}; expected a subset of {list(STEPS)}")
-    import torch
-
-    cuda = torch.cuda.is_available() and not args.cpu
+    cuda = not args.cpu and _cuda_available()  # --cpu: this process never imports torch
     if not cuda and not args.cpu:
         _say(
             "no CUDA GPU visible: running the tiny CPU variant (sanitizer steps skipped); "
