@@ -86,10 +86,16 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
 
-def auto_workers(cap: int) -> int:
-    """DataLoader workers: the usable cores minus one for the main process, at most ``cap``."""
+def auto_workers(cap: int, devices: int = 1) -> int:
+    """DataLoader workers per training process: the usable cores shared by ``devices`` processes (DDP), minus
+    one for each main process, at most ``cap``. ``devices=-1`` means every visible GPU.
+    """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(int(cap), cores - 1))
+    if int(devices) < 0:
+        import torch
+
+        devices = max(1, torch.cuda.device_count())
+    return max(0, min(int(cap), cores // max(1, int(devices)) - 1))
 
 
 def pick(cpu_value: Any, cuda_value: Any) -> Any:
@@ -98,7 +104,7 @@ def pick(cpu_value: Any, cuda_value: Any) -> Any:
 
 
 def register_resolvers() -> None:
-    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:}`` and ``${hw.workers:cap}`` once."""
+    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:}`` and ``${hw.workers:cap[,devices]}`` once."""
     resolvers = {"hw.pick": pick, "hw.precision": auto_precision, "hw.workers": auto_workers}
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):

@@ -74,3 +74,17 @@ def test_no_driver_is_a_cpu_machine(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert pick("cpu", "gpu") == "cpu"
     assert doctor_checks.check_cuda_usable().status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("cores", "cap", "devices", "workers"), [(16, 16, 1, 15), (16, 8, 2, 7), (16, 8, 8, 1), (2, 8, 1, 1)]
+)
+def test_workers_share_the_cores_between_ddp_processes(monkeypatch, cores, cap, devices, workers):
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert hardware.auto_workers(cap, devices) == workers
+
+
+def test_all_visible_gpus_count_as_devices(monkeypatch):
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert hardware.auto_workers(8, -1) == 3
