@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from test_sanitizer_and_probe import ASSERT  # a memcheck report of PyTorch's index bounds assert
+
 from ocr.debug.gpu_proof_checks import (
     check_bad_index,
     check_nan_loss,
@@ -14,15 +16,6 @@ from ocr.debug.gpu_proof_checks import (
     markdown_summary,
 )
 from ocr.debug.sanitizer import EXIT_NOT_FOUND
-
-MEMCHECK_ASSERT = """\
-/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1553: indexSelectSmallIndex: block: [0,0,0], thread: [0,0,0] \
-Assertion `srcIndex < srcSelectDimSize` failed.
-========= Program hit cudaErrorAssert (error 710) due to "device-side assert triggered" on CUDA API call to \
-cudaStreamSynchronize.
-=========     Saved host backtrace up to driver entry point at error
-========= ERROR SUMMARY: 1 error
-"""
 
 
 def _write(path: Path, payload: dict | str) -> None:
@@ -34,7 +27,7 @@ def test_sanitizer_verdicts(tmp_path: Path) -> None:
     _write(tmp_path / "clean" / "run" / "sanitizer-memcheck.txt", "========= ERROR SUMMARY: 0 errors\n")
     assert check_sanitizer(0, tmp_path / "clean", expect_errors=False)[0]
     assert not check_sanitizer(1, tmp_path / "clean", expect_errors=False)[0]
-    _write(tmp_path / "bad" / "run" / "sanitizer-memcheck.txt", MEMCHECK_ASSERT)
+    _write(tmp_path / "bad" / "run" / "sanitizer-memcheck.txt", ASSERT)
     passed, details = check_sanitizer(1, tmp_path / "bad", expect_errors=True)
     assert passed and details["errors"] == 1 and "indexSelectSmallIndex" in details["kernel"]
     passed, details = check_sanitizer(EXIT_NOT_FOUND, tmp_path / "none", expect_errors=False)
