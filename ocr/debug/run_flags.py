@@ -26,12 +26,16 @@ class RunFlags:
     compile: bool
 
     def apply(self, net: nn.Module, device: str) -> Callable[[Tensor], Any]:
-        """Set cuDNN benchmark, convert ``net`` to the run's memory format; the forward to call."""
+        """Set cuDNN benchmark, convert ``net`` to the run's memory format; the forward to call.
+
+        Compiles only on CUDA: a CPU replay of a compiled GPU run would need a C++ compiler and minutes
+        of compilation, and a failure there would read as "reproduced".
+        """
         if device == "cuda":
             torch.backends.cudnn.benchmark = self.cudnn_benchmark
         if self.channels_last:
             net.to(memory_format=torch.channels_last)
-        return torch.compile(net) if self.compile else net
+        return torch.compile(net) if self.compile and device == "cuda" else net
 
     def images(self, images: Tensor) -> Tensor:
         """(B, 3, H, W) images in the run's memory format."""
