@@ -12,7 +12,7 @@ Runs, each in its own process, and checks what each left behind (``ocr.debug.gpu
 5. ``nan_loss``: ``+debug.inject=nan_loss``: ``NonFiniteLossError`` naming the step, ``nonfinite.json``,
    no CUDA fault.
 6. ``bad_index``: ``+debug.inject=bad_index``: a crash bundle, the device-side assert seen as a CUDA fault.
-7. ``train_bf16`` (``--train-minutes``, default 6) then ``runners/test.py`` on the test split in both
+7. ``train_bf16`` (``--train-minutes``, default 5) then ``runners/test.py`` on the test split in both
    CLEval modes; ``train_fp32`` (``--fp32-minutes``, default 2) and its two tests, to compare.
 
 Writes ``proof.json`` and ``proof.md`` (and every step's console log and run directory) into
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=REPO / "outputs" / "gpu_proof", help="parent of the timestamped folder"
     )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="receipts root (images/, jsons/)")
-    parser.add_argument("--train-minutes", type=float, default=6.0, help="bf16 receipts training budget")
+    parser.add_argument("--train-minutes", type=float, default=5.0, help="bf16 receipts training budget")
     parser.add_argument("--fp32-minutes", type=float, default=2.0, help="fp32 receipts training budget")
     args = parser.parse_args(argv)
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
