@@ -22,7 +22,9 @@ Subcommands (use them in this order when a run dies with a CUDA error):
   sanitizer [TOOL] [overrides...]
                               The short run under compute-sanitizer (TOOL: memcheck (default),
                               racecheck, initcheck, synccheck). Finds the out-of-bounds access and
-                              names the kernel. Exit status non-zero when it reports errors. Slow.
+                              names the kernel. Exit status non-zero when it reports errors. Slow:
+                              batch 2, 256 px crops, eval at 512 px (your overrides win) and
+                              PYTORCH_NO_CUDA_MEMORY_CACHING=1, so memcheck sees every allocation.
   replay <bundle dir> [--device cpu|cuda] [--blocking] [--sanitizer TOOL]
                               Re-run the failed step from a crash bundle (<run dir>/crash). Exit 1 =
                               the failure reproduced, 0 = it did not, 2 = bundle unusable.
@@ -94,9 +96,13 @@ cmd_sanitizer() {
   has_gpu || say "no NVIDIA GPU visible: compute-sanitizer needs one; use 'cpu' to test the data/model path"
   say "short run under compute-sanitizer --tool $tool (slow: every kernel is instrumented)"
   say "report: $out/sanitizer-$tool.txt"
+  say "small sizes (batch 2, 256 px crops, eval 512 px) and PYTORCH_NO_CUDA_MEMORY_CACHING=1: memcheck"
+  say "cannot see overruns inside the caching allocator's blocks, and full sizes would take hours"
   short_run_args "$out"
-  "${PY[@]}" -m ocr.debug.sanitizer --tool "$tool" --report "$out/sanitizer-$tool.txt" -- \
-    "${RUN_ARGS[@]}" trainer.benchmark=false "$@"
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+    "${PY[@]}" -m ocr.debug.sanitizer --tool "$tool" --report "$out/sanitizer-$tool.txt" -- \
+    "${RUN_ARGS[@]}" trainer.benchmark=false data.batch_size=2 data.eval_batch_size=2 \
+    data.train_transform.crop_size=256 data.eval_transform.long_side=512 "$@"
   finish $? "$out"
 }
 

@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
+from ocr.debug.gpu_proof import TINY_CPU_RUN
 from ocr.utils.hardware import register_resolvers
 
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -44,26 +45,9 @@ def sroie_root() -> Path:
     return SROIE_ROOT
 
 
-# Tiny synthetic runs for end-to-end tests (images <= 128 px, no workers, CPU).
-TINY_RUN = [
-    "data.synthetic.num_train=6",
-    "data.synthetic.num_val=3",
-    "data.synthetic.num_test=3",
-    "data.synthetic.long_side=96",
-    "data.train_transform.crop_size=64",
-    "data.train_transform.train_long_side=96",
-    "data.eval_transform.long_side=96",
-    "data.targets.min_text_size=2",  # text is ~3 px high at 96 px: keep it trainable
-    "data.batch_size=2",
-    "data.eval_batch_size=2",
-    "data.num_workers=0",
-    "data.persistent_workers=false",
-    "data.pin_memory=false",
-    "hardware=cpu",
-    "trainer.precision=32-true",
-    "trainer.check_val_every_n_epoch=1",
-    "trainer.enable_model_summary=false",
-]
+# Tiny synthetic runs for end-to-end tests (images <= 128 px, no workers, CPU); scripts/gpu_proof.sh --cpu
+# runs the same sizes.
+TINY_RUN = list(TINY_CPU_RUN)
 
 
 def load_runner(name: str) -> ModuleType:

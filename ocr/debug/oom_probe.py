@@ -3,8 +3,11 @@
 Builds the configured model and loss (Hydra overrides as for ``runners/train.py``), then runs full
 training steps (forward, loss, backward, AdamW step, with the configured precision) on random batches
 of the training crop size, doubling the batch size until CUDA runs out of memory and bisecting
-between the last size that fitted and the first that did not. On the CPU nothing runs out of memory:
-there it only checks that the step runs, up to ``--max``.
+between the last size that fitted and the first that did not. Very large batches can fail with other
+CUDA errors before memory runs out (cuDNN/cuBLAS limits, 32-bit indexing): those count as "does not
+fit" too, and when such an error leaves the CUDA context unusable the search stops and reports what it
+found so far. The run's channels_last, cudnn.benchmark (its workspace counts) and compile flags are
+mirrored. On the CPU nothing runs out of memory: there it only checks that the step runs, up to ``--max``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["find_largest_batch", "main", "random_batch"]
+__all__ = ["ContextLostError", "failure_reason", "find_largest_batch", "main", "random_batch"]
 
 HEADROOM = 0.85  # validation, fragmentation and other processes need some memory too
 
@@ -34,6 +37,37 @@ def random_batch(batch_size: int, size: int, device: str) -> dict[str, Any]:
         "thresh_mask": (torch.rand(shape, device=device) > 0.8).float(),
         "image_id": [f"probe_{i}" for i in range(batch_size)],
     }
+
+
+class ContextLostError(RuntimeError):
+    """A failed probe left the CUDA context unusable; ``fitted`` holds the sizes that trained."""
+
+    def __init__(self, batch_size: int, reason: str, fitted: list[int]) -> None:
+        self.batch_size = batch_size
+        self.fitted = fitted
+        super().__init__(f"batch {batch_size}: {reason}; the CUDA context is unusable afterwards")
+
+
+def failure_reason(exc: BaseException, device: str) -> str | None:
+    """Why a probe step failed when that means "does not fit" (OOM, or any CUDA error); else None."""
+    import torch
+
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return "out of memory"
+    if device == "cuda" and isinstance(exc, RuntimeError):
+        lines = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    return None
+
+
+def _context_usable() -> bool:
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        return bool(torch.ones(1, device="cuda").sum().item() == 1)
+    except Exception:
+        return False
 
 
 def find_largest_batch(fits: Callable[[int], bool], low: int, high: int) -> tuple[int | None, int | None]:
@@ -67,48 +101,55 @@ def _make_step(cfg: Any, device: str, size: int) -> Callable[[int], bool]:
     import torch
     from hydra.utils import instantiate
 
+    from ocr.debug.run_flags import run_flags
     from ocr.lightning_modules.loading import weights_free_model_config
     from ocr.utils.hardware import autocast_dtype
 
     # Weights do not change memory: no hub download or weights file for a probe.
     net = instantiate(weights_free_model_config(cfg.model)).to(device).train()
     loss_fn = instantiate(cfg.loss).to(device)
-    channels_last = bool(cfg.module.channels_last)
-    if channels_last:  # the memory format of the real run changes the activation memory
-        net = net.to(memory_format=torch.channels_last)
+    flags = run_flags(cfg)  # memory format, cuDNN workspace and compiled graphs change the peak
+    forward = flags.apply(net, device)
     optimizer = instantiate(cfg.optimizer)(params=net.parameters())  # same optimizer state as training
     dtype = autocast_dtype(str(cfg.trainer.precision))
     use_autocast = device == "cuda" and dtype is not None
+    fitted: list[int] = []
+    sys.stdout.write(f"mirroring the run's {flags.describe()}\n")
 
     def fits(batch_size: int) -> bool:
+        reason = None
         try:
             batch = random_batch(batch_size, size, device)
-            if channels_last:
-                batch["images"] = batch["images"].contiguous(memory_format=torch.channels_last)
+            batch["images"] = flags.images(batch["images"])
             with torch.autocast(device, dtype=dtype or torch.float32, enabled=use_autocast):
-                output = net(batch["images"])
+                output = forward(batch["images"])
             loss_fn(output, batch)["loss"].backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if device == "cuda":
                 torch.cuda.synchronize()
-            result = True
-        except torch.cuda.OutOfMemoryError:
-            result = False
-        optimizer.zero_grad(set_to_none=True)
+        except Exception as exc:
+            reason = failure_reason(exc, device)
+            if reason is None:
+                raise
         batch = output = None
+        if reason is not None and device == "cuda" and not _context_usable():
+            raise ContextLostError(batch_size, reason, fitted)
+        optimizer.zero_grad(set_to_none=True)
         gc.collect()
         if device == "cuda":
             peak = torch.cuda.max_memory_allocated() / 2**30
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
+        if reason is None:
+            fitted.append(batch_size)
         sys.stdout.write(
-            f"batch {batch_size:4d}: {'fits' if result else 'OUT OF MEMORY'}"
+            f"batch {batch_size:4d}: {'fits' if reason is None else 'DOES NOT FIT (' + reason + ')'}"
             + (f" (peak {peak:.2f} GiB)" if device == "cuda" else "")
             + "\n"
         )
         sys.stdout.flush()
-        return result
+        return reason is None
 
     return fits
 
@@ -143,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         f"model {cfg.model.encoder.name if 'encoder' in cfg.model else cfg.model._target_}, "
         f"input {size}x{size}, precision {cfg.trainer.precision}, device {args.device}\n"
     )
-    ok, bad = find_largest_batch(_make_step(cfg, args.device, size), args.low, args.high)
+    try:
+        ok, bad = find_largest_batch(_make_step(cfg, args.device, size), args.low, args.high)
+        stopped = None
+    except ContextLostError as exc:
+        ok, bad, stopped = max(exc.fitted, default=None), exc.batch_size, str(exc)
+        sys.stdout.write(f"search stopped: {stopped}; rerun with --max {exc.batch_size - 1} to refine\n")
     suggestion = max(1, int(ok * HEADROOM)) if ok else None
     report = {
         "device": args.device,
@@ -154,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "first_failing_batch": bad,
         "searched": [args.low, args.high],
         "suggested_batch_size": suggestion,
+        "search_stopped": stopped,
     }
     path = atomic_write_json(args.out / "oom_probe.json", report)
     if ok is None:

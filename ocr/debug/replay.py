@@ -113,11 +113,15 @@ def replay_step(bundle: Bundle, device: str) -> ReplayResult:
     import torch
 
     from ocr.debug.inject import apply_fault, poison_loss
+    from ocr.debug.run_flags import run_flags
     from ocr.utils.hardware import autocast_dtype
 
     net, loss_fn, source = _build(bundle, device)
-    sys.stdout.write(f"model: {source}; device: {device}\n")
+    flags = run_flags(bundle.config)
+    forward = flags.apply(net, device)
+    sys.stdout.write(f"model: {source}; device: {device}; {flags.describe()}\n")
     batch = _to_device(bundle.batch, device)
+    batch["images"] = flags.images(batch["images"])
     precision = str(bundle.config.trainer.get("precision", "32-true"))
     dtype = autocast_dtype(precision)
     fault = _injected_fault(bundle)
@@ -131,7 +135,7 @@ def replay_step(bundle: Bundle, device: str) -> ReplayResult:
             dtype=dtype or torch.float32,
             enabled=device == "cuda" and dtype is not None,
         ):
-            output = net(batch["images"])
+            output = forward(batch["images"])
         losses = loss_fn(output, batch)
         if fault == "nan_loss":
             losses = poison_loss(losses)

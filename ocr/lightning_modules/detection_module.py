@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from ocr.debug.gpu_probe import sync_allowed
 from ocr.types import Batch, DBOutput, Polygon
 
 __all__ = ["DetectionModule", "Prediction"]
@@ -39,7 +40,9 @@ class DetectionModule(LightningModule):
         scheduler: partial scheduler, called with the optimizer and ``total_steps``.
         channels_last: convert the network and images to channels_last (faster convolutions on
             recent GPUs and with oneDNN on CPUs).
-        compile: wrap the network with ``torch.compile``.
+        compile: wrap the network with ``torch.compile``. The batch dimension is marked dynamic (the last
+            batch of an epoch is smaller) and recompiles are logged, so training compiles one graph and
+            evaluation (val and test share eval mode and grad mode) one more.
     """
 
     def __init__(
@@ -78,10 +81,13 @@ class DetectionModule(LightningModule):
         if self.compile and self._compiled_net is None:
             # Kept outside the module tree, so state_dict keys stay `net.*` (no `_orig_mod.`).
             object.__setattr__(self, "_compiled_net", torch.compile(self.net))
+            torch._logging.set_logs(recompiles=True)
 
     def forward(self, images: Tensor) -> DBOutput:
-        net = self.net if self._compiled_net is None else self._compiled_net  # `or` would call len()
-        return net(images)
+        if self._compiled_net is None:  # `or` would call len()
+            return self.net(images)
+        torch._dynamo.maybe_mark_dynamic(images, 0)
+        return self._compiled_net(images)
 
     def on_before_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
         # A reference to the CPU batch for crash bundles: after a CUDA fault nothing can be copied back.
@@ -130,7 +136,8 @@ class DetectionModule(LightningModule):
             log.info("Polygon sanitation, train epoch %d: %s", self.current_epoch, reasons)
         self._sanitation.clear()
         if self._crops_seen and self._crops_with_text is not None:
-            with_text = int(self._crops_with_text)  # the one host sync of this count per epoch
+            with sync_allowed():
+                with_text = int(self._crops_with_text)  # the one host sync of this count per epoch
             if with_text < self._crops_seen / 2:
                 log.warning(
                     "Train epoch %d: only %d of %d crops held trainable text, so the detector sees "

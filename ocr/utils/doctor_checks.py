@@ -6,6 +6,7 @@ The fast checks (no subprocess, no GPU work) also run at the start of every trai
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -26,6 +27,7 @@ __all__ = [
     "SquaresDataset",
     "Status",
     "check_cpu_flags",
+    "check_cuda_usable",
     "check_disk",
     "check_gpu_arch",
     "check_shared_memory",
@@ -122,6 +124,53 @@ def check_gpu_arch() -> CheckResult:
             "install a torch build compiled for this GPU (see pytorch.org 'Get started')",
         )
     return CheckResult("gpu", "ok", ", ".join(names) + f"; bf16: {info.get('bf16_supported')}")
+
+
+def _cuda_init_error() -> str:
+    """Why torch cannot initialise CUDA, in torch's own words (first line)."""
+    import torch
+
+    try:
+        torch.cuda.init()
+    except Exception as exc:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return "torch.cuda.is_available() is False"
+
+
+def check_cuda_usable() -> CheckResult:
+    """A driver (or nvidia-smi) is present but torch cannot use CUDA: a run would silently use the CPU.
+
+    Hiding the GPUs on purpose (``CUDA_VISIBLE_DEVICES=`` or ``-1``) is the way to train on the CPU anyway.
+    """
+    import torch
+
+    driver = driver_version()
+    if torch.cuda.is_available():
+        return CheckResult("cuda_usable", "ok", f"CUDA usable (driver {driver or 'unknown'})")
+    if not driver:
+        return CheckResult("cuda_usable", "ok", "no NVIDIA driver: a CPU machine")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return CheckResult(
+            "cuda_usable", "ok", f"driver {driver}; GPUs hidden on purpose (CUDA_VISIBLE_DEVICES={visible!r})"
+        )
+    cpu_anyway = "to train on the CPU anyway, hide the GPUs: CUDA_VISIBLE_DEVICES= <command>"
+    if torch.version.cuda is None:
+        return CheckResult(
+            "cuda_usable",
+            "fail",
+            f"NVIDIA driver {driver} present but torch {torch.__version__} is a CPU-only build",
+            f"install a CUDA build of torch (uv sync picks the one in pyproject/uv.lock); {cpu_anyway}",
+        )
+    return CheckResult(
+        "cuda_usable",
+        "fail",
+        f"NVIDIA driver {driver} present but torch {torch.__version__} (built for CUDA {torch.version.cuda}) "
+        f"cannot use it: {_cuda_init_error()}",
+        f"install an NVIDIA driver that supports CUDA {torch.version.cuda} (CUDA 13.x needs >= 580; check "
+        f"nvidia-smi, CUDA_VISIBLE_DEVICES and, under WSL2, the Windows driver) or a torch build for the "
+        f"driver's CUDA version; {cpu_anyway}",
+    )
 
 
 def check_cpu_flags() -> CheckResult:
@@ -228,6 +277,7 @@ def fast_checks(output_dir: Path) -> list[CheckResult]:
         [
             ("versions", check_versions),
             ("gpu", check_gpu_arch),
+            ("cuda_usable", check_cuda_usable),
             ("cpu", check_cpu_flags),
             ("wsl", lambda: check_wsl(output_dir)),
             ("disk", lambda: check_disk(output_dir)),

@@ -204,7 +204,7 @@ def cuda_info(query_devices: bool = True) -> dict[str, Any]:
                 }
             )
         if info["available"]:
-            info["bf16_supported"] = torch.cuda.is_bf16_supported()
+            info["bf16_supported"] = torch.cuda.is_bf16_supported(including_emulation=False)
     except Exception as exc:
         info["error"] = f"{type(exc).__name__}: {exc}"
     return info

@@ -13,8 +13,10 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "CudaUnusableError",
     "register_resolvers",
     "has_cuda",
+    "cuda_has_native_bf16",
     "cpu_has_native_bf16",
     "auto_precision",
     "autocast_dtype",
@@ -23,11 +25,41 @@ __all__ = [
 ]
 
 
+class CudaUnusableError(RuntimeError):
+    """An NVIDIA driver is present but torch cannot use CUDA (``hardware=auto`` refuses the CPU then)."""
+
+
 def has_cuda() -> bool:
-    """True when a CUDA device is usable."""
+    """True when a CUDA device is usable; False on a machine without an NVIDIA driver.
+
+    Raises:
+        CudaUnusableError: a driver (or nvidia-smi) is present but CUDA is not usable, with the doctor's
+            explanation; ``CUDA_VISIBLE_DEVICES=`` (GPUs hidden on purpose) trains on the CPU anyway.
+    """
     import torch
 
-    return torch.cuda.is_available()
+    if torch.cuda.is_available():
+        return True
+    from ocr.utils.doctor_checks import check_cuda_usable
+
+    verdict = check_cuda_usable()
+    if verdict.status == "fail":
+        raise CudaUnusableError(
+            f"hardware=auto: {verdict.detail}. Training would silently run on the CPU. Fix: {verdict.fix}. "
+            "Details: scripts/debug_cuda.sh doctor"
+        )
+    return False
+
+
+def cuda_has_native_bf16() -> bool:
+    """True when the current GPU runs bf16 natively (Ampere and newer).
+
+    ``torch.cuda.is_bf16_supported()`` also counts emulation, which pre-Ampere GPUs (T4, V100) have: there
+    bf16 is slow and fp16 with a grad scaler is the right choice.
+    """
+    import torch
+
+    return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def cpu_has_native_bf16() -> bool:
@@ -43,7 +75,7 @@ def auto_precision() -> str:
     import torch
 
     if torch.cuda.is_available():
-        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+        return "bf16-mixed" if cuda_has_native_bf16() else "16-mixed"
     return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
 
 
@@ -54,10 +86,16 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
 
-def auto_workers(cap: int) -> int:
-    """DataLoader workers: the usable cores minus one for the main process, at most ``cap``."""
+def auto_workers(cap: int, devices: int = 1) -> int:
+    """DataLoader workers per training process: the usable cores shared by ``devices`` processes (DDP), minus
+    one for each main process, at most ``cap``. ``devices=-1`` means every visible GPU.
+    """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(int(cap), cores - 1))
+    if int(devices) < 0:
+        import torch
+
+        devices = max(1, torch.cuda.device_count())
+    return max(0, min(int(cap), cores // max(1, int(devices)) - 1))
 
 
 def pick(cpu_value: Any, cuda_value: Any) -> Any:
@@ -66,7 +104,7 @@ def pick(cpu_value: Any, cuda_value: Any) -> Any:
 
 
 def register_resolvers() -> None:
-    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:}`` and ``${hw.workers:cap}`` once."""
+    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:}`` and ``${hw.workers:cap[,devices]}`` once."""
     resolvers = {"hw.pick": pick, "hw.precision": auto_precision, "hw.workers": auto_workers}
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ocr.utils.hardware import cuda_has_native_bf16
+
 __all__ = ["main", "run_variant", "variants"]
 
 # Convolutions through cuDNN use TF32 by default on Ampere+; compare against fp32 CPU loosely.
@@ -25,7 +27,7 @@ def variants() -> list[tuple[str, str, bool]]:
     """``(device, dtype, cudnn)`` triples to try on this machine."""
     if not torch.cuda.is_available():
         return [("cpu", "fp32", False), ("cpu", "bf16", False)]
-    dtypes = ["fp32"] + (["bf16"] if torch.cuda.is_bf16_supported() else [])
+    dtypes = ["fp32"] + (["bf16"] if cuda_has_native_bf16() else [])
     return [("cuda", dtype, cudnn) for dtype in dtypes for cudnn in (True, False)]
 
 

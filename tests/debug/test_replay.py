@@ -15,7 +15,9 @@ from ocr.debug.replay import EXIT_CLEAN, EXIT_REPRODUCED, EXIT_UNUSABLE, main
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _bundle(root: Path, nan: bool = False, debug: dict | None = None, step: int = 1) -> Path:
+def _bundle(
+    root: Path, nan: bool = False, debug: dict | None = None, step: int = 1, module: dict | None = None
+) -> Path:
     crash = root / "crash"
     crash.mkdir(parents=True)
     cfg = {
@@ -26,6 +28,8 @@ def _bundle(root: Path, nan: bool = False, debug: dict | None = None, step: int 
     }
     if debug is not None:
         cfg["debug"] = debug
+    if module is not None:
+        cfg["module"] = module
     (crash / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
     batch = random_batch(2, 64, "cpu")
     if nan:
@@ -65,3 +69,10 @@ def test_injected_exception_is_applied_again(tmp_path: Path, capsys: pytest.Capt
 def test_unusable_bundle(tmp_path: Path) -> None:
     assert main([str(tmp_path)]) == EXIT_UNUSABLE
     assert main([str(tmp_path), "--sanitizer", "memcheck"]) == EXIT_UNUSABLE  # not 1, "reproduced"
+
+
+def test_replay_mirrors_the_runs_memory_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Faults tied to channels_last kernels (or cudnn.benchmark, compile) only reproduce with them."""
+    crash = _bundle(tmp_path, module={"channels_last": True, "compile": False})
+    assert main([str(crash)]) == EXIT_CLEAN
+    assert "channels_last=True, cudnn.benchmark=False, compile=False" in capsys.readouterr().out

@@ -6,9 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from omegaconf import OmegaConf
 
 from ocr.debug import sanitizer
-from ocr.debug.oom_probe import find_largest_batch
+from ocr.debug.oom_probe import failure_reason, find_largest_batch
+from ocr.debug.run_flags import run_flags
 
 MEMCHECK = """========= COMPUTE-SANITIZER
 epoch 0
@@ -81,3 +84,28 @@ def test_probe_cli_on_cpu_with_the_real_config(tmp_path: Path, capsys: pytest.Ca
     report = json.loads((tmp_path / "oom_probe.json").read_text())
     assert report["largest_fitting_batch"] == 2 and report["first_failing_batch"] is None
     assert "largest batch that trains: 2" in capsys.readouterr().out
+
+
+def test_probe_counts_any_cuda_error_as_does_not_fit() -> None:
+    """Very large batches can hit cuDNN/cuBLAS limits or 32-bit indexing before memory runs out."""
+    assert failure_reason(torch.cuda.OutOfMemoryError("CUDA out of memory"), "cuda") == "out of memory"
+    error = RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED\nmore detail")
+    assert failure_reason(error, "cuda") == "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED"
+    assert failure_reason(error, "cpu") is None  # on the CPU a RuntimeError is a bug, not a size limit
+    assert failure_reason(ValueError("bad config"), "cuda") is None
+
+
+def test_run_flags_mirror_memory_format_benchmark_and_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda net: compiled.append(net) or net)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    cfg = OmegaConf.create(
+        {"module": {"channels_last": True, "compile": True}, "trainer": {"benchmark": True}}
+    )
+    flags = run_flags(cfg)
+    net = torch.nn.Conv2d(3, 4, 3)
+    flags.apply(net, "cuda")
+    assert torch.backends.cudnn.benchmark is True and compiled == [net]
+    assert net.weight.is_contiguous(memory_format=torch.channels_last)
+    assert flags.images(torch.randn(2, 3, 8, 8)).is_contiguous(memory_format=torch.channels_last)
+    assert run_flags(OmegaConf.create({})) == type(flags)(False, False, False)

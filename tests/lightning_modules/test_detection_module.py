@@ -100,3 +100,23 @@ def test_warns_when_training_crops_hold_no_trainable_text(caplog: pytest.LogCapt
         module._count_text_crops(with_text)
         module.on_train_epoch_end()
         assert caplog.text == ""
+
+
+def test_compiled_network_compiles_once_for_training_and_once_for_evaluation(monkeypatch) -> None:
+    """A smaller last batch must not recompile; val and test (eval mode, no_grad) share one graph."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    torch._dynamo.reset()
+    counters.clear()
+    module = _module(compile=True)
+    module.setup("fit")
+    module.train()
+    for batch_size in (4, 3):
+        module(torch.randn(batch_size, 3, 32, 32))
+    module.eval()
+    with torch.inference_mode():  # Lightning's default for val and test
+        for batch_size in (4, 2):
+            module(torch.randn(batch_size, 3, 32, 32))
+    assert counters["frames"]["ok"] == 2, dict(counters["frames"])
+    torch._dynamo.reset()

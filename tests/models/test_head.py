@@ -35,3 +35,14 @@ def test_non_multiple_sizes_are_resized_exactly():
     head = DBHead(in_channels=16, k=50, prior_prob=0.01)
     out = head(torch.randn(1, 16, 26, 19), output_size=(102, 75))
     assert tuple(out.prob_logits.shape) == (1, 1, 102, 75)
+
+
+def test_binary_logits_in_float32_under_bf16_autocast():
+    """bf16 sigmoids step by ~0.004 near 0.5: times k = 50 that is a logit error of ~0.2."""
+    head = DBHead(in_channels=16, k=50, prior_prob=0.01)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = head(torch.randn(2, 16, 8, 8), output_size=(32, 32))
+    assert out.prob_logits.dtype == torch.bfloat16  # the branches do run in bf16
+    assert out.binary_logits.dtype == torch.float32
+    expected = 50 * (torch.sigmoid(out.prob_logits.float()) - torch.sigmoid(out.thresh_logits.float()))
+    assert torch.allclose(out.binary_logits, expected, atol=1e-5, rtol=0)

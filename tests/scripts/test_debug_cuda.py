@@ -60,3 +60,19 @@ def test_cpu_run_with_injected_exception_leaves_bundle(tmp_path: Path, tiny_run:
     (run,) = (tmp_path / "debug").glob("*-cpu")
     assert "InjectedFaultError" in (run / ".FAILURE").read_text()
     assert (run / "crash" / "batch.pt").is_file() and (run / "preflight.json").is_file()
+
+
+def test_sanitizer_preset_uses_small_sizes_and_no_caching_allocator(tmp_path: Path) -> None:
+    """memcheck cannot see overruns inside the caching allocator's blocks; full sizes would take hours."""
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(
+        '#!/usr/bin/env bash\necho "cache=$PYTORCH_NO_CUDA_MEMORY_CACHING args=$*"\n'
+        'echo "========= ERROR SUMMARY: 0 errors"\n'
+    )
+    fake.chmod(0o755)
+    result = _run(["sanitizer", "memcheck", "data.batch_size=3"], tmp_path, {"COMPUTE_SANITIZER": str(fake)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("cache=")]
+    assert line.startswith("cache=1 args=--tool memcheck")
+    assert "data.train_transform.crop_size=256" in line and "data.eval_transform.long_side=512" in line
+    assert line.index("data.batch_size=2") < line.index("data.batch_size=3")  # the user's override wins

@@ -15,7 +15,7 @@ from ocr.utils.doctor_checks import CheckResult, fast_checks, worst_status
 
 def test_fast_checks_cover_everything(tmp_path: Path) -> None:
     results = fast_checks(tmp_path / "out")
-    assert [r.name for r in results] == ["versions", "gpu", "cpu", "wsl", "disk", "shm"]
+    assert [r.name for r in results] == ["versions", "gpu", "cuda_usable", "cpu", "wsl", "disk", "shm"]
     assert all(r.status in ("ok", "warn", "fail") for r in results)
     assert all(r.fix for r in results if r.status != "ok")
 

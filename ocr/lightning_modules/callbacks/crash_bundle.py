@@ -25,7 +25,7 @@ from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
 from ocr.utils.environment import collect_environment
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
-__all__ = ["CrashBundle", "is_cuda_error", "last_checkpoint_path", "write_crash_bundle"]
+__all__ = ["CrashBundle", "crash_dir", "is_cuda_error", "last_checkpoint_path", "write_crash_bundle"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,15 @@ CUDA_ERROR_MARKERS = (
     "AcceleratorError",
     "NCCL",
 )
+
+
+def crash_dir(run_dir: Path, rank: int) -> Path:
+    """``<run dir>/crash`` on global rank 0, ``<run dir>/crash-rank<k>`` on the others.
+
+    Every rank keeps its own files: a fault on GPU 1 must not depend on rank 0 to be recorded, and
+    ranks must not overwrite each other's.
+    """
+    return run_dir / ("crash" if rank == 0 else f"crash-rank{rank}")
 
 
 def is_cuda_error(exception: BaseException) -> bool:
@@ -135,8 +144,7 @@ def write_crash_bundle(
         environment: an environment report taken before the fault (CUDA is not queried again after a
             CUDA error); ``None`` collects one now.
     """
-    # Every rank keeps its own bundle: a fault on GPU 1 must not depend on rank 0 to be recorded.
-    crash = run_dir / ("crash" if trainer.global_rank == 0 else f"crash-rank{trainer.global_rank}")
+    crash = crash_dir(run_dir, trainer.global_rank)
     cuda_fault = is_cuda_error(exception)
     oom = isinstance(exception, torch.cuda.OutOfMemoryError)
     # A NonFiniteLossError may carry the batch of the first bad step; else the last batch.
@@ -157,6 +165,7 @@ def write_crash_bundle(
         "last_checkpoint": last_checkpoint_path(trainer),
         "batch_file": "batch.pt" if batch is not None else None,
         "batch_shapes": _batch_shapes(batch),
+        "image_ids": [str(i) for i in batch.get("image_id") or []] if isinstance(batch, dict) else [],
     }
     trace = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
     atomic_write_text(crash / "traceback.txt", trace)
@@ -201,6 +210,6 @@ class CrashBundle(Callback):
             crash = write_crash_bundle(run_dir, trainer, pl_module, exception, self._environment)
         except Exception:
             # The original exception matters more than a failed bundle: log and let it propagate.
-            log.exception("Could not write the crash bundle into %s", run_dir / "crash")
+            log.exception("Could not write the crash bundle into %s", crash_dir(run_dir, trainer.global_rank))
             return
         log.error("Crash bundle written to %s; replay it with: scripts/debug_cuda.sh replay %s", crash, crash)

@@ -3,8 +3,11 @@
 Each step adds ``~isfinite(loss)`` to a flag that stays on the device, and records the first bad step
 there with ``torch.where`` against a device-side step counter. The host reads the flag only every
 ``check_every_n_steps`` steps and at epoch end, so the default mode costs a few tiny kernels per step.
-On a hit it raises :class:`NonFiniteLossError`, which Lightning routes through ``on_exception`` to the
-crash bundle.
+On CUDA the loss's own value checks (finite logits, targets in [0, 1]) feed the same flag: they make the
+loss NaN instead of firing a device-side assert, which would poison the CUDA context before this guard
+could read its flag. On a hit the guard writes ``nonfinite.json`` into the rank's crash folder and
+raises :class:`NonFiniteLossError`, which Lightning routes through ``on_exception`` to the crash bundle.
+Under DDP the check takes the minimum over ranks (one collective per check), so all ranks stop together.
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 from torch.optim import Optimizer
 
-from ocr.lightning_modules.callbacks.crash_bundle import is_cuda_error
+from ocr.debug.gpu_probe import sync_allowed
+from ocr.lightning_modules.callbacks.crash_bundle import crash_dir, is_cuda_error
+from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
 from ocr.utils.io import atomic_write_json
 
 __all__ = ["NonFiniteGuard", "NonFiniteLossError"]
 
 log = logging.getLogger(__name__)
+
+NO_BAD_STEP = torch.iinfo(torch.long).max  # stands for "all finite" in the cross-rank minimum
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -36,7 +43,9 @@ class NonFiniteLossError(FloatingPointError):
         self.checked_at = checked_at
         super().__init__(
             f"non-finite {what} first seen at global step {step} (detected at step {checked_at}); "
-            "the crash bundle holds the last batch. For the exact batch of the first bad step rerun with "
+            "on a GPU this includes non-finite logits and targets outside [0, 1] (rerun with "
+            "loss.strict=true to name the tensor and images). The crash bundle holds the last batch; for "
+            "the exact batch of the first bad step rerun with "
             "callbacks.nonfinite_guard.check_every_n_steps=1; replay with "
             "scripts/debug_cuda.sh replay <run dir>/crash"
         )
@@ -59,6 +68,12 @@ class NonFiniteGuard(Callback):
         self._step: Tensor | None = None  # device-side global step of the batch in flight
         self._first_bad: dict[str, Tensor] = {}  # what -> device scalar, -1 while all finite
         self._host_step = 0
+        self._crash_dir: Path | None = None
+        self._trainer: L.Trainer | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._trainer = trainer
+        self._crash_dir = crash_dir(resolve_run_dir(None, trainer), trainer.global_rank)
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -107,42 +122,62 @@ class NonFiniteGuard(Callback):
         self._first_bad = {}
 
     def check(self, checked_at: int) -> None:
-        """Read the device flags (one sync) and raise :class:`NonFiniteLossError` on a hit.
+        """Read the device flags (one sync), write ``nonfinite.json`` and raise on a hit.
 
         Raises:
-            NonFiniteLossError: a loss or gradient norm was NaN/Inf at some step since the last check.
+            NonFiniteLossError: a loss or gradient norm was NaN/Inf at some step since the last check
+                (on any rank, under DDP).
         """
-        bad = self._first_bad_steps()
+        with sync_allowed():  # the documented sync every check_every_n_steps
+            bad = self._first_bad_steps(across_ranks=True)
         if bad:
             step, what = bad[0]
+            self._write_record(bad, checked_at)
             raise NonFiniteLossError(step=step, what=what, checked_at=checked_at)
 
-    def _first_bad_steps(self) -> list[tuple[int, str]]:
-        """``(first bad step, tensor name)`` pairs, earliest first (one host-device sync)."""
+    def _first_bad_steps(self, across_ranks: bool) -> list[tuple[int, str]]:
+        """``(first bad step, tensor name)`` pairs, earliest first (one host-device sync).
+
+        ``across_ranks`` takes the minimum over DDP ranks: every rank must call it at the same step.
+        """
         if not self._first_bad:
             return []
-        names = list(self._first_bad)
-        firsts = torch.stack([self._first_bad[name] for name in names]).tolist()
-        return sorted((int(step), name) for step, name in zip(firsts, names, strict=True) if step >= 0)
+        names = sorted(self._first_bad)
+        firsts = torch.stack([self._first_bad[name] for name in names])
+        trainer = self._trainer
+        if across_ranks and trainer is not None and trainer.world_size > 1:
+            firsts = torch.where(firsts < 0, torch.full_like(firsts, NO_BAD_STEP), firsts)
+            firsts = trainer.strategy.reduce(firsts, reduce_op=torch.distributed.ReduceOp.MIN)
+            firsts = torch.where(firsts == NO_BAD_STEP, torch.full_like(firsts, -1), firsts)
+        pairs = zip(firsts.tolist(), names, strict=True)
+        bad = [(int(step), name) for step, name in pairs if step >= 0]
+        return sorted(bad, key=lambda pair: (pair[0], pair[1] != "loss"))  # the loss before its gradients
+
+    def _write_record(self, bad: list[tuple[int, str]], checked_at: int | None) -> Path | None:
+        if self._crash_dir is None:
+            return None
+        path = self._crash_dir / "nonfinite.json"
+        record = {
+            "first_bad": [{"step": step, "what": what} for step, what in bad],
+            "detected_at_step": checked_at,
+            "rank": self._trainer.global_rank if self._trainer is not None else 0,
+        }
+        return atomic_write_json(path, record)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        # Another error (e.g. the loss's own finite-input check a step later) may hide an earlier NaN:
-        # record it beside the crash bundle. Never touch the device after a CUDA fault.
-        if (
-            isinstance(exception, NonFiniteLossError)
-            or is_cuda_error(exception)
-            or not trainer.is_global_zero
-        ):
+        # Another error (e.g. an injected fault a step later) may hide an earlier NaN: record it beside
+        # the crash bundle. Never touch the device after a CUDA fault, and no collective here: the other
+        # ranks may not be at this point.
+        if isinstance(exception, NonFiniteLossError) or is_cuda_error(exception):
             return
         try:
-            bad = self._first_bad_steps()
+            bad = self._first_bad_steps(across_ranks=False)
         except RuntimeError:
             return
         if bad:
-            path = Path(trainer.default_root_dir) / "crash" / "nonfinite.json"
-            atomic_write_json(path, {"first_bad": [{"step": step, "what": what} for step, what in bad]})
+            path = self._write_record(bad, None)
             log.error(
                 "Non-finite %s first seen at global step %d, before this exception (%s)",
                 bad[0][1],

@@ -1,21 +1,43 @@
-"""Loss input checks: metadata always (free), values without a host-device sync unless ``strict``."""
+"""Loss input checks: metadata always (free), values without a host-device sync unless ``strict``.
+
+Value checks have three modes (:func:`value_check_mode`): ``strict`` (synchronising, exact counts),
+``assert`` (``torch._assert_async`` on the CPU, raising at once) and ``flag`` (CUDA and other
+accelerators). A failed device-side assert poisons the CUDA context, so nothing can be written or read
+afterwards and the error surfaces at an unrelated later line; in ``flag`` mode the checks return one
+on-device bool instead, which :class:`ocr.models.loss.DBLoss` turns into a NaN loss that the non-finite
+guard reports with its step.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
 from ocr.types import DBOutput
 
-__all__ = ["LossInputError", "TARGET_KEYS", "LOGIT_NAMES", "check_loss_inputs", "image_ids_of"]
+__all__ = [
+    "LossInputError",
+    "TARGET_KEYS",
+    "LOGIT_NAMES",
+    "ValueCheckMode",
+    "check_loss_inputs",
+    "device_message",
+    "image_ids_of",
+    "value_check_mode",
+]
 
 TARGET_KEYS = ("prob_map", "prob_mask", "thresh_map", "thresh_mask")
 LOGIT_NAMES = DBOutput._fields
 MAX_IDS_SHOWN = 8
-STRICT_HINT = "set strict=true in the loss config (configs/loss/db.yaml) for the exact tensor and counts"
+STRICT_HINT = "set loss.strict=true (configs/loss/db.yaml) for the exact counts and image ids"
+# CUDA's _assert_async refuses messages of 255 characters or more ("Message length must be smaller than
+# 255"): device-side messages are constant per tensor and never carry image ids.
+MAX_DEVICE_MESSAGE = 160
+
+ValueCheckMode = Literal["strict", "assert", "flag"]
 
 
 class LossInputError(ValueError):
@@ -85,12 +107,32 @@ def _value_conditions(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
     return conditions
 
 
-def _assert_values_async(tensors: Mapping[str, Tensor], batch: Mapping[str, Any]) -> None:
-    """Device-side asserts: raise on CPU at once; on CUDA a device assert surfaces at the next sync."""
-    ids = image_ids_of(batch)
+def device_message(name: str) -> str:
+    """The constant message of the device-side value check on ``name`` (< ``MAX_DEVICE_MESSAGE`` chars)."""
+    expected = "all finite values" if name in LOGIT_NAMES else "values in [0, 1]"
+    return f"loss input {name}: expected {expected}; {STRICT_HINT}"
+
+
+def value_check_mode(device_type: str, strict: bool) -> ValueCheckMode:
+    """``strict`` when asked; ``assert`` on the CPU (and meta); ``flag`` on CUDA and other accelerators."""
+    if strict:
+        return "strict"
+    return "assert" if device_type in ("cpu", "meta") else "flag"
+
+
+def _assert_values(tensors: Mapping[str, Tensor], batch: Mapping[str, Any]) -> None:
+    """``torch._assert_async`` per input; on the CPU it raises at once, so the ids are added here."""
     for name, ok in _value_conditions(tensors).items():
-        expected = "all finite values" if name in LOGIT_NAMES else "values in [0, 1]"
-        torch._assert_async(ok, f"loss input {name}: expected {expected} ({ids}); {STRICT_HINT}")
+        message = device_message(name)
+        try:
+            torch._assert_async(ok, message)
+        except RuntimeError as exc:
+            raise LossInputError(f"{message} ({image_ids_of(batch)})") from exc
+
+
+def _values_valid(tensors: Mapping[str, Tensor]) -> Tensor:
+    """One 0-d bool on the device: all logits finite and all targets in [0, 1] (no sync)."""
+    return torch.stack(list(_value_conditions(tensors).values())).all()
 
 
 def _ids_where(bad_per_image: Tensor, batch: Mapping[str, Any]) -> list[str]:
@@ -119,23 +161,28 @@ def _check_values_strict(tensors: Mapping[str, Tensor], batch: Mapping[str, Any]
             raise _fail(key, "values in [0, 1]", got, batch)
 
 
-def check_loss_inputs(output: DBOutput, batch: Mapping[str, Any], strict: bool) -> dict[str, Tensor]:
+def check_loss_inputs(
+    output: DBOutput, batch: Mapping[str, Any], mode: ValueCheckMode
+) -> tuple[dict[str, Tensor], Tensor | None]:
     """Validate the model output and batch targets for the DB loss.
 
     Metadata (keys, shape, dtype, device) is always checked on the host. Values (finite logits,
-    targets in [0, 1]) are checked with ``torch._assert_async`` (no host-device sync) or, when
-    ``strict``, with synchronising checks that report exact counts.
+    targets in [0, 1]) depend on ``mode`` (see :func:`value_check_mode`).
 
     Returns:
-        The three logits and four targets by name, each (B, 1, H, W).
+        The three logits and four targets by name, each (B, 1, H, W), and in ``flag`` mode a 0-d bool
+        tensor on their device that is False when a value check failed (``None`` in the other modes).
 
     Raises:
-        LossInputError: bad metadata, or bad values in strict mode.
-        RuntimeError: bad values in the default mode (on CUDA as a device-side assert).
+        LossInputError: bad metadata, or bad values in ``strict`` and ``assert`` mode.
     """
     tensors = check_metadata(output, batch)
-    if strict:
+    if mode == "strict":
         _check_values_strict(tensors, batch)
+    elif mode == "assert":
+        _assert_values(tensors, batch)
+    elif mode == "flag":
+        return tensors, _values_valid(tensors)
     else:
-        _assert_values_async(tensors, batch)
-    return tensors
+        raise ValueError(f"mode: expected one of 'strict', 'assert', 'flag', got {mode!r}")
+    return tensors, None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,6 +12,36 @@ from triage_tiny import TinyModule, fit_tiny
 
 from ocr.debug.inject import FaultInjector
 from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteGuard, NonFiniteLossError
+from ocr.models.loss import DBLoss
+from ocr.types import DBOutput
+
+
+class CudaLossModule(TinyModule):
+    """Trains through DBLoss with the CUDA value-check mode (no device asserts), on the CPU.
+
+    From ``nan_from_step`` on, the logits get a NaN pixel, as a diverged network would produce.
+    """
+
+    def __init__(self, nan_from_step: int) -> None:
+        super().__init__()
+        self.nan_from_step = nan_from_step
+        self.db_loss = DBLoss(
+            prob_weight=5, thresh_weight=10, binary_weight=1, ohem_ratio=3, eps=1e-6, strict=False
+        )
+
+    def training_step(self, batch, batch_idx):
+        logits = self.net(batch["images"])  # (B, 1, H, W)
+        if self.global_step >= self.nan_from_step:
+            logits = logits.clone()
+            logits[0, 0, 0, 0] = float("nan")
+        targets = {
+            "prob_map": batch["prob_map"],
+            "prob_mask": torch.ones_like(logits),
+            "thresh_map": torch.full_like(logits, 0.5),
+            "thresh_mask": torch.ones_like(logits),
+            "image_id": [f"img{i}" for i in range(logits.shape[0])],
+        }
+        return self.db_loss.terms(DBOutput(logits, logits, logits), targets, "cuda")["loss"]
 
 
 def test_exact_step_with_check_every_step(tmp_path: Path) -> None:
@@ -18,6 +49,55 @@ def test_exact_step_with_check_every_step(tmp_path: Path) -> None:
     with pytest.raises(NonFiniteLossError) as info:
         fit_tiny(tmp_path, [guard, FaultInjector(kind="nan_loss", step=2, stall_s=0)])
     assert info.value.step == 2 and info.value.checked_at == 2 and info.value.what == "loss"
+    record = json.loads((tmp_path / "crash" / "nonfinite.json").read_text())
+    assert record["first_bad"] == [{"step": 2, "what": "loss"}] and record["detected_at_step"] == 2
+
+
+def test_cuda_loss_checks_reach_the_guard_instead_of_a_device_assert(tmp_path: Path, monkeypatch) -> None:
+    """On CUDA a device assert would poison the context; the NaN must surface as the guard's error."""
+    monkeypatch.setattr(torch, "_assert_async", lambda *a: pytest.fail("device assert in CUDA mode"))
+    guard = NonFiniteGuard(check_every_n_steps=3, check_grads=False)
+    with pytest.raises(NonFiniteLossError) as info:
+        fit_tiny(tmp_path, [guard], max_steps=4, module=CudaLossModule(nan_from_step=1))
+    assert (info.value.step, info.value.what, info.value.checked_at) == (1, "loss", 2)
+    record = json.loads((tmp_path / "crash" / "nonfinite.json").read_text())
+    assert record["first_bad"][0] == {"step": 1, "what": "loss"}
+
+
+def _fake_trainer(root: Path, rank: int, world_size: int = 2, other_rank_first_bad: int = -1):
+    def reduce(tensor, reduce_op):  # the minimum with another rank that holds other_rank_first_bad
+        other = torch.full_like(tensor, other_rank_first_bad if other_rank_first_bad >= 0 else tensor.max())
+        return torch.minimum(tensor, other)
+
+    return SimpleNamespace(
+        default_root_dir=str(root),
+        global_rank=rank,
+        world_size=world_size,
+        strategy=SimpleNamespace(reduce=reduce),
+    )
+
+
+def test_each_rank_writes_its_own_nonfinite_record(tmp_path: Path) -> None:
+    guard = NonFiniteGuard(check_every_n_steps=10, check_grads=False)
+    trainer = _fake_trainer(tmp_path, rank=1)
+    guard.setup(trainer, None, "fit")
+    guard._step = torch.tensor(4)
+    guard._record("loss", torch.tensor(False))
+    guard.on_exception(trainer, None, RuntimeError("another failure"))
+    record = json.loads((tmp_path / "crash-rank1" / "nonfinite.json").read_text())
+    assert record == {"first_bad": [{"step": 4, "what": "loss"}], "detected_at_step": None, "rank": 1}
+    assert not (tmp_path / "crash").exists()
+
+
+def test_a_nan_on_another_rank_stops_this_rank_at_the_same_check(tmp_path: Path) -> None:
+    """Else this rank would train on and hang in the next collective after the other rank raised."""
+    guard = NonFiniteGuard(check_every_n_steps=10, check_grads=False)
+    guard.setup(_fake_trainer(tmp_path, rank=0, other_rank_first_bad=3), None, "fit")
+    guard._step = torch.tensor(7)
+    guard._record("loss", torch.tensor(True))
+    with pytest.raises(NonFiniteLossError, match="first seen at global step 3"):
+        guard.check(9)
+    assert json.loads((tmp_path / "crash" / "nonfinite.json").read_text())["first_bad"][0]["step"] == 3
 
 
 def test_first_bad_step_reported_at_the_next_check(tmp_path: Path) -> None:

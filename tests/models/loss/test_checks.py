@@ -4,6 +4,13 @@ import pytest
 import torch
 
 from ocr.models.loss import DBLoss, LossInputError
+from ocr.models.loss.checks import (
+    LOGIT_NAMES,
+    MAX_DEVICE_MESSAGE,
+    TARGET_KEYS,
+    device_message,
+    value_check_mode,
+)
 from ocr.types import DBOutput
 
 B, H, W = 2, 16, 16
@@ -98,12 +105,60 @@ def test_image_id_count_must_match_batch():
         loss_fn()(output, batch)
 
 
-def test_nan_logits_default_mode_fails_without_sync_and_names_tensor():
+def test_nan_logits_default_mode_fails_on_cpu_and_names_tensor_and_ids():
     output, batch = make_inputs()
     output.binary_logits[1, 0, 3, 3] = float("nan")
-    with pytest.raises(RuntimeError) as info:
+    with pytest.raises(LossInputError) as info:
         loss_fn()(output, batch)
     assert_message(info, "binary_logits", "expected all finite values", "strict=true")
+
+
+def test_device_assert_messages_are_short_and_constant_for_any_batch(monkeypatch):
+    """CUDA's _assert_async refuses messages of 255 characters or more: ids must stay on the host."""
+    messages = []
+    monkeypatch.setattr(torch, "_assert_async", lambda ok, message: messages.append(message))
+    ids = [f"X510056{i:05d}_receipt_scan_with_a_long_file_name_from_a_phone.jpg" for i in range(64)]
+    batch_size = len(ids)
+    output = DBOutput(*(torch.randn(batch_size, 1, 8, 8) for _ in range(3)))
+    batch = {
+        "prob_map": torch.zeros(batch_size, 1, 8, 8),
+        "prob_mask": torch.ones(batch_size, 1, 8, 8),
+        "thresh_map": torch.full((batch_size, 1, 8, 8), 0.3),
+        "thresh_mask": torch.ones(batch_size, 1, 8, 8),
+        "image_id": ids,
+    }
+    loss_fn()(output, batch)
+    assert len(messages) == 7
+    assert all(len(m) < MAX_DEVICE_MESSAGE < 255 for m in messages), max(messages, key=len)
+    assert not any(image_id in m for m in messages for image_id in ids)
+    assert messages == [device_message(name) for name in (*LOGIT_NAMES, *TARGET_KEYS)]
+
+
+def test_value_check_mode_per_device():
+    assert value_check_mode("cpu", strict=False) == "assert"
+    assert value_check_mode("meta", strict=False) == "assert"
+    assert value_check_mode("cuda", strict=False) == "flag"
+    assert value_check_mode("cuda", strict=True) == "strict"
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda output, batch: output.binary_logits.__setitem__((1, 0, 3, 3), float("nan")),
+        lambda output, batch: output.prob_logits.__setitem__((0, 0, 0, 0), float("inf")),
+        lambda output, batch: batch["thresh_map"].__setitem__((0, 0, 1, 1), 1.5),
+        lambda output, batch: batch["prob_mask"].__setitem__((1, 0, 2, 2), -1.0),
+    ],
+)
+def test_cuda_mode_flags_bad_values_as_nan_loss_instead_of_asserting(corrupt, monkeypatch):
+    """The CUDA branch on the CPU: no device assert (it would poison the context), a NaN total instead."""
+    monkeypatch.setattr(torch, "_assert_async", lambda *a: pytest.fail("device assert in CUDA mode"))
+    output, batch = make_inputs()
+    clean = loss_fn().terms(output, batch, "cuda")["loss"]
+    assert torch.isfinite(clean)
+    corrupt(output, batch)
+    losses = loss_fn().terms(output, batch, "cuda")
+    assert torch.isnan(losses["loss"])
 
 
 def test_nan_logits_strict_mode_counts_them():
@@ -125,8 +180,7 @@ def test_nan_logits_strict_mode_counts_them():
 def test_target_out_of_range(strict, key, bad):
     output, batch = make_inputs()
     batch[key][0, 0, 0, 0] = bad
-    error = LossInputError if strict else RuntimeError
-    with pytest.raises(error) as info:
+    with pytest.raises(LossInputError) as info:
         loss_fn(strict)(output, batch)
     assert_message(info, key, "expected values in [0, 1]")
     if strict:

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ocr.models.loss import DBLoss, balanced_bce, dice_loss, masked_l1
+from ocr.models.loss.bce import sum_of_largest
 from ocr.types import DBOutput
 
 B, H, W = 2, 24, 24
@@ -123,3 +124,15 @@ def test_dice_and_l1_zero_on_empty_mask():
     empty = torch.zeros(1, 1, 4, 4)
     assert dice_loss(logits, empty, empty, eps=1e-6).item() == 0.0
     assert masked_l1(logits, empty, empty, eps=1e-6).item() == 0.0
+
+
+@pytest.mark.parametrize("k", [0.0, 1.0, 2.5, 7.0, 10.0])
+def test_sum_of_largest_equals_the_sorted_sum_with_ties_and_zeros(k):
+    values = torch.tensor([0.0, 3.0, 1.5, 3.0, 0.25, 0.0, 2.0, 1.5, 1e-30, 7.0])
+    expected = values.sort(descending=True).values[: int(torch.tensor(k).ceil())].sum()
+    assert torch.allclose(sum_of_largest(values, torch.tensor(k)), expected)
+
+
+def test_sum_of_largest_propagates_nan():
+    values = torch.tensor([1.0, float("nan"), 2.0])
+    assert torch.isnan(sum_of_largest(values, torch.tensor(1.0)))

@@ -1,0 +1,198 @@
+"""Evidence and verdicts for ``scripts/gpu_proof.sh``: each reader looks at what one step left behind.
+
+Every ``check_*`` function takes the step's exit status and its run directory and returns ``(passed,
+details)``; ``details`` holds the figures the summary reports and, on a failure, what was missing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ocr.debug.sanitizer import EXIT_NOT_FOUND, HOW_TO_GET, summarize_report
+
+__all__ = [
+    "StepResult",
+    "check_bad_index",
+    "check_doctor",
+    "check_nan_loss",
+    "check_proof_run",
+    "check_sanitizer",
+    "check_test",
+    "check_train",
+    "figures",
+    "markdown_summary",
+]
+
+Status = Literal["pass", "fail", "skipped"]
+
+
+@dataclass
+class StepResult:
+    """One step of the proof: ``status``, wall time, exit code, where it wrote, what it found."""
+
+    name: str
+    title: str
+    status: Status
+    seconds: float = 0.0
+    exit_code: int | None = None
+    run_dir: str | None = None
+    command: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _first_line(path: Path) -> str | None:
+    try:
+        return path.read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def check_doctor(exit_code: int, out: Path) -> tuple[bool, dict[str, Any]]:
+    """The doctor exits 0 unless a check failed; the non-ok rows are reported."""
+    report = _json(out / "doctor.json") or {}
+    rows = [c for c in report.get("checks", []) if c.get("status") != "ok"]
+    details = {"verdict": report.get("verdict"), "not_ok": [f"{r['name']}: {r['detail']}" for r in rows]}
+    return exit_code == 0 and bool(report), details
+
+
+def check_sanitizer(exit_code: int, out: Path, expect_errors: bool) -> tuple[bool, dict[str, Any]]:
+    """memcheck: 0 errors for the clean run; an error naming a kernel for ``+debug.inject=bad_index``."""
+    if exit_code == EXIT_NOT_FOUND:
+        return False, {"problem": HOW_TO_GET}
+    reports = sorted(out.glob("*/sanitizer-*.txt"))
+    if not reports:
+        return False, {"problem": f"no sanitizer report under {out}"}
+    summary = summarize_report(reports[-1].read_text(errors="replace"))
+    details = {
+        "report": str(reports[-1]),
+        "errors": summary.errors,
+        "first_error": summary.first_error,
+        "kernel": summary.kernel,
+    }
+    if expect_errors:
+        return exit_code != 0 and bool(summary.errors) and summary.kernel is not None, details
+    return exit_code == 0 and summary.errors == 0, details
+
+
+def check_proof_run(exit_code: int, run: Path, cuda: bool) -> tuple[bool, dict[str, Any]]:
+    """``.SUCCESS``, the probe's report; on CUDA steady-state steps really ran under the sync debug mode."""
+    probe = _json(run / "gpu_probe.json")
+    metrics = (_json(run / "metrics.json") or {}).get("metrics", {})
+    details: dict[str, Any] = {
+        "success_sentinel": (run / ".SUCCESS").is_file(),
+        "failure": _first_line(run / ".FAILURE"),
+        "test_hmean": metrics.get("test/hmean"),
+    }
+    if probe is None:
+        return False, {**details, "problem": "no gpu_probe.json"}
+    sync = probe["sync_debug"]
+    details.update(
+        {
+            "steps_under_sync_error_mode": sync["steps_under_error_mode"],
+            "peak_memory_gib": probe["peak_memory_gib"],
+            "compile": probe["compile"],
+            "recompile_reasons": probe["recompile_reasons"],
+        }
+    )
+    synced = sync["steps_under_error_mode"] > 0 if cuda else True
+    return exit_code == 0 and details["success_sentinel"] and synced, details
+
+
+def check_nan_loss(exit_code: int, run: Path, inject_step: int) -> tuple[bool, dict[str, Any]]:
+    """``NonFiniteLossError`` naming the injected step, ``nonfinite.json`` and a crash bundle."""
+    state = _json(run / "crash" / "state.json") or {}
+    record = _json(run / "crash" / "nonfinite.json") or {}
+    first = (record.get("first_bad") or [{}])[0]
+    details = {
+        "exception": state.get("exception_type"),
+        "first_bad_step": first.get("step"),
+        "detected_at_step": record.get("detected_at_step"),
+        "cuda_fault": state.get("cuda_fault"),
+    }
+    passed = (
+        exit_code != 0
+        and str(state.get("exception_type", "")).endswith("NonFiniteLossError")
+        and first.get("step") == inject_step
+        and not state.get("cuda_fault")
+    )
+    return passed, details
+
+
+def check_bad_index(exit_code: int, run: Path, cuda: bool) -> tuple[bool, dict[str, Any]]:
+    """A crash bundle with the CPU batch; on CUDA the device-side assert is recognised as a CUDA fault."""
+    state = _json(run / "crash" / "state.json") or {}
+    details = {
+        "exception": state.get("exception_type"),
+        "message": str(state.get("exception_message", ""))[:300],
+        "cuda_fault": state.get("cuda_fault"),
+        "batch_saved": (run / "crash" / "batch.pt").is_file(),
+        "image_ids": state.get("image_ids"),
+    }
+    fault_seen = bool(state.get("cuda_fault")) if cuda else "IndexError" in str(state.get("exception_type"))
+    return exit_code != 0 and details["batch_saved"] and fault_seen, details
+
+
+def check_train(exit_code: int, run: Path) -> tuple[bool, dict[str, Any]]:
+    """The training run finished (``.SUCCESS``) and kept a best checkpoint."""
+    report = _json(run / "metrics.json") or {}
+    metrics = report.get("metrics", {})
+    details = {
+        "best_checkpoint": report.get("best_checkpoint"),
+        "val_hmean": metrics.get("val/hmean"),
+        "failure": _first_line(run / ".FAILURE"),
+    }
+    return exit_code == 0 and (run / ".SUCCESS").is_file() and bool(details["best_checkpoint"]), details
+
+
+def check_test(exit_code: int, run: Path) -> tuple[bool, dict[str, Any]]:
+    """``runners/test.py`` wrote CLEval figures."""
+    metrics = (_json(run / "metrics.json") or {}).get("metrics", {})
+    details = {k.split("/")[-1]: metrics.get(k) for k in ("test/hmean", "test/precision", "test/recall")}
+    return exit_code == 0 and details["hmean"] is not None, details
+
+
+def figures(details: dict[str, Any]) -> str:
+    shown = []
+    for key, value in details.items():
+        if value in (None, [], {}, "") or key in ("recompile_reasons", "report", "not_ok"):
+            continue
+        if isinstance(value, float):
+            value = f"{value:.4g}"
+        shown.append(f"{key}: {value}")
+    return "; ".join(shown).replace("|", "/")
+
+
+def markdown_summary(report: dict[str, Any]) -> str:
+    """The proof as Markdown: machine, one row per step, then the details a reader needs."""
+    lines = [
+        f"# GPU proof {report['started']} ({report['mode']} mode): {report['verdict'].upper()}",
+        "",
+        f"Machine: {report['machine']}",
+        f"Command: `{report['command']}`",
+        "",
+        "| step | status | time (s) | figures |",
+        "| --- | --- | ---: | --- |",
+    ]
+    for step in report["steps"]:
+        lines.append(
+            f"| {step['title']} | {step['status']} | {step['seconds']:.0f} | {figures(step['details'])} |"
+        )
+    for step in report["steps"]:
+        extra = {k: step["details"][k] for k in ("recompile_reasons", "not_ok") if step["details"].get(k)}
+        if step["status"] == "fail" or extra:
+            lines += ["", f"## {step['title']}", "", f"`{step['command']}` (exit {step['exit_code']})"]
+            lines += [f"- {key}: {value}" for key, value in {**step["details"], **extra}.items()]
+    return "\n".join(lines) + "\n"

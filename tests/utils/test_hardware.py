@@ -1,0 +1,90 @@
+"""hardware=auto decisions with the GPU capabilities mocked: native bf16 only, no silent CPU fallback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ocr.utils import doctor_checks, hardware, smoke
+from ocr.utils.hardware import CudaUnusableError, auto_precision, pick
+
+
+def _gpu(monkeypatch: pytest.MonkeyPatch, native_bf16: bool) -> None:
+    """A visible GPU; bf16 is always 'supported' with emulation (as torch reports a T4), natively or not."""
+
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        return including_emulation or native_bf16
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+
+
+@pytest.mark.parametrize(("native_bf16", "precision"), [(True, "bf16-mixed"), (False, "16-mixed")])
+def test_precision_uses_bf16_only_where_the_gpu_has_it_natively(monkeypatch, native_bf16, precision):
+    _gpu(monkeypatch, native_bf16)
+    assert auto_precision() == precision
+
+
+@pytest.mark.parametrize(("native_bf16", "dtypes"), [(True, ["fp32", "bf16"]), (False, ["fp32"])])
+def test_smoke_variants_skip_emulated_bf16(monkeypatch, native_bf16, dtypes):
+    _gpu(monkeypatch, native_bf16)
+    assert sorted({dtype for _, dtype, _ in smoke.variants()}) == sorted(dtypes)
+
+
+def _driver_without_cuda(monkeypatch: pytest.MonkeyPatch, driver: str | None) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(doctor_checks, "driver_version", lambda: driver)
+
+    def init() -> None:
+        raise RuntimeError("The NVIDIA driver on your system is too old (found version 12040).")
+
+    monkeypatch.setattr(torch.cuda, "init", init)
+
+
+def test_driver_present_but_cuda_unusable_stops_instead_of_training_on_the_cpu(monkeypatch):
+    _driver_without_cuda(monkeypatch, "550.54.15")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "13.2")
+    with pytest.raises(CudaUnusableError) as info:
+        pick("cpu", "gpu")
+    message = str(info.value)
+    for part in ("550.54.15", "CUDA 13.2", "too old", "CUDA_VISIBLE_DEVICES=", "debug_cuda.sh doctor"):
+        assert part in message, f"{part!r} not in {message!r}"
+    verdict = doctor_checks.check_cuda_usable()
+    assert verdict.status == "fail" and "550.54.15" in verdict.detail
+
+
+def test_cpu_only_torch_on_a_gpu_machine_is_named(monkeypatch):
+    _driver_without_cuda(monkeypatch, "580.65")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(CudaUnusableError, match="CPU-only build"):
+        hardware.has_cuda()
+
+
+@pytest.mark.parametrize("visible", ["", "-1"])
+def test_hidden_gpus_train_on_the_cpu_on_purpose(monkeypatch, visible):
+    _driver_without_cuda(monkeypatch, "550.54.15")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert pick("cpu", "gpu") == "cpu"
+
+
+def test_no_driver_is_a_cpu_machine(monkeypatch):
+    _driver_without_cuda(monkeypatch, None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert pick("cpu", "gpu") == "cpu"
+    assert doctor_checks.check_cuda_usable().status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("cores", "cap", "devices", "workers"), [(16, 16, 1, 15), (16, 8, 2, 7), (16, 8, 8, 1), (2, 8, 1, 1)]
+)
+def test_workers_share_the_cores_between_ddp_processes(monkeypatch, cores, cap, devices, workers):
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert hardware.auto_workers(cap, devices) == workers
+
+
+def test_all_visible_gpus_count_as_devices(monkeypatch):
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert hardware.auto_workers(8, -1) == 3
