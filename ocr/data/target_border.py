@@ -4,8 +4,10 @@ Each polygon only matters on its crop (its bounding box grown by its offset ``D`
 done in batches: the crops of a batch are stacked row by row into one (R, Wc) block (R = sum of crop
 heights, Wc = widest crop; batches are cut from the rectangles sorted by crop width, so little is
 padding), and a closed form fills it with no loop over edges: separable in x and y for axis-aligned
-rectangles, two affine coordinates for rotated ones. Other polygons take per-edge point-to-segment
-distances, one polygon at a time.
+rectangles, two affine coordinates for rotated ones. Other polygons are split into their edges: the
+distance to a polygon's border is the least distance to one of its edges, so its field is the max
+over its edges of ``1 - d_edge / D``, and an edge is a rectangle of zero width that goes through the
+same batched closed form; a fill of the polygon with 0 gives the pixels deeper inside than ``D``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.data.target_geometry import AXIS_RECT, ROTATED_RECT, PolygonMeasures, clip_to_box
+from ocr.data.target_geometry import (
+    AXIS_RECT,
+    AXIS_SIN,
+    GENERAL,
+    ROTATED_RECT,
+    PolygonMeasures,
+    fill_polygons,
+)
 
 __all__ = ["draw_border_field"]
 
@@ -25,11 +34,23 @@ _BATCH_PIXELS = 1 << 17  # stacked crop pixels per batch (512 KB float32): few n
 
 
 @dataclass(frozen=True)
+class _Boxes:
+    """N rectangles (of zero width for polygon edges), each with the offset D of its polygon."""
+
+    kind: np.ndarray  # (N,) AXIS_RECT or ROTATED_RECT
+    center: np.ndarray  # (N, 2)
+    axis: np.ndarray  # (N, 2) unit vector along the first side
+    half: np.ndarray  # (N, 2) half sizes along axis and normal; along x and y if axis-aligned
+    offset: np.ndarray  # (N,) D of the polygon, px
+    bbox: np.ndarray  # (N, 4) x_min, y_min, x_max, y_max of the rectangle itself
+
+
+@dataclass(frozen=True)
 class _Stack:
     """Crops of G polygons stacked row by row; coordinates are relative to each polygon's centre and in
     units of its offset D."""
 
-    rows: np.ndarray  # (G,) polygon rows (into PolygonMeasures)
+    rows: np.ndarray  # (G,) rows into the _Boxes being drawn
     heights: np.ndarray  # (G,) crop heights; stacked rows of polygon g: start[g] .. start[g] + heights[g] - 1
     start: np.ndarray  # (G,) first stacked row of each polygon
     ys: np.ndarray  # (R,) float32 y of each stacked row
@@ -41,12 +62,20 @@ class _Stack:
         return np.repeat(values, self.heights, axis=0)
 
 
-def _crop_boxes(measures: PolygonMeasures, offsets: np.ndarray, height: int, width: int) -> np.ndarray:
-    """Inclusive (N, 4) int x0, y0, x1, y1: each polygon's bbox grown by its offset, clipped to the map."""
-    grow = offsets[:, None] * np.array([-1.0, -1.0, 1.0, 1.0])
-    crops = np.concatenate(
-        [np.floor(measures.bbox[:, :2] + grow[:, :2]), np.ceil(measures.bbox[:, 2:] + grow[:, 2:])], axis=1
+def _reaches(bbox: np.ndarray, offsets: np.ndarray, height: int, width: int) -> np.ndarray:
+    """(N,) True where an (N, 4) bbox grown by its offset overlaps the map."""
+    return (
+        (bbox[:, 0] - offsets <= width - 1)
+        & (bbox[:, 1] - offsets <= height - 1)
+        & (bbox[:, 2] + offsets >= 0)
+        & (bbox[:, 3] + offsets >= 0)
     )
+
+
+def _crop_boxes(bbox: np.ndarray, offsets: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Inclusive (N, 4) int x0, y0, x1, y1: each bbox grown by its offset, clipped to the map."""
+    grow = offsets[:, None] * np.array([-1.0, -1.0, 1.0, 1.0])
+    crops = np.concatenate([np.floor(bbox[:, :2] + grow[:, :2]), np.ceil(bbox[:, 2:] + grow[:, 2:])], axis=1)
     return np.clip(crops, 0, [width - 1, height - 1, width - 1, height - 1]).astype(np.int64)
 
 
@@ -57,19 +86,58 @@ def draw_border_field(
     within ``D_p`` of them, -1 where no polygon reaches."""
     height, width = border.shape
     border.fill(-1.0)
-    crops = _crop_boxes(measures, offsets, height, width)
-    reachable = (
-        drawn & (measures.bbox[:, 0] - offsets <= width - 1) & (measures.bbox[:, 1] - offsets <= height - 1)
+    general = np.flatnonzero(
+        drawn & (measures.kind == GENERAL) & _reaches(measures.bbox, offsets, height, width)
     )
-    reachable &= (measures.bbox[:, 2] + offsets >= 0) & (measures.bbox[:, 3] + offsets >= 0)
-    for kind, values in ((AXIS_RECT, _axis_rect_values), (ROTATED_RECT, _rect_values)):
-        for batch in _batches(np.flatnonzero(reachable & (measures.kind == kind)), crops):
-            stack = _stack(batch, crops[batch], measures.center[batch], 1.0 / offsets[batch])
-            _paste(border, values(stack, measures, offsets), stack)
-    for r in np.flatnonzero(reachable & (measures.kind != AXIS_RECT) & (measures.kind != ROTATED_RECT)):
-        x0, y0, x1, y1 = crops[r].tolist()
-        window = border[y0 : y1 + 1, x0 : x1 + 1]
-        cv2.max(window, _polygon_values(measures.points(r), offsets[r], crops[r]), dst=window)
+    # Interiors first: the fill overwrites, the fields below are max-pasted. Vertices are rounded to
+    # pixels, which only matters within 0.5 px of an edge, where the edge's own field is >= 1 - 0.5 / D.
+    interiors = [np.round(measures.points(r)).astype(np.int32) for r in general.tolist()]
+    fill_polygons(
+        border, interiors, measures.bbox[general].round().astype(np.int64), np.zeros(len(general), bool), 0.0
+    )
+    rects = np.flatnonzero(drawn & (measures.kind != GENERAL))
+    rect_boxes = _Boxes(
+        measures.kind[rects],
+        measures.center[rects],
+        measures.axis[rects],
+        measures.half[rects],
+        offsets[rects],
+        measures.bbox[rects],
+    )
+    for boxes in (rect_boxes, _polygon_edges(measures, offsets, general)):
+        crops = _crop_boxes(boxes.bbox, boxes.offset, height, width)
+        reachable = _reaches(boxes.bbox, boxes.offset, height, width)
+        for kind, values in ((AXIS_RECT, _axis_rect_values), (ROTATED_RECT, _rect_values)):
+            for batch in _batches(np.flatnonzero(reachable & (boxes.kind == kind)), crops):
+                stack = _stack(batch, crops[batch], boxes.center[batch], 1.0 / boxes.offset[batch])
+                _paste(border, values(stack, boxes), stack)
+
+
+def _polygon_edges(measures: PolygonMeasures, offsets: np.ndarray, rows: np.ndarray) -> _Boxes:
+    """Every edge of the polygons in ``rows`` as a zero-width rectangle carrying its polygon's offset."""
+    parts = []
+    for group_rows, stacked in measures.groups:
+        picked = group_rows[np.isin(group_rows, rows)]
+        if not len(picked):
+            continue
+        start = stacked[picked - group_rows[0]]  # (G, K, 2)
+        end = np.roll(start, -1, axis=1)
+        parts.append((start.reshape(-1, 2), end.reshape(-1, 2), np.repeat(offsets[picked], start.shape[1])))
+    if not parts:
+        empty = np.zeros((0, 2))
+        return _Boxes(np.zeros(0, np.int8), empty, empty, empty, np.zeros(0), np.zeros((0, 4)))
+    start, end, edge_offsets = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+    delta = end - start
+    length = np.hypot(delta[:, 0], delta[:, 1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        axis = np.where(length[:, None] > 0, delta / length[:, None], [1.0, 0.0])
+    aligned = np.minimum(np.abs(axis[:, 0]), np.abs(axis[:, 1])) <= AXIS_SIN
+    half = np.where(
+        aligned[:, None], np.abs(delta) / 2, np.stack([length / 2, np.zeros_like(length)], axis=1)
+    )
+    bbox = np.concatenate([np.minimum(start, end), np.maximum(start, end)], axis=1)
+    kind = np.where(aligned, AXIS_RECT, ROTATED_RECT).astype(np.int8)
+    return _Boxes(kind, (start + end) / 2, axis, half, edge_offsets, bbox)
 
 
 def _batches(rows: np.ndarray, crops: np.ndarray) -> list[np.ndarray]:
@@ -112,9 +180,9 @@ def _spread(column: np.ndarray, width: int) -> np.ndarray:
     return np.repeat(column[:, None], width, axis=1)
 
 
-def _axis_rect_values(stack: _Stack, measures: PolygonMeasures, offsets: np.ndarray) -> FloatMap:
+def _axis_rect_values(stack: _Stack, boxes: _Boxes) -> FloatMap:
     """(R, Wc) ``1 - d / D`` of axis-aligned rectangles, separable in x and y; >= 0 inside."""
-    half = (measures.half[stack.rows] / offsets[stack.rows, None]).astype(np.float32)  # (G, 2)
+    half = (boxes.half[stack.rows] / boxes.offset[stack.rows, None]).astype(np.float32)  # (G, 2)
     du = np.abs(stack.xs) - half[:, :1]  # (G, Wc) signed distance to the nearer vertical side
     dv = np.abs(stack.ys) - stack.per_row(half[:, 1])  # (R,) same for the horizontal sides
     width = stack.xs.shape[1]
@@ -127,10 +195,10 @@ def _axis_rect_values(stack: _Stack, measures: PolygonMeasures, offsets: np.ndar
     return values
 
 
-def _rect_values(stack: _Stack, measures: PolygonMeasures, offsets: np.ndarray) -> FloatMap:
+def _rect_values(stack: _Stack, boxes: _Boxes) -> FloatMap:
     """(R, Wc) ``1 - d / D`` of rotated rectangles from the signed box distance in their (u, v) frame."""
-    ax, ay = measures.axis[stack.rows].T.astype(np.float32)  # (G,) each
-    half = (measures.half[stack.rows] / offsets[stack.rows, None]).astype(np.float32)  # (G, 2)
+    ax, ay = boxes.axis[stack.rows].T.astype(np.float32)  # (G,) each
+    half = (boxes.half[stack.rows] / boxes.offset[stack.rows, None]).astype(np.float32)  # (G, 2)
     width = stack.xs.shape[1]
     du = _spread(stack.ys * stack.per_row(ay), width)  # (R, Wc) coordinate along the first edge
     du += stack.per_row(stack.xs * ax[:, None])
@@ -150,24 +218,3 @@ def _rect_values(stack: _Stack, measures: PolygonMeasures, offsets: np.ndarray) 
     cv2.sqrt(du, dst=du)  # distance outside (hypot as SIMD passes: np.hypot is several times slower)
     values -= du
     return values
-
-
-def _polygon_values(points: np.ndarray, offset: float, crop: np.ndarray) -> FloatMap:
-    """(H, W) ``1 - d / D`` for any polygon, ``d`` the distance to the nearest edge; >= 0 inside."""
-    x0, y0, x1, y1 = crop.tolist()
-    inv = 1.0 / offset
-    xs = ((np.arange(x0, x1 + 1) - points[:, :1]) * inv).astype(np.float32)  # (K, W) relative to each vertex
-    ys = ((np.arange(y0, y1 + 1) - points[:, 1:]) * inv).astype(np.float32)  # (K, H)
-    nearest_sq = np.full((y1 - y0 + 1, x1 - x0 + 1), np.inf, np.float32)
-    for k, (dx, dy) in enumerate(((np.roll(points, -1, axis=0) - points) * inv).tolist()):
-        scale = 1.0 / max(dx * dx + dy * dy, 1e-12)
-        along = np.add.outer(ys[k] * np.float32(dy * scale), xs[k] * np.float32(dx * scale))  # (H, W)
-        np.clip(along, 0, 1, out=along)
-        ex = xs[k] - along * np.float32(dx)
-        ey = ys[k][:, None] - along * np.float32(dy)
-        np.minimum(nearest_sq, ex * ex + ey * ey, out=nearest_sq)
-    inside = np.zeros(nearest_sq.shape, np.uint8)
-    local = clip_to_box(points - [x0, y0], -2, -2, x1 - x0 + 1, y1 - y0 + 1)
-    if len(local) >= 3:
-        cv2.fillPoly(inside, [np.round(local * 256).astype(np.int32)], 1, shift=8)
-    return np.maximum(1 - np.sqrt(nearest_sq), inside.astype(np.float32) - 1)

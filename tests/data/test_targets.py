@@ -3,7 +3,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from db_reference import receipt_word_boxes, reference_db_targets, rotated_box
+from db_reference import jitter_corners, receipt_word_boxes, reference_db_targets, rotated_box
 
 from ocr.data.targets import dilate_polygon, make_db_targets, offset_distance, shrink_polygon
 
@@ -87,6 +87,22 @@ def test_receipt_layouts_match_oracle(seed: int, rotated_fraction: float) -> Non
     boxes = receipt_word_boxes(rng, 24, height, width, rotated_fraction=rotated_fraction, max_angle_deg=25)
     ignore = (rng.random(len(boxes)) < 0.15).tolist()
     assert_matches_oracle(boxes, ignore, height, width)
+
+
+@pytest.mark.parametrize(("seed", "jitter_px"), [(0, 0.3), (1, 1.0), (2, 1.0), (3, 3.0)])
+def test_jittered_quads_match_oracle(seed: int, jitter_px: float) -> None:
+    """Word boxes whose corners moved a little: general quads, the edge-wise threshold field."""
+    rng = np.random.default_rng(200 + seed)
+    boxes = receipt_word_boxes(rng, 30, 160, 256, rotated_fraction=0.5, max_angle_deg=20)
+    quads = jitter_corners(
+        rng, [*boxes, rotated_box(-4, 80, 50, 20, 3), rotated_box(250, 5, 40, 16, 0)], jitter_px
+    )
+    ignore = (rng.random(len(quads)) < 0.1).tolist()
+    assert_matches_oracle(quads, ignore, 160, 256)
+    fast = make_db_targets(quads, ignore, 160, 256)
+    ref = reference_db_targets(quads, ignore, 160, 256)
+    both = (fast["thresh_mask"] > 0.5) & (ref["thresh_mask"] > 0.5)
+    assert np.quantile(np.abs(fast["thresh_map"] - ref["thresh_map"])[both], 0.999) <= 0.01
 
 
 @pytest.mark.parametrize("seed", range(4))
