@@ -12,6 +12,7 @@ same batched closed form; a fill of the polygon with 0 gives the pixels deeper i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import cv2
@@ -89,9 +90,10 @@ def draw_border_field(
     general = np.flatnonzero(
         drawn & (measures.kind == GENERAL) & _reaches(measures.bbox, offsets, height, width)
     )
+    polygons = _points_of(measures, general)
     # Interiors first: the fill overwrites, the fields below are max-pasted. Vertices are rounded to
     # pixels, which only matters within 0.5 px of an edge, where the edge's own field is >= 1 - 0.5 / D.
-    interiors = [np.round(measures.points(r)).astype(np.int32) for r in general.tolist()]
+    interiors = [ring for stacked in polygons for ring in np.round(stacked).astype(np.int32)]
     fill_polygons(
         border, interiors, measures.bbox[general].round().astype(np.int64), np.zeros(len(general), bool), 0.0
     )
@@ -104,29 +106,28 @@ def draw_border_field(
         offsets[rects],
         measures.bbox[rects],
     )
-    for boxes in (rect_boxes, _polygon_edges(measures, offsets, general)):
-        crops = _crop_boxes(boxes.bbox, boxes.offset, height, width)
-        reachable = _reaches(boxes.bbox, boxes.offset, height, width)
-        for kind, values in ((AXIS_RECT, _axis_rect_values), (ROTATED_RECT, _rect_values)):
-            for batch in _batches(np.flatnonzero(reachable & (boxes.kind == kind)), crops):
-                stack = _stack(batch, crops[batch], boxes.center[batch], 1.0 / boxes.offset[batch])
-                _paste(border, values(stack, boxes), stack)
+    _draw_boxes(border, rect_boxes, _rect_values)
+    _draw_boxes(border, _edges_of(polygons, offsets[general]), _segment_values)
 
 
-def _polygon_edges(measures: PolygonMeasures, offsets: np.ndarray, rows: np.ndarray) -> _Boxes:
-    """Every edge of the polygons in ``rows`` as a zero-width rectangle carrying its polygon's offset."""
-    parts = []
+def _points_of(measures: PolygonMeasures, rows: np.ndarray) -> list[np.ndarray]:
+    """(G, K, 2) points of the sorted ``rows``, one array per point count, in row order."""
+    picked = []
     for group_rows, stacked in measures.groups:
-        picked = group_rows[np.isin(group_rows, rows)]
-        if not len(picked):
-            continue
-        start = stacked[picked - group_rows[0]]  # (G, K, 2)
-        end = np.roll(start, -1, axis=1)
-        parts.append((start.reshape(-1, 2), end.reshape(-1, 2), np.repeat(offsets[picked], start.shape[1])))
-    if not parts:
+        inside = (rows >= group_rows[0]) & (rows <= group_rows[-1])  # groups are consecutive rows
+        if inside.any():
+            picked.append(stacked[rows[inside] - group_rows[0]])
+    return picked
+
+
+def _edges_of(polygons: list[np.ndarray], offsets: np.ndarray) -> _Boxes:
+    """Every edge of ``polygons`` ((G, K, 2) arrays) as a zero-width rectangle with its polygon's offset."""
+    if not polygons:
         empty = np.zeros((0, 2))
         return _Boxes(np.zeros(0, np.int8), empty, empty, empty, np.zeros(0), np.zeros((0, 4)))
-    start, end, edge_offsets = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+    start = np.concatenate([stacked.reshape(-1, 2) for stacked in polygons])  # (E, 2)
+    end = np.concatenate([np.roll(stacked, -1, axis=1).reshape(-1, 2) for stacked in polygons])
+    edge_offsets = np.repeat(offsets, [stacked.shape[1] for stacked in polygons for _ in stacked])
     delta = end - start
     length = np.hypot(delta[:, 0], delta[:, 1])
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -138,6 +139,20 @@ def _polygon_edges(measures: PolygonMeasures, offsets: np.ndarray, rows: np.ndar
     bbox = np.concatenate([np.minimum(start, end), np.maximum(start, end)], axis=1)
     kind = np.where(aligned, AXIS_RECT, ROTATED_RECT).astype(np.int8)
     return _Boxes(kind, (start + end) / 2, axis, half, edge_offsets, bbox)
+
+
+def _draw_boxes(
+    border: FloatMap, boxes: _Boxes, rotated_values: Callable[[_Stack, _Boxes], FloatMap]
+) -> None:
+    """Max-paste the fields of ``boxes``: axis-aligned ones by the separable form, the others by
+    ``rotated_values``."""
+    height, width = border.shape
+    crops = _crop_boxes(boxes.bbox, boxes.offset, height, width)
+    reachable = _reaches(boxes.bbox, boxes.offset, height, width)
+    for kind, values in ((AXIS_RECT, _axis_rect_values), (ROTATED_RECT, rotated_values)):
+        for batch in _batches(np.flatnonzero(reachable & (boxes.kind == kind)), crops):
+            stack = _stack(batch, crops[batch], boxes.center[batch], 1.0 / boxes.offset[batch])
+            _paste(border, values(stack, boxes), stack)
 
 
 def _batches(rows: np.ndarray, crops: np.ndarray) -> list[np.ndarray]:
@@ -167,9 +182,11 @@ def _stack(rows: np.ndarray, crops: np.ndarray, center: np.ndarray, inv: np.ndar
 
 def _paste(border: FloatMap, values: FloatMap, stack: _Stack) -> None:
     """``border = max(border, values)`` on each crop; ``values`` is the (R, Wc) stacked block."""
-    for (x0, y0, x1, y1), first in zip(stack.crops.tolist(), stack.start.tolist(), strict=True):
-        window = border[y0 : y1 + 1, x0 : x1 + 1]
-        cv2.max(window, values[first : first + y1 - y0 + 1, : x1 - x0 + 1], dst=window)
+    x0, y0, x1, y1 = stack.crops.T + [[0], [0], [1], [1]]
+    bounds = np.stack([y0, y1, x0, x1, stack.start, stack.start + y1 - y0, x1 - x0], axis=1).tolist()
+    for top, bottom, left, right, first, last, width in bounds:
+        window = border[top:bottom, left:right]
+        cv2.max(window, values[first:last, :width], dst=window)
 
 
 def _spread(column: np.ndarray, width: int) -> np.ndarray:
@@ -213,8 +230,22 @@ def _rect_values(stack: _Stack, boxes: _Boxes) -> FloatMap:
     cv2.threshold(values, 0, 0, cv2.THRESH_TOZERO, dst=values)  # 1 - inside distance, clamped at 0
     for signed in (du, dv):
         cv2.threshold(signed, 0, 0, cv2.THRESH_TOZERO, dst=signed)
-        np.multiply(signed, signed, out=signed)
-    du += dv
-    cv2.sqrt(du, dst=du)  # distance outside (hypot as SIMD passes: np.hypot is several times slower)
-    values -= du
+    values -= cv2.magnitude(du, dv)  # distance outside (SIMD hypot: np.hypot is several times slower)
+    return values
+
+
+def _segment_values(stack: _Stack, boxes: _Boxes) -> FloatMap:
+    """(R, Wc) ``1 - d / D`` of segments (zero-width rotated rectangles), ``d`` the distance to them."""
+    ax, ay = boxes.axis[stack.rows].T.astype(np.float32)  # (G,) each
+    half = (boxes.half[stack.rows, :1] / boxes.offset[stack.rows, None]).astype(np.float32)  # (G, 1)
+    width = stack.xs.shape[1]
+    du = _spread(stack.ys * stack.per_row(ay), width)  # (R, Wc) coordinate along the segment
+    du += stack.per_row(stack.xs * ax[:, None])
+    dv = _spread(stack.ys * stack.per_row(ax), width)  # (R, Wc) coordinate across it
+    dv -= stack.per_row(stack.xs * ay[:, None])
+    np.abs(du, out=du)
+    du -= stack.per_row(half)
+    cv2.threshold(du, 0, 0, cv2.THRESH_TOZERO, dst=du)  # beyond the nearer end
+    values = cv2.magnitude(du, dv)
+    np.subtract(np.float32(1), values, out=values)
     return values

@@ -285,8 +285,8 @@ def fill_polygons(
 ) -> None:
     """Fill polygons with ``value``; axis-aligned rectangles (``is_box``) as slices of their (R, 4) ``boxes``.
 
-    Overlapping polygons are filled one by one: one ``cv2.fillPoly`` call over several polygons fills
-    by parity, so their overlap would stay empty.
+    One ``cv2.fillPoly`` call over several polygons fills by parity, so their overlap would stay empty:
+    each call gets polygons whose bounding boxes do not overlap (a few calls on dense pages).
     """
     rects = boxes[is_box]
     rects = np.concatenate([np.maximum(rects[:, :2], 0), rects[:, 2:]], axis=1)[
@@ -304,9 +304,11 @@ def fill_polygons(
         clipped = clip_to_box(rings[i], -2, -2, width + 1, height + 1)
         if len(clipped) >= 3:
             cv2.fillPoly(canvas, [np.round(clipped * 16).astype(np.int32)], value, shift=4)
+    near = np.flatnonzero(~far)
+    x0, y0, x1, y1 = x0[near], y0[near], x1[near], y1[near]
     overlap = (x0[:, None] <= x1) & (x0 <= x1[:, None]) & (y0[:, None] <= y1) & (y0 <= y1[:, None])
-    alone = (overlap.sum(axis=1) == 1) & ~far
-    if alone.any():
-        cv2.fillPoly(canvas, [rings[i] for i in rest[alone]], value)
-    for i in rest[~alone & ~far].tolist():
-        cv2.fillPoly(canvas, [rings[i]], value)
+    overlap = np.triu(overlap, 1)  # [i, j]: i < j overlap
+    while len(near):
+        free = ~overlap.any(axis=0)  # overlaps no earlier polygon still to fill: these are disjoint
+        cv2.fillPoly(canvas, [rings[i] for i in rest[near[free]].tolist()], value)
+        near, overlap = near[~free], overlap[np.ix_(~free, ~free)]
