@@ -146,6 +146,8 @@ def _draw_boxes(
 ) -> None:
     """Max-paste the fields of ``boxes``: axis-aligned ones by the separable form, the others by
     ``rotated_values``."""
+    if not len(boxes.kind):
+        return
     height, width = border.shape
     crops = _crop_boxes(boxes.bbox, boxes.offset, height, width)
     reachable = _reaches(boxes.bbox, boxes.offset, height, width)
@@ -157,6 +159,8 @@ def _draw_boxes(
 
 def _batches(rows: np.ndarray, crops: np.ndarray) -> list[np.ndarray]:
     """Split rows, sorted by crop width, into batches whose stacked crops stay under ``_BATCH_PIXELS``."""
+    if not len(rows):
+        return []
     sizes = crops[rows, 2:] - crops[rows, :2] + 1  # (R, 2) w, h
     order = np.argsort(sizes[:, 0], kind="stable")
     widths, heights = sizes[order, 0], sizes[order, 1]

@@ -288,6 +288,8 @@ def fill_polygons(
     One ``cv2.fillPoly`` call over several polygons fills by parity, so their overlap would stay empty:
     each call gets polygons whose bounding boxes do not overlap (a few calls on dense pages).
     """
+    if not len(boxes):
+        return
     rects = boxes[is_box]
     rects = np.concatenate([np.maximum(rects[:, :2], 0), rects[:, 2:]], axis=1)[
         (rects[:, 2:] >= 0).all(axis=1)

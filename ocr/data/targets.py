@@ -11,10 +11,11 @@ Semantics are MhLiao/DB's ``MakeSegDetectionData`` + ``MakeBorderMap`` with the 
 - ``thresh_mask`` is 1 inside the drawn polygons dilated by ``D`` (pixels within ``D_p`` of polygon ``p``).
 
 As in MhLiao/DB, polygons that are not drawn get no threshold border. Pixel centres sit at integer
-coordinates, as in ``cv2.fillPoly``. Why it is fast: measurements and the shrink of rectangles are
-array operations over all polygons (pyclipper only for other shapes); the threshold field is a closed
-form evaluated for batches of rectangles at once (``ocr.data.target_border``); ``thresh_mask`` comes
-from that field instead of a second pyclipper offset and fill; and the four maps share one allocation.
+coordinates, as in ``cv2.fillPoly``. Why it is fast: measurements and the shrink of convex polygons are
+array operations over all polygons (pyclipper only for the others); the threshold field is a closed
+form evaluated for batches of rectangles, and of the edges of other polygons, at once
+(``ocr.data.target_border``); ``thresh_mask`` comes from that field instead of a second pyclipper
+offset and fill; and the four maps share one allocation.
 """
 
 from __future__ import annotations
