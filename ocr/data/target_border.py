@@ -48,18 +48,18 @@ class _Boxes:
 
 @dataclass(frozen=True)
 class _Stack:
-    """Crops of G polygons stacked row by row; coordinates are relative to each polygon's centre and in
-    units of its offset D."""
+    """Crops of G boxes stacked row by row; coordinates are relative to each box's centre and in units
+    of its offset D."""
 
     rows: np.ndarray  # (G,) rows into the _Boxes being drawn
-    heights: np.ndarray  # (G,) crop heights; stacked rows of polygon g: start[g] .. start[g] + heights[g] - 1
-    start: np.ndarray  # (G,) first stacked row of each polygon
+    heights: np.ndarray  # (G,) crop heights; stacked rows of box g: start[g] .. start[g] + heights[g] - 1
+    start: np.ndarray  # (G,) first stacked row of each box
     ys: np.ndarray  # (R,) float32 y of each stacked row
-    xs: np.ndarray  # (G, Wc) float32 x of each column of each polygon's crop
+    xs: np.ndarray  # (G, Wc) float32 x of each column of each box's crop
     crops: np.ndarray  # (G, 4) x0, y0, x1, y1 inclusive, in map pixels
 
     def per_row(self, values: np.ndarray) -> np.ndarray:
-        """(G, ...) per-polygon values -> (R, ...), repeated for each stacked row of the polygon."""
+        """(G, ...) per-box values -> (R, ...), repeated for each stacked row of the box."""
         return np.repeat(values, self.heights, axis=0)
 
 
@@ -176,7 +176,7 @@ def _batches(rows: np.ndarray, crops: np.ndarray) -> list[np.ndarray]:
 def _stack(rows: np.ndarray, crops: np.ndarray, center: np.ndarray, inv: np.ndarray) -> _Stack:
     heights = crops[:, 3] - crops[:, 1] + 1
     start = np.cumsum(heights) - heights
-    # row r of polygon g sits at map y = y0 + (r - start); relative to the centre and scaled by 1 / D
+    # row r of box g sits at map y = y0 + (r - start); relative to the centre and scaled by 1 / D
     shift = np.repeat(crops[:, 1] - start - center[:, 1], heights)  # (R,)
     ys = ((np.arange(int(heights.sum())) + shift) * np.repeat(inv, heights)).astype(np.float32)
     width = int((crops[:, 2] - crops[:, 0]).max()) + 1
