@@ -146,6 +146,25 @@ def test_polygons_crossing_the_image_edge_match_oracle() -> None:
     assert_matches_oracle(polygons, [False] * 4, 160, 160)
 
 
+@pytest.mark.parametrize("reach_px", [1e3, 1e7])
+def test_long_edge_crossing_the_map_keeps_an_exact_threshold_field(reach_px: float) -> None:
+    """A thin general quad whose long edges reach far beyond the map: the field beyond its upper-left
+    edge is ``1 - d / D`` with ``d`` the distance to that edge's line (the oracle cannot allocate it)."""
+    quad = np.array([[0, 20], [reach_px, reach_px + 20.5], [reach_px + 15, reach_px + 5], [15, 5.3]])
+    out = make_db_targets([quad], [False], 100, 100)
+    area = 0.5 * abs(
+        np.cross(quad[1] - quad[0], quad[3] - quad[0]) + np.cross(quad[3] - quad[2], quad[1] - quad[2])
+    )
+    offset = offset_distance(area, float(np.linalg.norm(np.roll(quad, -1, axis=0) - quad, axis=1).sum()), 0.4)
+    ys, xs = np.mgrid[0:100, 0:100].astype(np.float64)
+    direction = (quad[1] - quad[0]) / np.linalg.norm(quad[1] - quad[0])
+    across = (xs - quad[0, 0]) * -direction[1] + (ys - quad[0, 1]) * direction[0]
+    beyond = (across > 0) & (xs > 30) & (xs < 90)
+    expected = 0.3 + 0.4 * np.clip(1 - across / offset, 0, 1)
+    assert beyond.sum() > 1000
+    np.testing.assert_allclose(out["thresh_map"][beyond], expected[beyond], atol=1e-4)
+
+
 def test_single_rectangle_threshold_profile() -> None:
     box = np.array([[40, 30], [140, 30], [140, 50], [40, 50]], np.float32)  # 100 x 20 px
     out = make_db_targets([box], [False], 80, 180)
