@@ -3,8 +3,11 @@
 Runs on ONE CPU core (affinity pinned where the OS allows, OpenCV/BLAS/OpenMP limited to one thread,
 torch never imported) over seeded receipt-like layouts of word boxes (8-30 px high, 20-200 px wide,
 30% slightly rotated) and prints CPU ms/image, the speed-up and wall ms/image as a markdown table.
+Two layouts: ``words``, those boxes as exact rectangles, and ``jittered``, the same boxes with each
+corner moved by up to 1 px (general quadrilaterals, as hand labels and perspective warps give).
 
     uv run python scripts/benchmark_targets.py [--boxes 50 100 200] [--size 640] [--images 5]
+        [--layouts words jittered]
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=5, help="layouts per box count")
     parser.add_argument("--rounds", type=int, default=7, help="timed passes for the fast one (oracle: 3)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layouts", nargs="+", choices=["words", "jittered"], default=["words", "jittered"])
     args = parser.parse_args()
 
     if hasattr(os, "sched_setaffinity"):
@@ -80,12 +84,17 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
 
     rows = []
-    for count in args.boxes:
-        layouts = [reference.receipt_word_boxes(rng, count, args.size, args.size) for _ in range(args.images)]
-        make_db_targets(layouts[0], [False] * count, args.size, args.size)  # warm-up (lazy imports)
-        oracle_cpu, oracle_wall = time_per_image(reference.reference_db_targets, layouts, args.size, 3)
-        fast_cpu, fast_wall = time_per_image(make_db_targets, layouts, args.size, args.rounds)
-        rows.append((count, oracle_cpu, fast_cpu, oracle_wall, fast_wall))
+    for kind in args.layouts:
+        for count in args.boxes:
+            layouts = [
+                reference.receipt_word_boxes(rng, count, args.size, args.size) for _ in range(args.images)
+            ]
+            if kind == "jittered":
+                layouts = [reference.jitter_corners(rng, boxes, 1.0) for boxes in layouts]
+            make_db_targets(layouts[0], [False] * count, args.size, args.size)  # warm-up (lazy imports)
+            oracle_cpu, oracle_wall = time_per_image(reference.reference_db_targets, layouts, args.size, 3)
+            fast_cpu, fast_wall = time_per_image(make_db_targets, layouts, args.size, args.rounds)
+            rows.append((kind, count, oracle_cpu, fast_cpu, oracle_wall, fast_wall))
 
     if "torch" in sys.modules:
         raise RuntimeError("torch was imported during the benchmark: expected a torch-free target path")
@@ -95,13 +104,13 @@ def main() -> None:
         f"{args.size}x{args.size} px, {args.images} layouts per row, 1 core, load average {load:.1f}"
     )
     print(
-        "| boxes | classic per-polygon, CPU ms/image | make_db_targets, CPU ms/image | speed-up | "
-        "wall ms/image (classic / fast) |"
+        "| layout | boxes | classic per-polygon, CPU ms/image | make_db_targets, CPU ms/image | "
+        "speed-up | wall ms/image (classic / fast) |"
     )
-    print("| ---: | ---: | ---: | ---: | ---: |")
-    for count, oracle_cpu, fast_cpu, oracle_wall, fast_wall in rows:
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for kind, count, oracle_cpu, fast_cpu, oracle_wall, fast_wall in rows:
         print(
-            f"| {count} | {oracle_cpu:.1f} | {fast_cpu:.2f} | {oracle_cpu / fast_cpu:.1f}x | "
+            f"| {kind} | {count} | {oracle_cpu:.1f} | {fast_cpu:.2f} | {oracle_cpu / fast_cpu:.1f}x | "
             f"{oracle_wall:.1f} / {fast_wall:.2f} |"
         )
 

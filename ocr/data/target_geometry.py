@@ -15,7 +15,9 @@ import numpy.typing as npt
 import pyclipper
 
 __all__ = [
+    "AXIS_SIN",
     "clip_to_box",
+    "fill_polygons",
     "GENERAL",
     "ROTATED_RECT",
     "AXIS_RECT",
@@ -27,7 +29,8 @@ __all__ = [
 
 GENERAL, ROTATED_RECT, AXIS_RECT = 0, 1, 2
 _RIGHT_ANGLE_COS = 1e-4  # |cos| of every corner below this makes a quad a rectangle (float32 input noise)
-_AXIS_SIN = 1e-6  # |sin| of the first edge below this makes a rectangle axis-aligned
+AXIS_SIN = 1e-6  # |sin| of the first edge below this makes a rectangle axis-aligned
+_NEAR = 4096  # px outside the map beyond which a polygon is clipped before cv2.fillPoly (cost ~ extent)
 _COORD_LIMIT = float(2**30)  # coordinates are clamped to +-2^30 px so int32 drawing cannot overflow
 
 IntPolygon = npt.NDArray[np.int32]
@@ -191,7 +194,7 @@ def _describe_rectangles(
 ) -> None:
     """Write kind, centre, axis and half sizes of (R, 4, 2) rectangles into the given rows, in place."""
     unit = edges[:, 0] / lengths[:, :1]  # (R, 2)
-    aligned = np.minimum(np.abs(unit[:, 0]), np.abs(unit[:, 1])) <= _AXIS_SIN
+    aligned = np.minimum(np.abs(unit[:, 0]), np.abs(unit[:, 1])) <= AXIS_SIN
     lo, hi = stacked.min(axis=1), stacked.max(axis=1)
     half_rot = np.stack([lengths[:, 0] + lengths[:, 2], lengths[:, 1] + lengths[:, 3]], axis=1) / 4
     kind[rows] = np.where(aligned, AXIS_RECT, ROTATED_RECT)
@@ -271,3 +274,43 @@ def clip_to_box(points: np.ndarray, x_min: float, y_min: float, x_max: float, y_
                 kept.append(p + (bound - p[axis]) / (q[axis] - p[axis]) * (q - p))
         pts = np.array(kept).reshape(-1, 2)
     return pts
+
+
+def fill_polygons(
+    canvas: npt.NDArray[np.float32],
+    rings: list[IntPolygon],
+    boxes: np.ndarray,
+    is_box: np.ndarray,
+    value: float,
+) -> None:
+    """Fill polygons with ``value``; axis-aligned rectangles (``is_box``) as slices of their (R, 4) ``boxes``.
+
+    One ``cv2.fillPoly`` call over several polygons fills by parity, so their overlap would stay empty:
+    each call gets polygons whose bounding boxes do not overlap (a few calls on dense pages).
+    """
+    if not len(boxes):
+        return
+    rects = boxes[is_box]
+    rects = np.concatenate([np.maximum(rects[:, :2], 0), rects[:, 2:]], axis=1)[
+        (rects[:, 2:] >= 0).all(axis=1)
+    ]
+    for x0, y0, x1, y1 in rects.tolist():
+        canvas[y0 : y1 + 1, x0 : x1 + 1] = value
+    rest = np.flatnonzero(~is_box)
+    if not len(rest):
+        return
+    height, width = canvas.shape
+    x0, y0, x1, y1 = boxes[rest].T
+    far = (np.minimum(x0, y0) < -_NEAR) | (x1 > width + _NEAR) | (y1 > height + _NEAR)
+    for i in rest[far].tolist():
+        clipped = clip_to_box(rings[i], -2, -2, width + 1, height + 1)
+        if len(clipped) >= 3:
+            cv2.fillPoly(canvas, [np.round(clipped * 16).astype(np.int32)], value, shift=4)
+    near = np.flatnonzero(~far)
+    x0, y0, x1, y1 = x0[near], y0[near], x1[near], y1[near]
+    overlap = (x0[:, None] <= x1) & (x0 <= x1[:, None]) & (y0[:, None] <= y1) & (y0 <= y1[:, None])
+    overlap = np.triu(overlap, 1)  # [i, j]: i < j overlap
+    while len(near):
+        free = ~overlap.any(axis=0)  # overlaps no earlier polygon still to fill: these are disjoint
+        cv2.fillPoly(canvas, [rings[i] for i in rest[near[free]].tolist()], value)
+        near, overlap = near[~free], overlap[np.ix_(~free, ~free)]

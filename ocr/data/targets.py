@@ -11,10 +11,11 @@ Semantics are MhLiao/DB's ``MakeSegDetectionData`` + ``MakeBorderMap`` with the 
 - ``thresh_mask`` is 1 inside the drawn polygons dilated by ``D`` (pixels within ``D_p`` of polygon ``p``).
 
 As in MhLiao/DB, polygons that are not drawn get no threshold border. Pixel centres sit at integer
-coordinates, as in ``cv2.fillPoly``. Why it is fast: measurements and the shrink of rectangles are
-array operations over all polygons (pyclipper only for other shapes); the threshold field is a closed
-form evaluated for batches of rectangles at once (``ocr.data.target_border``); ``thresh_mask`` comes
-from that field instead of a second pyclipper offset and fill; and the four maps share one allocation.
+coordinates, as in ``cv2.fillPoly``. Why it is fast: measurements and the shrink of convex polygons are
+array operations over all polygons (pyclipper only for the others); the threshold field is a closed
+form evaluated for batches of rectangles, and of the edges of other polygons, at once
+(``ocr.data.target_border``); ``thresh_mask`` comes from that field instead of a second pyclipper
+offset and fill; and the four maps share one allocation.
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ import numpy.typing as npt
 from ocr.data.target_border import draw_border_field
 from ocr.data.target_geometry import (
     AXIS_RECT,
-    GENERAL,
     PolygonMeasures,
-    clip_to_box,
+    fill_polygons,
     measure_polygons,
     offset_polygon,
     shrink_convex,
@@ -40,7 +40,6 @@ __all__ = ["make_db_targets", "offset_distance", "shrink_polygon", "dilate_polyg
 
 FloatMap = npt.NDArray[np.float32]
 IntPolygon = npt.NDArray[np.int32]
-_NEAR = 4096  # px outside the map beyond which a polygon is clipped before cv2.fillPoly (cost ~ extent)
 
 
 def offset_distance(area: float, perimeter: float, shrink_ratio: float) -> float:
@@ -116,7 +115,7 @@ def make_db_targets(
     prob_map, prob_mask, border, thresh_mask = np.empty((4, height, width), np.float32)
     prob_map.fill(0.0)
     prob_mask.fill(1.0)
-    _fill(
+    fill_polygons(
         prob_map,
         [rings[i] for i in np.flatnonzero(drawn)],
         boxes[drawn],
@@ -125,7 +124,7 @@ def make_db_targets(
     )
     masked_rings = [measures.points(i).astype(np.int32) for i in masked]  # truncated, like the classic
     masked_boxes = np.array([[*ring.min(axis=0), *ring.max(axis=0)] for ring in masked_rings]).reshape(-1, 4)
-    _fill(prob_mask, masked_rings, masked_boxes, measures.kind[masked] == AXIS_RECT, 0.0)
+    fill_polygons(prob_mask, masked_rings, masked_boxes, measures.kind[masked] == AXIS_RECT, 0.0)
     draw_border_field(border, measures, offsets, drawn)
     cv2.threshold(border, -1e-6, 1.0, cv2.THRESH_BINARY, dst=thresh_mask)
     cv2.threshold(border, 0.0, 0.0, cv2.THRESH_TOZERO, dst=border)  # max(border, 0), faster than numpy's
@@ -139,55 +138,20 @@ def _shrink_all(
 ) -> tuple[list[IntPolygon | None], np.ndarray]:
     """Shrunk ring of every drawn polygon (``None`` when empty or not drawn) and its (N, 4) int bbox.
 
-    Rectangles (all word boxes) are shrunk as arrays by ``shrink_convex``, which reproduces pyclipper
-    on them; other shapes, and the rectangles it flags, go through pyclipper itself.
+    Convex polygons (word boxes, rectangles or not) are shrunk as arrays by ``shrink_convex``, which
+    reproduces pyclipper on them; the polygons it flags (non-convex ones among them) go through
+    pyclipper itself.
     """
     rings: list[IntPolygon | None] = [None] * len(measures.index)
     boxes = np.zeros((len(measures.index), 4), np.int64)
     for rows, stacked in measures.groups:
-        use = drawn[rows]
-        rects = np.flatnonzero(use & (measures.kind[rows] != GENERAL))
-        slow = np.flatnonzero(use & (measures.kind[rows] == GENERAL)).tolist()
-        if len(rects):
-            vertices, ok = shrink_convex(stacked[rects], offsets[rows[rects]])
-            boxes[rows[rects]] = np.concatenate([vertices.min(axis=1), vertices.max(axis=1)], axis=1)
-            for r, ring in zip(rows[rects[ok]].tolist(), vertices[ok], strict=True):
-                rings[r] = ring
-            slow += rects[~ok].tolist()
-        for g in slow:
+        use = np.flatnonzero(drawn[rows])
+        vertices, ok = shrink_convex(stacked[use], offsets[rows[use]])
+        boxes[rows[use]] = np.concatenate([vertices.min(axis=1), vertices.max(axis=1)], axis=1)
+        for r, ring in zip(rows[use[ok]].tolist(), vertices[ok], strict=True):
+            rings[r] = ring
+        for g in use[~ok].tolist():
             ring = rings[rows[g]] = offset_polygon(stacked[g], -offsets[rows[g]])
             if ring is not None:
                 boxes[rows[g]] = [*ring.min(axis=0), *ring.max(axis=0)]
     return rings, boxes
-
-
-def _fill(
-    canvas: FloatMap, rings: list[IntPolygon], boxes: np.ndarray, is_box: np.ndarray, value: float
-) -> None:
-    """Fill polygons with ``value``; axis-aligned rectangles (``is_box``) as slices of their (R, 4) ``boxes``.
-
-    Overlapping polygons are filled one by one: one ``cv2.fillPoly`` call over several polygons fills
-    by parity, so their overlap would stay empty.
-    """
-    rects = boxes[is_box]
-    rects = np.concatenate([np.maximum(rects[:, :2], 0), rects[:, 2:]], axis=1)[
-        (rects[:, 2:] >= 0).all(axis=1)
-    ]
-    for x0, y0, x1, y1 in rects.tolist():
-        canvas[y0 : y1 + 1, x0 : x1 + 1] = value
-    rest = np.flatnonzero(~is_box)
-    if not len(rest):
-        return
-    height, width = canvas.shape
-    x0, y0, x1, y1 = boxes[rest].T
-    far = (np.minimum(x0, y0) < -_NEAR) | (x1 > width + _NEAR) | (y1 > height + _NEAR)
-    for i in rest[far].tolist():
-        clipped = clip_to_box(rings[i], -2, -2, width + 1, height + 1)
-        if len(clipped) >= 3:
-            cv2.fillPoly(canvas, [np.round(clipped * 16).astype(np.int32)], value, shift=4)
-    overlap = (x0[:, None] <= x1) & (x0 <= x1[:, None]) & (y0[:, None] <= y1) & (y0 <= y1[:, None])
-    alone = (overlap.sum(axis=1) == 1) & ~far
-    if alone.any():
-        cv2.fillPoly(canvas, [rings[i] for i in rest[alone]], value)
-    for i in rest[~alone & ~far].tolist():
-        cv2.fillPoly(canvas, [rings[i]], value)

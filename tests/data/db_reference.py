@@ -154,3 +154,11 @@ def receipt_word_boxes(
             x += box_w + rng.uniform(6, 20)
         y += line_h + rng.uniform(2, 8)
     return boxes
+
+
+def jitter_corners(
+    rng: np.random.Generator, polygons: Sequence[np.ndarray], max_px: float = 1.0
+) -> list[np.ndarray]:
+    """Each corner moved by up to ``max_px`` in x and in y (uniform): rectangles become general
+    quadrilaterals, as hand labels and perspective augmentation make them."""
+    return [(p + rng.uniform(-max_px, max_px, np.shape(p))).astype(np.float32) for p in polygons]

@@ -11,6 +11,7 @@ from ocr.data.target_geometry import (
     GENERAL,
     ROTATED_RECT,
     clip_to_box,
+    fill_polygons,
     measure_polygons,
     offset_polygon,
     shrink_convex,
@@ -122,3 +123,24 @@ def test_clip_to_box() -> None:
     assert len(clip_to_box(inside + 100, 0, 0, 20, 20)) == 0
     triangle = np.array([[-1e9, 0], [1e9, 0], [0, 1e9]], np.float64)
     assert ShapelyPolygon(clip_to_box(triangle, 0, 0, 10, 10)).area == pytest.approx(100)
+
+
+def test_fill_polygons_fills_overlapping_polygons_completely() -> None:
+    """One cv2.fillPoly call fills by parity; overlapping polygons must still all be filled."""
+    rng = np.random.default_rng(9)
+    rings = [
+        np.round(_random_convex(rng, 5) * 0.2 - [10, 0] + rng.uniform(0, 30, 2)).astype(np.int32)
+        for _ in range(12)
+    ]
+    rings.append(np.array([[-9000, 5], [9000, 5], [9000, 20], [-9000, 20]], np.int32))  # far outside: clipped
+    boxes = np.array([[*r.min(axis=0), *r.max(axis=0)] for r in rings])
+    canvas = np.zeros((90, 120), np.float32)
+    fill_polygons(canvas, rings, boxes, np.zeros(len(rings), bool), 1.0)
+    expected = np.zeros((90, 120), np.float32)
+    for ring in rings:
+        cv2.fillPoly(expected, [ring], 1.0)
+    overlapping = (boxes[:, None, :2] <= boxes[None, :, 2:]).all(axis=2) & (
+        boxes[None, :, :2] <= boxes[:, None, 2:]
+    ).all(axis=2)
+    assert overlapping.sum() > len(rings) + 4  # the case under test: several pairs overlap
+    np.testing.assert_array_equal(canvas, expected)

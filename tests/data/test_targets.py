@@ -3,7 +3,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from db_reference import receipt_word_boxes, reference_db_targets, rotated_box
+from db_reference import jitter_corners, receipt_word_boxes, reference_db_targets, rotated_box
 
 from ocr.data.targets import dilate_polygon, make_db_targets, offset_distance, shrink_polygon
 
@@ -89,6 +89,22 @@ def test_receipt_layouts_match_oracle(seed: int, rotated_fraction: float) -> Non
     assert_matches_oracle(boxes, ignore, height, width)
 
 
+@pytest.mark.parametrize(("seed", "jitter_px"), [(0, 0.3), (1, 1.0), (2, 1.0), (3, 3.0)])
+def test_jittered_quads_match_oracle(seed: int, jitter_px: float) -> None:
+    """Word boxes whose corners moved a little: general quads, the edge-wise threshold field."""
+    rng = np.random.default_rng(200 + seed)
+    boxes = receipt_word_boxes(rng, 30, 160, 256, rotated_fraction=0.5, max_angle_deg=20)
+    quads = jitter_corners(
+        rng, [*boxes, rotated_box(-4, 80, 50, 20, 3), rotated_box(250, 5, 40, 16, 0)], jitter_px
+    )
+    ignore = (rng.random(len(quads)) < 0.1).tolist()
+    assert_matches_oracle(quads, ignore, 160, 256)
+    fast = make_db_targets(quads, ignore, 160, 256)
+    ref = reference_db_targets(quads, ignore, 160, 256)
+    both = (fast["thresh_mask"] > 0.5) & (ref["thresh_mask"] > 0.5)
+    assert np.quantile(np.abs(fast["thresh_map"] - ref["thresh_map"])[both], 0.999) <= 0.01
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_polygons_with_many_points_and_perspective_quads_match_oracle(seed: int) -> None:
     rng = np.random.default_rng(100 + seed)
@@ -128,6 +144,25 @@ def test_polygons_crossing_the_image_edge_match_oracle() -> None:
         rotated_box(158, 90, 12, 60, 0),
     ]
     assert_matches_oracle(polygons, [False] * 4, 160, 160)
+
+
+@pytest.mark.parametrize("reach_px", [1e3, 1e7])
+def test_long_edge_crossing_the_map_keeps_an_exact_threshold_field(reach_px: float) -> None:
+    """A thin general quad whose long edges reach far beyond the map: the field beyond its upper-left
+    edge is ``1 - d / D`` with ``d`` the distance to that edge's line (the oracle cannot allocate it)."""
+    quad = np.array([[0, 20], [reach_px, reach_px + 20.5], [reach_px + 15, reach_px + 5], [15, 5.3]])
+    out = make_db_targets([quad], [False], 100, 100)
+    area = 0.5 * abs(
+        np.cross(quad[1] - quad[0], quad[3] - quad[0]) + np.cross(quad[3] - quad[2], quad[1] - quad[2])
+    )
+    offset = offset_distance(area, float(np.linalg.norm(np.roll(quad, -1, axis=0) - quad, axis=1).sum()), 0.4)
+    ys, xs = np.mgrid[0:100, 0:100].astype(np.float64)
+    direction = (quad[1] - quad[0]) / np.linalg.norm(quad[1] - quad[0])
+    across = (xs - quad[0, 0]) * -direction[1] + (ys - quad[0, 1]) * direction[0]
+    beyond = (across > 0) & (xs > 30) & (xs < 90)
+    expected = 0.3 + 0.4 * np.clip(1 - across / offset, 0, 1)
+    assert beyond.sum() > 1000
+    np.testing.assert_allclose(out["thresh_map"][beyond], expected[beyond], atol=1e-4)
 
 
 def test_single_rectangle_threshold_profile() -> None:

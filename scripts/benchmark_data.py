@@ -1,0 +1,239 @@
+"""Per-core throughput of the training data pipeline on real receipts, with a per-stage table.
+
+Runs what one DataLoader worker runs, plus the collate, in this process on ONE pinned CPU core
+(OpenCV without its thread pool, torch with one thread): the train dataset of ``data=<data>`` with
+the data settings of ``hardware=<preset>`` (batch size; crops, scales and augmentations are the data
+config's), samples drawn in a seeded shuffled order and collated in batches. The stage table is the
+exclusive CPU time of the functions each stage names (``STAGES``); what they do not cover (Python,
+sample assembly) is ``other``.
+
+    uv run python scripts/benchmark_data.py                       # sroie-compact train, hardware=h100_80gb
+    uv run python scripts/benchmark_data.py --preset rtx3060_12gb_i5_16core data.cache_dir=/tmp/cache
+
+Trailing arguments are Hydra overrides of ``configs/train.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib
+import math
+import os
+import platform
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import instantiate
+
+from ocr.utils.hardware import register_resolvers
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
+# stage -> the functions whose exclusive time it is: "module:attribute", or "dataset:..." / "loader:..."
+# for attributes of the train dataset (its transform's photometric pipeline) and of the train loader.
+STAGES: dict[str, tuple[str, ...]] = {
+    "decode/cache": ("ocr.data.dataset:load_source",),
+    "geometry warp": ("ocr.data.transforms:TrainTransform.__call__",),
+    "photometric augmentation": ("dataset:transform.photometric",),
+    "polygon sanitation": ("ocr.data.dataset:sanitize_polygons",),
+    "targets": ("ocr.data.dataset:make_db_targets",),
+    "tensor conversion": ("ocr.data.transforms:normalize", "ocr.data.dataset:build_sample"),
+    "collate": ("loader:collate_fn",),
+}
+
+
+class StageClock:
+    """Exclusive CPU time per stage: a timed call nested in another is subtracted from its caller."""
+
+    def __init__(self) -> None:
+        """Start with no time recorded."""
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._children: list[list[float]] = []
+
+    def wrap(self, stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` with its exclusive time added to ``stage``."""
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._children.append([0.0])
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = time.process_time() - start
+                self.seconds[stage] += elapsed - self._children.pop()[0]
+                if self._children:
+                    self._children[-1][0] += elapsed
+
+        return timed
+
+
+@contextlib.contextmanager
+def instrument(clock: StageClock, dataset: Any, loader: Any) -> Iterator[None]:
+    """Wrap every function ``STAGES`` names for the duration of the block, then put them back.
+
+    Raises:
+        AttributeError: a named function no longer exists (update ``STAGES`` with the pipeline).
+    """
+    roots = {"dataset": dataset, "loader": loader}
+    originals = []
+    try:
+        for stage, targets in STAGES.items():
+            for target in targets:
+                root, _, attribute = target.partition(":")
+                owner = roots[root] if root in roots else importlib.import_module(root)
+                *path, name = attribute.split(".")
+                for part in path:
+                    owner = getattr(owner, part)
+                original = getattr(owner, name)
+                setattr(owner, name, clock.wrap(stage, original))
+                originals.append((owner, name, original))
+        yield
+    finally:
+        for owner, name, original in reversed(originals):
+            setattr(owner, name, original)
+
+
+def machine() -> str:
+    """CPU model, the SIMD flags that matter here, and the load average."""
+    model, flags = platform.processor() or "unknown CPU", set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags] or ["no AVX2"]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{model} ({', '.join(simd)}), {os.cpu_count()} CPUs, load average {load:.1f}"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Build the train loader from the config and time ``passes`` passes of ``samples`` samples."""
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    overrides = [
+        f"data={args.data}",
+        f"hardware={args.preset}",
+        f"data.root={args.root}",
+        "data.num_workers=0",  # this process is the worker; the loader only lends its dataset and collate
+        "data.persistent_workers=false",
+        *args.overrides,
+    ]
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    np.random.seed(args.seed)
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    loader = datamodule.train_dataloader()
+    dataset, batch_size = loader.dataset, int(loader.batch_size)
+    dataset.transform.set_random_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    epochs = math.ceil((args.warmup + args.passes * args.samples) / len(dataset))
+    order = np.concatenate([rng.permutation(len(dataset)) for _ in range(epochs)])  # shuffled epochs
+    for index in order[: args.warmup]:
+        dataset[int(index)]
+    clock = StageClock()
+    cpu, wall, wire_bytes, position = [], [], 0, args.warmup
+    with instrument(clock, dataset, loader):
+        for _ in range(args.passes):
+            cpu_start, wall_start = time.process_time(), time.perf_counter()
+            for start in range(0, args.samples, batch_size):
+                picked = order[position + start : position + min(start + batch_size, args.samples)]
+                batch = loader.collate_fn([dataset[int(i)] for i in picked])
+                wire_bytes = sum(v.nbytes for v in batch.values() if isinstance(v, torch.Tensor)) // len(
+                    picked
+                )
+            cpu.append(time.process_time() - cpu_start)
+            wall.append(time.perf_counter() - wall_start)
+            position += args.samples
+    return {
+        "overrides": overrides,
+        "batch_size": batch_size,
+        "images": len(dataset),
+        "cpu": cpu,
+        "wall": wall,
+        "stages": dict(clock.seconds),
+        "wire_bytes": wire_bytes,
+    }
+
+
+def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
+    """Markdown: the setup, img/s per pass and the per-stage table (ms per sample, exclusive CPU)."""
+    total = args.samples * args.passes
+    cpu_rates = [args.samples / s for s in result["cpu"]]
+    wall_rates = [args.samples / s for s in result["wall"]]
+    stages = dict(result["stages"])
+    stages["other"] = sum(result["cpu"]) - sum(stages.values())
+    lines = [
+        f"machine: {machine()}; core {args.core}, python {platform.python_version()}, torch "
+        f"{torch.__version__}, opencv {cv2.__version__}",
+        f"overrides: {' '.join(result['overrides'])}; batch {result['batch_size']}, {result['images']} "
+        f"images, {args.passes} passes x {args.samples} samples after {args.warmup} warm-up, "
+        f"seed {args.seed}",
+        f"img/s per core, wall: {_spread(wall_rates)}",
+        f"img/s per core, CPU time: {_spread(cpu_rates)}",
+        f"batch bytes per sample (tensors): {result['wire_bytes'] / 2**20:.2f} MiB",
+        "",
+        "| stage | CPU ms/sample | share |",
+        "| --- | ---: | ---: |",
+    ]
+    for stage in [*STAGES, "other"]:
+        seconds = stages.get(stage, 0.0)
+        lines.append(f"| {stage} | {seconds * 1e3 / total:.1f} | {seconds / sum(result['cpu']):.0%} |")
+    lines.append(f"| total | {sum(result['cpu']) * 1e3 / total:.1f} | 100% |")
+    return "\n".join(lines)
+
+
+def _spread(rates: Sequence[float]) -> str:
+    return (
+        f"median {statistics.median(rates):.1f} (passes: {', '.join(f'{r:.1f}' for r in rates)})"
+        if len(rates) > 1
+        else f"{rates[0]:.1f}"
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command line; unknown trailing ``key=value`` arguments are Hydra overrides."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="dataset folder (data.root)")
+    parser.add_argument("--data", default="receipts", help="data config group")
+    parser.add_argument("--preset", default="h100_80gb", help="hardware config whose data settings to use")
+    parser.add_argument("--samples", type=int, default=160, help="samples per timed pass")
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=8, help="untimed samples first (imports, caches)")
+    parser.add_argument("--core", type=int, default=0, help="CPU core to pin to; -1 leaves affinity alone")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.cache_dir=/tmp/cache")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    """Run the benchmark and print (and return) its Markdown report."""
+    args = parse_args(argv)
+    if args.core >= 0:
+        os.sched_setaffinity(0, {args.core})
+        torch.set_num_threads(1)
+        cv2.setNumThreads(0)  # as in the DataLoader workers (ocr.data.datamodule.seed_worker)
+    text = report(args, run(args))
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
