@@ -11,6 +11,7 @@ from typing import Any
 from weakref import proxy
 
 import lightning as L
+from lightning.fabric.utilities.seed import _set_rng_states
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
@@ -105,6 +106,7 @@ class RunCheckpoint(ModelCheckpoint):
         self.every_n_steps = every_n_steps
         self.every_n_minutes = every_n_minutes
         self._last_write_time = time.monotonic()
+        self._rng_for_next_epoch: dict[str, Any] | None = None
         self._git_commit = git_commit(Path(__file__).parent)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -128,12 +130,15 @@ class RunCheckpoint(ModelCheckpoint):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Lightning saves here when validation already ran in this epoch's loop (or there is none).
-        if not self._saving_off(trainer) and self._should_save_on_train_epoch_end(trainer):
+        # Only when there is no validation. Lightning would also save here when validation ran at the
+        # end of this epoch, but with trainer.max_steps set it resumes such a checkpoint one epoch short
+        # of max_epochs; a checkpoint from on_validation_end resumes exactly.
+        loaded_empty = trainer.val_dataloaders is not None and not sum(trainer.num_val_batches)
+        if not self._saving_off(trainer) and (not trainer.enable_validation or loaded_empty):
             self._save_topk_and_last(trainer)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self._saving_off(trainer) and not self._should_save_on_train_epoch_end(trainer):
+        if not self._saving_off(trainer):
             self._save_topk_and_last(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -145,6 +150,20 @@ class RunCheckpoint(ModelCheckpoint):
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         checkpoint["data_fingerprint"] = getattr(trainer.datamodule, "fingerprint", None)
+        checkpoint["saved_at_epoch_end"] = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Setting up the train loader after the restore draws from the global RNG; an uninterrupted run
+        # started the next epoch with the saved states, so apply them again there (exact resume).
+        if checkpoint.get("saved_at_epoch_end"):
+            self._rng_for_next_epoch = checkpoint.get("rng_states")
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._rng_for_next_epoch is not None:
+            _set_rng_states(self._rng_for_next_epoch)
+            self._rng_for_next_epoch = None
 
     def _saving_off(self, trainer: L.Trainer) -> bool:
         return bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking

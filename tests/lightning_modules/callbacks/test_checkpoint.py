@@ -10,7 +10,9 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from lightning.pytorch.callbacks import Callback
+from torch.utils.data import DataLoader
 from triage_tiny import TinyModule, tiny_loader
 
 from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint, estimate_checkpoint_bytes
@@ -102,6 +104,70 @@ def test_last_checkpoint_every_n_steps_and_at_the_end_between_validations(tmp_pa
     assert [p.name for p in (tmp_path / "checkpoints").glob("best-*.ckpt")] == [
         "best-hmean=0.5000-epoch=01.ckpt"
     ]
+
+
+class ShuffledPlateauModule(PlateauModule):
+    """Saves and restores the RNG states as DetectionModule does; trains on a shuffled loader."""
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rng_states"] = _collect_rng_states()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        _set_rng_states(checkpoint["rng_states"])
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(tiny_loader().dataset, batch_size=2, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return tiny_loader(num=2)
+
+
+class StopAtStep(Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("interrupted")
+
+
+def _fit_shuffled(root: Path, callbacks: list[Callback], ckpt_path: Path | None = None) -> L.LightningModule:
+    L.seed_everything(0)
+    checkpoint = RunCheckpoint(
+        dirpath=str(root / "checkpoints"),
+        monitor="val/hmean",
+        mode="max",
+        save_top_k=1,
+        every_n_steps=None,
+        every_n_minutes=None,
+    )
+    # max_steps set and max_epochs reached first: Lightning resumes an epoch-end checkpoint one epoch short.
+    trainer = L.Trainer(
+        default_root_dir=root,
+        max_epochs=4,
+        max_steps=100,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[checkpoint, *callbacks],
+    )
+    module = ShuffledPlateauModule()
+    trainer.fit(module, ckpt_path=ckpt_path, weights_only=False)
+    assert trainer.global_step == 16
+    return module
+
+
+def test_resume_from_a_validation_checkpoint_is_exact(tmp_path: Path) -> None:
+    expected = _fit_shuffled(tmp_path / "uninterrupted", [])
+    with pytest.raises(RuntimeError, match="interrupted"):
+        _fit_shuffled(tmp_path / "run", [StopAtStep(8)])
+    resumed = _fit_shuffled(tmp_path / "run", [], ckpt_path=tmp_path / "run" / "checkpoints" / "last.ckpt")
+    for (name, value), other in zip(
+        expected.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(other, value, rtol=0, atol=0, msg=name)
 
 
 def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
