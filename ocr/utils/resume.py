@@ -54,7 +54,10 @@ class Resume:
         """
         datamodule.prepare_data()
         current = datamodule.fingerprint
-        if self.data_fingerprint is None or current == self.data_fingerprint:
+        if self.data_fingerprint is None:
+            log.warning("Resume: %s records no data fingerprint; the data cannot be checked", self.checkpoint)
+            return
+        if current == self.data_fingerprint:
             return
         message = (
             f"resume: the data changed since {self.checkpoint} was written: data fingerprint "

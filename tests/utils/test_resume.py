@@ -9,8 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 
+from ocr.utils.hardware import register_resolvers
 from ocr.utils.resume import Resume, find_checkpoint, resume_from_command_line, resume_run
 
 RUN_CONFIG = {
@@ -152,3 +155,16 @@ def test_data_fingerprint_change_is_refused_unless_allowed(
         resume.check_data(datamodule, allow_change=True)
     assert "going on <resume_allow_data_change=true>" in caplog.text
     resume.check_data(SimpleNamespace(fingerprint="aaaa1111", root="x", prepare_data=lambda: None), False)
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"), [("train", []), ("train", ["resume=/runs/a"]), ("test", ["ckpt=x"])]
+)
+def test_the_run_directory_is_the_resumed_run_or_a_new_one(name: str, overrides: list[str]) -> None:
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(Path(__file__).parents[2] / "configs"), version_base="1.3"):
+        cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
+    expected = "/runs/a" if overrides == ["resume=/runs/a"] else f"outputs/{name}/"
+    assert cfg.hydra.run.dir.startswith(expected)
+    assert cfg.hydra.output_subdir.startswith(".hydra/")  # one record per invocation, none overwritten

@@ -102,6 +102,7 @@ class RunCheckpoint(ModelCheckpoint):
             save_top_k=save_top_k,
             save_last=True,
             auto_insert_metric_name=False,
+            enable_version_counter=False,  # the folder is this run's: rewrite last.ckpt, never last-v1.ckpt
         )
         self.every_n_steps = every_n_steps
         self.every_n_minutes = every_n_minutes
@@ -164,6 +165,24 @@ class RunCheckpoint(ModelCheckpoint):
         if self._rng_for_next_epoch is not None:
             _set_rng_states(self._rng_for_next_epoch)
             self._rng_for_next_epoch = None
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # A run directory moved since the save: its best/last tracking still applies, at the new place.
+        saved = state_dict.get("dirpath")
+        if saved and self.dirpath and str(saved) != str(self.dirpath):
+
+            def moved(path: str) -> str:
+                return os.path.join(str(self.dirpath), os.path.relpath(path, saved)) if path else path
+
+            state_dict = {
+                **state_dict,
+                "dirpath": self.dirpath,
+                "best_model_path": moved(state_dict["best_model_path"]),
+                "kth_best_model_path": moved(state_dict.get("kth_best_model_path", "")),
+                "last_model_path": moved(state_dict.get("last_model_path", "")),
+                "best_k_models": {moved(k): v for k, v in state_dict.get("best_k_models", {}).items()},
+            }
+        super().load_state_dict(state_dict)
 
     def _saving_off(self, trainer: L.Trainer) -> bool:
         return bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking
