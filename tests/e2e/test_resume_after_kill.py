@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import torch
 import yaml
 from omegaconf import DictConfig
@@ -62,11 +64,13 @@ def _config(path: Path) -> dict:
     return config
 
 
+@pytest.mark.slow  # about a minute on 2 cores: three tiny runs, one of them killed
 def test_resume_after_kill_matches_an_uninterrupted_run(
     tmp_path: Path,
     tiny_run: list[str],
     compose_cfg: Callable[[str, list[str], Path], DictConfig],
     runner_module: Callable[[str], ModuleType],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     overrides = _overrides(tiny_run, tmp_path / "data")
     # Generated once here, so the two concurrent runs do not both write it.
@@ -89,7 +93,8 @@ def test_resume_after_kill_matches_an_uninterrupted_run(
         watcher.start()
         # The uninterrupted reference trains in this process meanwhile.
         reference = tmp_path / "reference"
-        runner_module("train").train(compose_cfg("train", overrides, reference))
+        train = runner_module("train").train
+        train(compose_cfg("train", overrides, reference))
         watcher.join(timeout=600)
         process.wait(timeout=60)
     assert killed, (
@@ -99,19 +104,12 @@ def test_resume_after_kill_matches_an_uninterrupted_run(
     start_step = killed[0]
     assert start_step % STEPS_PER_EPOCH == 0 and start_step < 3 * STEPS_PER_EPOCH
 
-    result = subprocess.run(
-        [sys.executable, "runners/train.py", f"resume={killed_run}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    log_text = (killed_run / "train.log").read_text()
-    assert f"Resume: picked {killed_run / 'checkpoints' / 'last.ckpt'}" in log_text
-    assert f"(epoch {start_step // STEPS_PER_EPOCH - 1}, step {start_step})" in log_text
-    assert "command-line overrides applied: none" in log_text
+    # Resumed in this process too (the command line's resume=<run dir> is tested in test_train_test_predict).
+    with caplog.at_level(logging.INFO, logger="ocr.utils.resume"):
+        train(compose_cfg("train", [f"resume={killed_run}"], killed_run))
+    assert f"Resume: picked {killed_run / 'checkpoints' / 'last.ckpt'}" in caplog.text
+    assert f"(epoch {start_step // STEPS_PER_EPOCH - 1}, step {start_step})" in caplog.text
+    assert "command-line overrides applied: none" in caplog.text
 
     with open(killed_run / "csv" / f"resumed-step{start_step}" / "metrics.csv", newline="") as f:
         steps = [int(row["step"]) for row in csv.DictReader(f) if row["train/loss"]]
