@@ -2,6 +2,7 @@
 
 uv run runners/train.py                       # built-in synthetic receipts
 uv run runners/train.py data=receipts data.root=../shared/datasets/sroie-compact trainer.max_steps=20
+uv run runners/train.py resume=outputs/train/<run>   # continue a run with its own config
 """
 
 from __future__ import annotations
@@ -37,14 +38,20 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from ocr.debug.inject import fault_callbacks
     from ocr.lightning_modules.callbacks.checkpoint import scalar_metrics
     from ocr.utils.io import atomic_write_json
+    from ocr.utils.resume import resume_from_command_line
 
+    resume = resume_from_command_line(cfg)
+    if resume is not None:
+        cfg = resume.config
     check_config_types(cfg)
     directory = run_dir(cfg)
     if cfg.seed is not None:
         L.seed_everything(cfg.seed, workers=True)
     callbacks = instantiate_all(cfg.callbacks) + fault_callbacks(cfg)  # first: the watchdog covers start-up
-    save_config(cfg, directory)
+    save_config(cfg, directory, *((resume.config_name, resume.header) if resume else ()))
     datamodule = instantiate(cfg.data)
+    if resume is not None:
+        resume.check_data(datamodule, allow_change=cfg.resume_allow_data_change)
     module = instantiate(
         cfg.module,
         net=instantiate(cfg.model),
@@ -63,7 +70,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     )
 
     # Our checkpoints hold the run config and RNG states (numpy), so they are not weights-only.
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=False)
+    ckpt_path = str(resume.checkpoint) if resume is not None else None
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
     metrics = scalar_metrics(trainer)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.test_after_fit:

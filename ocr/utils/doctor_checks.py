@@ -21,11 +21,13 @@ from ocr.utils.environment import (
     required_cpu_flags,
     wsl_info,
 )
+from ocr.utils.io import format_mib, free_bytes
 
 __all__ = [
     "CheckResult",
     "SquaresDataset",
     "Status",
+    "check_checkpoint_space",
     "check_cpu_flags",
     "check_cuda_usable",
     "check_disk",
@@ -233,6 +235,22 @@ def check_disk(output_dir: Path) -> CheckResult:
         )
     if free_gib < warn_below:
         return CheckResult("disk", "warn", detail, "checkpoints need ~100 MB each; free some space")
+    return CheckResult("disk", "ok", detail)
+
+
+def check_checkpoint_space(checkpoint_dir: Path, checkpoint_bytes: int) -> CheckResult:
+    """Free space where checkpoints go against one checkpoint of the run's model: fails below one,
+    warns below three (the best, ``last.ckpt`` and the one being written)."""
+    free, folder = free_bytes(checkpoint_dir)
+    detail = (
+        f"{format_mib(free)} free in {folder}; one checkpoint of this model needs about "
+        f"{format_mib(checkpoint_bytes)}"
+    )
+    fix = "free some space, or write the run elsewhere with hydra.run.dir=<folder on a larger disk>"
+    if free < checkpoint_bytes:
+        return CheckResult("disk", "fail", detail, fix)
+    if free < 3 * checkpoint_bytes:
+        return CheckResult("disk", "warn", detail + " (3 for best, last and one being written)", fix)
     return CheckResult("disk", "ok", detail)
 
 

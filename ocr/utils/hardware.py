@@ -22,6 +22,7 @@ __all__ = [
     "autocast_dtype",
     "auto_workers",
     "pick",
+    "first_set",
 ]
 
 
@@ -103,9 +104,20 @@ def pick(cpu_value: Any, cuda_value: Any) -> Any:
     return cuda_value if has_cuda() else cpu_value
 
 
+def first_set(value: Any, default: Any) -> Any:
+    """``value`` unless it is None, else ``default`` (``oc.select`` returns a null value as is)."""
+    return default if value is None else value
+
+
 def register_resolvers() -> None:
-    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:}`` and ``${hw.workers:cap[,devices]}`` once."""
-    resolvers = {"hw.pick": pick, "hw.precision": auto_precision, "hw.workers": auto_workers}
+    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:}``, ``${hw.workers:cap[,devices]}`` and
+    ``${first_set:value,default}`` (used by the Hydra run directory) once."""
+    resolvers = {
+        "hw.pick": pick,
+        "hw.precision": auto_precision,
+        "hw.workers": auto_workers,
+        "first_set": first_set,
+    }
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

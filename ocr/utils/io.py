@@ -2,20 +2,47 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
+__all__ = [
+    "DiskFullError",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "disk_full_error",
+    "format_mib",
+    "free_bytes",
+    "is_out_of_space",
+    "remove_stale_temp_files",
+]
+
+log = logging.getLogger(__name__)
+
+# ENOSPC: the disk is full; EDQUOT: the user's quota is.
+OUT_OF_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+TEMP_SUFFIX = ".tmp"
+
+
+class DiskFullError(OSError):
+    """A write failed for lack of disk space; the message names the file, the free space and the fix."""
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically, creating parent directories first."""
+    """Write ``data`` to ``path`` atomically, creating parent directories first.
+
+    Raises:
+        DiskFullError: when the disk (or quota) is full; the temp file is removed first.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
         with os.fdopen(fd, "wb") as f:
@@ -23,8 +50,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if is_out_of_space(exc):
+            raise disk_full_error(path, len(data)) from None
         raise
     return path
 
@@ -37,6 +66,48 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> Path:
     """Write JSON atomically; non-JSON values (paths, numpy scalars) are stringified."""
     return atomic_write_text(path, json.dumps(obj, indent=indent, default=_json_default) + "\n")
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """Whether ``exc`` is an OS error for a full disk or quota."""
+    return isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE_ERRNOS
+
+
+def free_bytes(path: str | os.PathLike[str]) -> tuple[int, Path]:
+    """Free bytes on the file system of ``path`` and the folder measured (its nearest existing parent)."""
+    folder = Path(path).resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free, folder
+
+
+def disk_full_error(path: str | os.PathLike[str], needed_bytes: int | None) -> DiskFullError:
+    """The error for a write of ``path`` that ran out of space (free space measured now)."""
+    free, folder = free_bytes(Path(path).parent)
+    needed = f"about {format_mib(needed_bytes)} needed, " if needed_bytes else ""
+    return DiskFullError(
+        errno.ENOSPC,
+        f"No space left on the disk to write {path}: {needed}{format_mib(free)} free in {folder} "
+        "(the partial file was removed). Free some space, or write the run elsewhere with "
+        "hydra.run.dir=<folder on a larger disk>",
+    )
+
+
+def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """Delete the ``*.tmp`` files an interrupted write left in ``directory`` (not recursive)."""
+    removed = []
+    for tmp in sorted(Path(directory).glob(f"*{TEMP_SUFFIX}")):
+        if tmp.is_file():
+            size = tmp.stat().st_size
+            tmp.unlink(missing_ok=True)
+            log.warning("Removed %s (%s) left by an interrupted write", tmp, format_mib(size))
+            removed.append(tmp)
+    return removed
+
+
+def format_mib(num_bytes: int) -> str:
+    """``num_bytes`` as ``"12.3 MiB"``."""
+    return f"{num_bytes / 2**20:.1f} MiB"
 
 
 def _json_default(value: Any) -> Any:

@@ -50,13 +50,14 @@ def instantiate_all(group: DictConfig | None) -> list[Any]:
     return objects
 
 
-def save_config(cfg: DictConfig, directory: Path) -> Path:
-    """Write the resolved config as ``config.yaml`` into the run directory (atomic; global rank 0 only)."""
+def save_config(cfg: DictConfig, directory: Path, name: str = "config.yaml", header: str = "") -> Path:
+    """Write the resolved config as ``name`` into the run directory, after ``header`` (comment lines);
+    atomic, global rank 0 only."""
     from lightning.pytorch.utilities import rank_zero_only
 
-    path = directory / "config.yaml"
+    path = directory / name
     if rank_zero_only.rank == 0:
-        atomic_write_text(path, OmegaConf.to_yaml(cfg, resolve=True))
+        atomic_write_text(path, header + OmegaConf.to_yaml(cfg, resolve=True))
     return path
 
 
@@ -72,7 +73,10 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
             # Lightning turns Ctrl-C into SystemExit(1); only a clean exit is not a failure.
             clean_exit = isinstance(exc, SystemExit) and exc.code in (0, None)
             if not (directory / ".FAILURE").exists() and not clean_exit:
-                write_failure(directory, exc)
+                try:
+                    write_failure(directory, exc)
+                except OSError as error:  # e.g. the disk is full: one line, not a chained traceback
+                    log.error("Could not write %s: %s", directory / ".FAILURE", error)
             log.error("Run directory: %s", directory)
             raise
 

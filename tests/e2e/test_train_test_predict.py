@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import torch
+import yaml
 from omegaconf import DictConfig
 
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_train_leaves_checkpoints_metadata_and_success(trained_run: tuple[Path, Path]) -> None:
@@ -76,29 +82,38 @@ def test_predict_runner_writes_a_row_per_image(
     assert len(list((tmp_path / "overlays").glob("*.png"))) == len(rows)
 
 
-def test_resume_continues_from_the_saved_step(
-    trained_run: tuple[Path, Path],
-    tmp_path: Path,
-    tiny_run: list[str],
-    compose_cfg: Compose,
-    runner_module: Runner,
+def test_resume_continues_from_the_saved_step_with_the_run_config(
+    trained_run: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    run, data_root = trained_run
-    overrides = [
-        *tiny_run,
-        f"data.root={data_root}",
-        f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
-        "trainer.max_steps=6",
-        "trainer.max_epochs=3",
-        "test_after_fit=false",
-        "logger=csv",
-        "callbacks=none",
-    ]
-    runner_module("train").train(compose_cfg("train", overrides, tmp_path))
-    assert (tmp_path / ".SUCCESS").is_file()
-    with open(tmp_path / "csv" / "metrics.csv", newline="") as f:
-        steps = [int(row["step"]) for row in csv.DictReader(f) if row["step"]]
-    assert steps and min(steps) >= 3, f"resumed run restarted from step {min(steps, default=None)}"
+    run, _ = trained_run
     saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert saved["global_step"] == 3 and "rng_states" in saved
     assert saved["lr_schedulers"][0]["last_epoch"] == 3
+    copy = tmp_path / "run"  # the module's run stays as the other tests expect it
+    shutil.copytree(run, copy)
+    original_config = (copy / "config.yaml").read_text().replace(str(run), str(copy))
+    (copy / "config.yaml").write_text(original_config)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
+    # Only the run directory and what changes: the tiny data and model settings come from the run.
+    cmd = [
+        sys.executable,
+        "runners/train.py",
+        f"resume={copy}",
+        "trainer.max_steps=6",
+        "test_after_fit=false",
+    ]
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    log = (copy / "train.log").read_text()
+    assert "command-line overrides applied: trainer.max_steps=6, test_after_fit=false" in log
+    assert (copy / "config.yaml").read_text() == original_config
+    resumed = yaml.safe_load((copy / "config.resumed-step3.yaml").read_text())
+    assert resumed["trainer"]["max_steps"] == 6 and resumed["data"]["synthetic"]["long_side"] == 96
+    with open(copy / "csv" / "resumed-step3" / "metrics.csv", newline="") as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f) if row["step"]]
+    assert steps and min(steps) >= 3, f"resumed run restarted from step {min(steps, default=None)}"
+    final = json.loads((copy / "checkpoints" / "last.ckpt.json").read_text())
+    assert final["global_step"] == 6 and final["config"]["trainer"]["max_steps"] == 6
+    # The moved run keeps its best-checkpoint tracking: still one best, and last.ckpt rewritten in place.
+    assert len(list((copy / "checkpoints").glob("best-*.ckpt"))) == 1
+    assert sorted(p.name for p in (copy / "checkpoints").glob("last*.ckpt")) == ["last.ckpt"]

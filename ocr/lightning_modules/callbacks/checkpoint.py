@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 from weakref import proxy
 
 import lightning as L
+from lightning.fabric.utilities.seed import _set_rng_states
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
 
-from ocr.utils.io import atomic_write_json
+from ocr.utils.io import atomic_write_json, disk_full_error, is_out_of_space, remove_stale_temp_files
 
-__all__ = ["RunCheckpoint", "git_commit", "scalar_metrics"]
+__all__ = ["RunCheckpoint", "estimate_checkpoint_bytes", "git_commit", "scalar_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +46,31 @@ def scalar_metrics(trainer: L.Trainer) -> dict[str, float]:
     return {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
 
 
+def estimate_checkpoint_bytes(module: L.LightningModule) -> int:
+    """Bytes of one checkpoint of ``module``: its state plus two optimizer moments per trainable
+    parameter (AdamW, the project's optimizer), before the optimizer exists."""
+    state = sum(t.numel() * t.element_size() for t in module.state_dict().values())
+    moments = sum(2 * p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+    return state + moments
+
+
 class RunCheckpoint(ModelCheckpoint):
     """Keeps ``best-hmean=0.9312-epoch=07.ckpt`` (by ``val/hmean``) and ``last.ckpt`` in ``dirpath``.
 
-    Each checkpoint is written to a temporary file and renamed, and gets ``<name>.json`` beside it with
-    the resolved config, the metrics at save time, the git commit and the data fingerprint.
+    ``last.ckpt`` holds the latest state: it is rewritten at every validation, at the end of training,
+    and between validations every ``every_n_steps`` training steps or ``every_n_minutes`` minutes.
+    Each checkpoint is written to ``<name>.tmp`` and renamed, and gets ``<name>.json`` beside it with
+    the step, the resolved config, the metrics at save time, the git commit and the data fingerprint.
+    Temporary files an interrupted write left behind are removed when fitting starts.
+
+    Args:
+        dirpath: checkpoint folder.
+        monitor: metric that ranks the best checkpoints (logged at validation).
+        mode: ``max`` or ``min`` for ``monitor``.
+        save_top_k: how many best checkpoints to keep.
+        every_n_steps: refresh ``last.ckpt`` every N training steps (None = only at validation).
+        every_n_minutes: refresh ``last.ckpt`` when this many minutes passed since the last write
+            (None = off).
     """
 
     def __init__(
@@ -57,31 +80,133 @@ class RunCheckpoint(ModelCheckpoint):
         monitor: str,
         mode: str,
         save_top_k: int,
-        save_last: bool,
-        every_n_epochs: int | None,
-        every_n_train_steps: int | None,
+        every_n_steps: int | None,
+        every_n_minutes: float | None,
     ) -> None:
+        if every_n_steps is not None and every_n_steps < 1:
+            raise ValueError(
+                f"callbacks.checkpoint.every_n_steps: expected >= 1 or null, got {every_n_steps}"
+            )
+        if every_n_minutes is not None and every_n_minutes <= 0:
+            raise ValueError(
+                f"callbacks.checkpoint.every_n_minutes: expected > 0 or null, got {every_n_minutes}"
+            )
         metric_name = monitor.split("/")[-1]
+        # Lightning's own step/time triggers would also rank top-k between validations, where the
+        # monitored metric is stale: those saves are done here, for last.ckpt only.
         super().__init__(
             dirpath=dirpath,
             filename=f"best-{metric_name}={{{monitor}:.4f}}-epoch={{epoch:02d}}",
             monitor=monitor,
             mode=mode,
             save_top_k=save_top_k,
-            save_last=save_last,
+            save_last=True,
             auto_insert_metric_name=False,
-            every_n_epochs=every_n_epochs,
-            every_n_train_steps=every_n_train_steps,
+            enable_version_counter=False,  # the folder is this run's: rewrite last.ckpt, never last-v1.ckpt
         )
+        self.every_n_steps = every_n_steps
+        self.every_n_minutes = every_n_minutes
+        self._last_write_time = time.monotonic()
+        self._rng_for_next_epoch: dict[str, Any] | None = None
         self._git_commit = git_commit(Path(__file__).parent)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        if stage == "fit" and trainer.is_global_zero and self.dirpath is not None:
+            remove_stale_temp_files(self.dirpath)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last_write_time = time.monotonic()
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self._saving_off(trainer) or self._last_global_step_saved == trainer.global_step:
+            return
+        due = self.every_n_steps is not None and trainer.global_step % self.every_n_steps == 0
+        if self.every_n_minutes is not None:
+            elapsed = time.monotonic() - self._last_write_time >= 60 * self.every_n_minutes
+            due = due or trainer.strategy.broadcast(elapsed)  # every rank must take part in the save
+        if due:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Only when there is no validation. Lightning would also save here when validation ran at the
+        # end of this epoch, but with trainer.max_steps set it resumes such a checkpoint one epoch short
+        # of max_epochs; a checkpoint from on_validation_end resumes exactly.
+        loaded_empty = trainer.val_dataloaders is not None and not sum(trainer.num_val_batches)
+        if not self._saving_off(trainer) and (not trainer.enable_validation or loaded_empty):
+            self._save_topk_and_last(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._saving_off(trainer):
+            self._save_topk_and_last(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The final state, also when training stopped between validations.
+        if not self._saving_off(trainer) and self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        checkpoint["data_fingerprint"] = getattr(trainer.datamodule, "fingerprint", None)
+        checkpoint["saved_at_epoch_end"] = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Setting up the train loader after the restore draws from the global RNG; an uninterrupted run
+        # started the next epoch with the saved states, so apply them again there (exact resume).
+        if checkpoint.get("saved_at_epoch_end"):
+            self._rng_for_next_epoch = checkpoint.get("rng_states")
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._rng_for_next_epoch is not None:
+            _set_rng_states(self._rng_for_next_epoch)
+            self._rng_for_next_epoch = None
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # A run directory moved since the save: its best/last tracking still applies, at the new place.
+        saved = state_dict.get("dirpath")
+        if saved and self.dirpath and str(saved) != str(self.dirpath):
+
+            def moved(path: str) -> str:
+                return os.path.join(str(self.dirpath), os.path.relpath(path, saved)) if path else path
+
+            state_dict = {
+                **state_dict,
+                "dirpath": self.dirpath,
+                "best_model_path": moved(state_dict["best_model_path"]),
+                "kth_best_model_path": moved(state_dict.get("kth_best_model_path", "")),
+                "last_model_path": moved(state_dict.get("last_model_path", "")),
+                "best_k_models": {moved(k): v for k, v in state_dict.get("best_k_models", {}).items()},
+            }
+        super().load_state_dict(state_dict)
+
+    def _saving_off(self, trainer: L.Trainer) -> bool:
+        return bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking
+
+    def _save_topk_and_last(self, trainer: L.Trainer) -> None:
+        candidates = self._monitor_candidates(trainer)
+        self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         # Same steps as ModelCheckpoint._save_checkpoint, with the rename before loggers hear of the file.
         tmp = f"{filepath}.tmp"
         Path(filepath).parent.mkdir(parents=True, exist_ok=True)
-        trainer.save_checkpoint(tmp, self.save_weights_only)
+        try:
+            trainer.save_checkpoint(tmp, self.save_weights_only)
+        except BaseException as exc:
+            if trainer.is_global_zero:
+                Path(tmp).unlink(missing_ok=True)
+            if is_out_of_space(exc):
+                raise disk_full_error(filepath, estimate_checkpoint_bytes(trainer.lightning_module)) from None
+            raise
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
+        self._last_write_time = time.monotonic()
         if trainer.is_global_zero:
             os.replace(tmp, filepath)
             atomic_write_json(f"{filepath}.json", self._metadata(trainer, filepath))

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from ocr.lightning_modules.callbacks.checkpoint import estimate_checkpoint_bytes
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
 from ocr.utils.doctor import format_table
-from ocr.utils.doctor_checks import CheckResult, fast_checks, worst_status
+from ocr.utils.doctor_checks import CheckResult, check_checkpoint_space, fast_checks, worst_status
 from ocr.utils.io import atomic_write_json
 
 __all__ = ["Preflight", "PreflightError"]
@@ -23,6 +25,8 @@ class PreflightError(RuntimeError):
 
 class Preflight(Callback):
     """Runs the fast doctor checks once per run at fit start; logs the table, saves ``preflight.json``.
+
+    The disk row checks the space for one checkpoint of the model; too little always stops the run.
 
     Args:
         dirpath: run directory; ``None`` uses ``trainer.default_root_dir``.
@@ -38,16 +42,21 @@ class Preflight(Callback):
         if stage != "fit" or self.results or not trainer.is_global_zero:
             return
         run_dir = resolve_run_dir(self.dirpath, trainer)
-        self.results = fast_checks(run_dir)
+        # The generic disk row is replaced by one that knows this model's checkpoint size.
+        checkpoint_dir = Path(getattr(trainer.checkpoint_callback, "dirpath", None) or run_dir)
+        disk = check_checkpoint_space(checkpoint_dir, estimate_checkpoint_bytes(pl_module))
+        self.results = [r for r in fast_checks(run_dir) if r.name != "disk"] + [disk]
         verdict = worst_status(self.results)
-        atomic_write_json(
-            run_dir / "preflight.json", {"verdict": verdict, "checks": [r.to_dict() for r in self.results]}
-        )
         table = format_table(self.results)
         if verdict == "ok":
             log.info("Preflight checks (full report: python -m ocr.utils.doctor):\n%s", table)
         else:
             log.warning("Preflight checks found problems:\n%s", table)
+        if disk.status == "fail":  # whatever fail_on_error says: the first checkpoint would fail
+            raise PreflightError(f"Not enough disk space for a checkpoint: {disk.detail}. Fix: {disk.fix}")
+        atomic_write_json(
+            run_dir / "preflight.json", {"verdict": verdict, "checks": [r.to_dict() for r in self.results]}
+        )
         if verdict == "fail" and self.fail_on_error:
             failed = [r.name for r in self.results if r.status == "fail"]
             raise PreflightError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import lightning as L
@@ -10,6 +11,8 @@ from lightning.pytorch.callbacks import Callback
 from ocr.utils.sentinels import write_failure, write_success
 
 __all__ = ["RunStatus"]
+
+log = logging.getLogger(__name__)
 
 
 class RunStatus(Callback):
@@ -25,7 +28,10 @@ class RunStatus(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         if trainer.is_global_zero:
-            write_failure(self.run_dir, exception)
+            try:
+                write_failure(self.run_dir, exception)
+            except OSError as exc:  # e.g. the disk is full: one line, not a chained traceback
+                log.error("Could not write %s: %s", self.run_dir / ".FAILURE", exc)
             self._tag_wandb(trainer, "failed")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

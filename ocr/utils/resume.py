@@ -1,0 +1,224 @@
+"""Resume a run: its own config from the checkpoint, only the command line's key overrides on top.
+
+``runners/train.py resume=<run dir>`` continues in that directory from its latest checkpoint (or the
+one ``ckpt_path`` names). The resolved config stored in the checkpoint is the run's config, so neither
+a changed default nor ``hardware=auto`` on another machine changes a resumed run behind the user's back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+
+__all__ = ["CONTROL_KEYS", "Resume", "find_checkpoint", "resume_from_command_line", "resume_run"]
+
+log = logging.getLogger(__name__)
+
+# Keys that steer this invocation rather than describe the run: always taken from the command line.
+CONTROL_KEYS = ("resume", "ckpt_path", "resume_allow_data_change")
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What a resumed run starts from."""
+
+    checkpoint: Path
+    step: int
+    config: DictConfig
+    overrides: list[str]
+    data_fingerprint: str | None
+
+    @property
+    def config_name(self) -> str:
+        """The resumed config's file name; the run's original ``config.yaml`` is kept."""
+        return f"config.resumed-step{self.step}.yaml"
+
+    @property
+    def header(self) -> str:
+        """Comment lines for the resumed config file: where it resumed from, and the overrides."""
+        return f"# resumed from {self.checkpoint}; overrides: {' '.join(self.overrides) or 'none'}\n"
+
+    def check_data(self, datamodule: Any, allow_change: bool) -> None:
+        """Refuse to go on when the data fingerprint differs from the checkpoint's (unless
+        ``allow_change``); prepares the data first, since the fingerprint hashes its annotation files.
+
+        Raises:
+            ValueError: naming both fingerprints and the override that goes on anyway.
+        """
+        datamodule.prepare_data()
+        current = datamodule.fingerprint
+        if self.data_fingerprint is None:
+            log.warning("Resume: %s records no data fingerprint; the data cannot be checked", self.checkpoint)
+            return
+        if current == self.data_fingerprint:
+            return
+        message = (
+            f"resume: the data changed since {self.checkpoint} was written: data fingerprint "
+            f"{self.data_fingerprint} then, {current} now (sha256 of the split annotation files under "
+            f"data.root={datamodule.root})"
+        )
+        if allow_change:
+            log.warning("%s; going on <resume_allow_data_change=true>", message)
+            return
+        raise ValueError(f"{message}. Resume on the original data, or pass resume_allow_data_change=true")
+
+
+def _checkpoint_step(path: Path) -> int:
+    meta = Path(f"{path}.json")
+    if meta.is_file():
+        return int(json.loads(meta.read_text())["global_step"])
+    import torch
+
+    # Killed between the rename and the JSON: the checkpoint itself is complete.
+    return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+
+
+def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
+    """``ckpt_path`` when given, else the checkpoint in ``<run_dir>/checkpoints`` with the highest step
+    (``last.ckpt`` on a tie); with its step.
+
+    Raises:
+        FileNotFoundError: naming the folder when it holds no checkpoint.
+    """
+    if ckpt_path is not None:
+        path = Path(ckpt_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
+        return path, _checkpoint_step(path)
+    folder = run_dir / "checkpoints"
+    candidates = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
+    if not candidates:
+        raise FileNotFoundError(
+            f"resume={run_dir}: no checkpoint (*.ckpt) in {folder}; a run killed before or during its "
+            "first checkpoint write has nothing to resume: start it again"
+        )
+    steps = {path: _checkpoint_step(path) for path in candidates}
+    picked = max(candidates, key=lambda p: (steps[p], p.name == "last.ckpt"))
+    found = ", ".join(f"{p.name} (step {s})" for p, s in sorted(steps.items(), key=lambda i: -i[1]))
+    log.info("Resume: picked %s, the latest of %s", picked, found)
+    return picked, steps[picked]
+
+
+def _rebase(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _rebase(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rebase(v, old, new) for v in value]
+    if isinstance(value, str) and (value == old or value.startswith(old + "/")):
+        return new + value[len(old) :]
+    return value
+
+
+def _apply_overrides(run_cfg: DictConfig, composed: DictConfig, overrides: Sequence[str]) -> list[str]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    applied = []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if key in CONTROL_KEYS:
+            continue
+        value = _ABSENT if override.is_delete() else OmegaConf.select(composed, key, default=_ABSENT)
+        if value is _ABSENT or isinstance(value, DictConfig):
+            raise ValueError(
+                f"resume: cannot apply '{override.input_line}' to the resumed run's own config: a resumed "
+                "run keeps its config, and only single keys can be overridden (e.g. trainer.max_steps=400); "
+                "config groups (data=..., hardware=...) and deletions are refused"
+            )
+        adding = override.is_add() or override.is_force_add()
+        if not adding and not _has_key(run_cfg, key):
+            raise ValueError(
+                f"resume: '{override.input_line}': the run's config has no key {key} (it was written by an "
+                "older version, or the key is misspelled)"
+            )
+        if isinstance(value, ListConfig):
+            value = OmegaConf.to_container(value, resolve=True)
+        with open_dict(run_cfg):
+            OmegaConf.update(run_cfg, key, value, force_add=adding)
+        applied.append(override.input_line)
+    return applied
+
+
+def _has_key(cfg: DictConfig, key: str) -> bool:
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    return isinstance(parent, DictConfig) and leaf in parent
+
+
+def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
+    """The run's own config (from its checkpoint) with ``overrides`` applied, and the checkpoint.
+
+    Args:
+        composed: the config Hydra composed for this invocation (``resume``, ``ckpt_path`` set).
+        overrides: this invocation's command-line overrides (Hydra's ``overrides.task``).
+
+    Raises:
+        FileNotFoundError: no checkpoint to resume from.
+        ValueError: an override that cannot apply to the run's config, or another output directory.
+    """
+    from ocr.lightning_modules.loading import load_checkpoint
+
+    run_dir = Path(composed.resume).resolve()
+    output_dir = Path(composed.paths.output_dir).resolve()
+    if output_dir != run_dir:
+        raise ValueError(
+            f"resume={composed.resume} continues in that directory, but the output directory is "
+            f"{output_dir} (hydra.run.dir or paths.output_dir): drop that override"
+        )
+    checkpoint_path, step = find_checkpoint(run_dir, composed.ckpt_path)
+    checkpoint = load_checkpoint(checkpoint_path)
+    run_config = checkpoint["ocr_config"]
+    saved_dir = str(run_config["paths"]["output_dir"])
+    if Path(saved_dir).resolve() != run_dir:
+        log.warning("Resume: the run was written in %s; its paths now point to %s", saved_dir, run_dir)
+        run_config = _rebase(run_config, saved_dir.rstrip("/"), str(run_dir))
+    cfg = OmegaConf.create(run_config)
+    applied = _apply_overrides(cfg, composed, overrides)
+    with open_dict(cfg):
+        for key in CONTROL_KEYS:
+            cfg[key] = composed[key]
+        csv_logger = OmegaConf.select(cfg, "logger.csv")
+        if isinstance(csv_logger, DictConfig) and "version" in csv_logger:
+            # Lightning's CSVLogger deletes an existing metrics.csv: keep the run's and log beside it.
+            csv_logger.version = f"resumed-step{step}"
+            log.info("Resume: metrics go to csv/%s/ (the run's csv/metrics.csv is kept)", csv_logger.version)
+    OmegaConf.set_struct(cfg, True)
+    fingerprint = checkpoint.get("data_fingerprint")
+    if fingerprint is None and Path(f"{checkpoint_path}.json").is_file():
+        fingerprint = json.loads(Path(f"{checkpoint_path}.json").read_text()).get("data_fingerprint")
+    log.info(
+        "Resuming %s from %s (epoch %s, step %d) with the run's own config; command-line overrides "
+        "applied: %s",
+        run_dir,
+        checkpoint_path.name,
+        checkpoint.get("epoch"),
+        step,
+        ", ".join(applied) or "none",
+    )
+    return Resume(checkpoint_path, step, cfg, applied, fingerprint)
+
+
+def resume_from_command_line(cfg: DictConfig) -> Resume | None:
+    """The resume ``cfg`` asks for (``resume=<run dir>``, optional ``ckpt_path``), or None.
+
+    Raises:
+        ValueError: ``ckpt_path`` without ``resume``: the run's directory and config would be unknown.
+    """
+    if cfg.ckpt_path is not None and cfg.resume is None:
+        raise ValueError(
+            f"ckpt_path={cfg.ckpt_path} needs the run to resume: pass resume=<run dir> (its own config "
+            "and directory are restored; ckpt_path then picks the checkpoint, default the latest)"
+        )
+    if cfg.resume is None:
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    # Without a Hydra run (a test composing the config) there is no command line.
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    return resume_run(cfg, overrides)

@@ -1,0 +1,170 @@
+"""Resume: the run's own config from its checkpoint, only command-line keys on top, data fingerprint guard."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf, open_dict
+
+from ocr.utils.hardware import register_resolvers
+from ocr.utils.resume import Resume, find_checkpoint, resume_from_command_line, resume_run
+
+RUN_CONFIG = {
+    "seed": 42,
+    "resume": None,
+    "ckpt_path": None,
+    "resume_allow_data_change": False,
+    "paths": {"output_dir": "/old/place/run"},
+    "trainer": {"max_steps": 200, "accelerator": "cpu"},
+    "data": {"root": "/data/receipts", "batch_size": 8, "scale_range": [0.5, 3.0]},
+    "callbacks": {"checkpoint": {"dirpath": "/old/place/run/checkpoints"}},
+    "logger": {"csv": {"save_dir": "/old/place/run", "version": ""}},
+}
+
+
+def _save(run: Path, name: str, step: int, with_json: bool = True) -> Path:
+    path = run / "checkpoints" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = json.loads(json.dumps(RUN_CONFIG))
+    config["paths"]["output_dir"] = str(run)
+    config["callbacks"]["checkpoint"]["dirpath"] = str(run / "checkpoints")
+    config["logger"]["csv"]["save_dir"] = str(run)
+    checkpoint = {"state_dict": {}, "ocr_config": config, "global_step": step, "epoch": step // 3}
+    checkpoint["data_fingerprint"] = "aaaa1111"
+    torch.save(checkpoint, path)
+    if with_json:
+        Path(f"{path}.json").write_text(json.dumps({"global_step": step, "data_fingerprint": "aaaa1111"}))
+    return path
+
+
+def _composed(run: Path, **changes: object) -> OmegaConf:
+    """What Hydra composes for `runners/train.py resume=<run> ...`: today's defaults, not the run's."""
+    composed = {
+        **json.loads(json.dumps(RUN_CONFIG)),
+        "resume": str(run),
+        "paths": {"output_dir": str(run)},
+        "trainer": {"max_steps": 400, "accelerator": "gpu"},
+        "data": {"root": "/data/synthetic", "batch_size": 16, "scale_range": [0.5, 2.0]},
+    }
+    composed.update(changes)
+    cfg = OmegaConf.create(composed)
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def test_picks_the_latest_checkpoint_and_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _save(tmp_path, "best-hmean=0.9-epoch=01.ckpt", 6)
+    _save(tmp_path, "last.ckpt", 9)
+    _save(tmp_path, "best-hmean=0.8-epoch=02.ckpt", 12, with_json=False)  # killed before its JSON
+    with caplog.at_level(logging.INFO, logger="ocr.utils.resume"):
+        assert find_checkpoint(tmp_path, None) == (
+            tmp_path / "checkpoints" / "best-hmean=0.8-epoch=02.ckpt",
+            12,
+        )
+    assert "picked" in caplog.text and "last.ckpt (step 9)" in caplog.text
+    _save(tmp_path, "last.ckpt", 12)
+    assert find_checkpoint(tmp_path, None)[0].name == "last.ckpt"  # a tie goes to last.ckpt
+
+
+def test_no_checkpoint_names_the_folder(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt.tmp").write_bytes(b"partial")
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "checkpoints")):
+        find_checkpoint(tmp_path, None)
+
+
+def test_restores_the_run_config_and_applies_only_command_line_keys(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _save(tmp_path, "last.ckpt", 9)
+    with caplog.at_level(logging.INFO, logger="ocr.utils.resume"):
+        resume = resume_run(_composed(tmp_path), ["trainer.max_steps=400", f"resume={tmp_path}"])
+    cfg = resume.config
+    assert cfg.trainer.max_steps == 400  # given on the command line
+    assert cfg.trainer.accelerator == "cpu" and cfg.data.root == "/data/receipts"  # the run's own
+    assert cfg.data.batch_size == 8 and list(cfg.data.scale_range) == [0.5, 3.0]
+    assert cfg.resume == str(tmp_path) and resume.step == 9 and resume.overrides == ["trainer.max_steps=400"]
+    assert cfg.logger.csv.version == "resumed-step9"  # Lightning's CSVLogger would delete metrics.csv
+    assert "command-line overrides applied: trainer.max_steps=400" in caplog.text
+    assert resume.config_name == "config.resumed-step9.yaml"
+    with pytest.raises(Exception, match="not in struct"):
+        cfg.unknown_key = 1
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data=receipts", "config groups"),  # composes a whole node
+        ("hardware=cpu", "config groups"),  # a global package: no node of that name
+        ("~seed", "deletions"),
+        ("trainer.max_stpes=4", "has no key"),
+    ],
+)
+def test_refuses_overrides_that_do_not_fit_the_run_config(
+    tmp_path: Path, override: str, message: str
+) -> None:
+    _save(tmp_path, "last.ckpt", 9)
+    composed = _composed(tmp_path)
+    if "max_stpes" in override:  # as `+trainer.max_stpes=4` would compose it
+        with open_dict(composed):
+            composed.trainer.max_stpes = 4
+    with pytest.raises(ValueError, match=message):
+        resume_run(composed, [override])
+
+
+def test_a_moved_run_gets_its_paths_rebased(tmp_path: Path) -> None:
+    _save(tmp_path / "old", "last.ckpt", 3)
+    (tmp_path / "old").rename(tmp_path / "new")
+    cfg = resume_run(_composed(tmp_path / "new"), []).config
+    assert cfg.paths.output_dir == str(tmp_path / "new")
+    assert cfg.callbacks.checkpoint.dirpath == str(tmp_path / "new" / "checkpoints")
+
+
+def test_another_output_directory_is_refused(tmp_path: Path) -> None:
+    _save(tmp_path, "last.ckpt", 3)
+    composed = _composed(tmp_path, paths={"output_dir": str(tmp_path / "elsewhere")})
+    with pytest.raises(ValueError, match="continues in that directory"):
+        resume_run(composed, [])
+
+
+def test_ckpt_path_alone_asks_for_the_run_directory() -> None:
+    cfg = OmegaConf.create({"resume": None, "ckpt_path": "/runs/x/checkpoints/last.ckpt"})
+    with pytest.raises(ValueError, match="pass resume=<run dir>"):
+        resume_from_command_line(cfg)
+
+
+def test_data_fingerprint_change_is_refused_unless_allowed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    resume = Resume(tmp_path / "last.ckpt", 9, OmegaConf.create({}), [], "aaaa1111")
+    prepared = []
+    datamodule = SimpleNamespace(
+        fingerprint="bbbb2222", root=tmp_path / "data", prepare_data=lambda: prepared.append(True)
+    )
+    with pytest.raises(ValueError, match="aaaa1111 then, bbbb2222 now") as caught:
+        resume.check_data(datamodule, allow_change=False)
+    assert "resume_allow_data_change=true" in str(caught.value) and prepared
+    with caplog.at_level(logging.WARNING, logger="ocr.utils.resume"):
+        resume.check_data(datamodule, allow_change=True)
+    assert "going on <resume_allow_data_change=true>" in caplog.text
+    resume.check_data(SimpleNamespace(fingerprint="aaaa1111", root="x", prepare_data=lambda: None), False)
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"), [("train", []), ("train", ["resume=/runs/a"]), ("test", ["ckpt=x"])]
+)
+def test_the_run_directory_is_the_resumed_run_or_a_new_one(name: str, overrides: list[str]) -> None:
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(Path(__file__).parents[2] / "configs"), version_base="1.3"):
+        cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
+    expected = "/runs/a" if overrides == ["resume=/runs/a"] else f"outputs/{name}/"
+    assert cfg.hydra.run.dir.startswith(expected)
+    assert cfg.hydra.output_subdir.startswith(".hydra/")  # one record per invocation, none overwritten
