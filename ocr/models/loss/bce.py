@@ -26,6 +26,8 @@ def sum_of_largest(values: Tensor, k: Tensor) -> Tensor:
     Returns:
         0-d float32 sum (0 when ``k`` is 0).
     """
+    if values.numel() == 0:  # amax has no identity; the shape is host metadata, so this costs no sync
+        return values.new_zeros(())
     bits = values.detach().view(torch.int32).clamp_min(0)  # -0.0 counts as 0.0
     count = torch.ceil(k)
     low = torch.zeros((), dtype=torch.int64, device=values.device)

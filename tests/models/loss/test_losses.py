@@ -136,3 +136,7 @@ def test_sum_of_largest_equals_the_sorted_sum_with_ties_and_zeros(k):
 def test_sum_of_largest_propagates_nan():
     values = torch.tensor([1.0, float("nan"), 2.0])
     assert torch.isnan(sum_of_largest(values, torch.tensor(1.0)))
+
+
+def test_sum_of_largest_of_nothing_is_zero():
+    assert sum_of_largest(torch.zeros(0), torch.tensor(0.0)).item() == 0.0
