@@ -6,10 +6,13 @@ uv run runners/test.py ckpt=outputs/train/<run>/checkpoints/last.ckpt [split=val
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
 from ocr.utils.hardware import register_resolvers
 from ocr.utils.runner import format_metrics, quiet_third_party, run_dir, save_config, task_wrapper
@@ -48,4 +51,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
     main()

@@ -7,12 +7,15 @@ uv run runners/train.py resume=outputs/train/<run>   # continue a run with its o
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.utils.commands import accept_unquoted_paths, next_commands, run_overrides
 from ocr.utils.config_types import check_config_types
 from ocr.utils.hardware import register_resolvers
 from ocr.utils.runner import (
@@ -84,7 +87,30 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if datamodule.no_validation_reason:
             print(f"No validation ran: {datamodule.no_validation_reason}")
         print(f"Run directory: {directory}")
+        checkpoint = best or (
+            trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else ""
+        )
+        if checkpoint:
+            print(f"Next commands:\n{_next_commands(cfg, directory, Path(checkpoint))}")
     return metrics
+
+
+def _next_commands(cfg: DictConfig, directory: Path, checkpoint: Path) -> str:
+    images = next((p for s in ("test", "val") if (p := Path(cfg.data.root) / "images" / s).is_dir()), None)
+    budget = cfg.trainer.max_steps
+    more = (
+        f"trainer.max_steps={2 * budget}"
+        if budget > 0
+        else f"trainer.max_epochs={2 * cfg.trainer.max_epochs}"
+    )
+    return next_commands(
+        runners=Path(__file__).parent,
+        checkpoint=checkpoint,
+        run_dir=directory,
+        overrides=run_overrides(directory),
+        image_dir=images and images.resolve(),
+        more_training=more,
+    )
 
 
 @hydra.main(config_path="../configs", config_name="train", version_base="1.3")
@@ -94,4 +120,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt_path",))  # old checkpoint names hold "="
     main()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,7 +29,7 @@ def test_train_leaves_checkpoints_metadata_and_success(trained_run: tuple[Path, 
     assert (run / "config.yaml").is_file()
     last = run / "checkpoints" / "last.ckpt"
     assert last.is_file()
-    best = [p for p in (run / "checkpoints").glob("best-hmean=*-epoch=*.ckpt")]
+    best = [p for p in (run / "checkpoints").glob("best_hmean*_epoch*.ckpt")]
     assert len(best) == 1
     meta = json.loads(Path(f"{best[0]}.json").read_text())
     assert {"config", "metrics", "git_commit", "data_fingerprint", "epoch"} <= set(meta)
@@ -35,6 +37,33 @@ def test_train_leaves_checkpoints_metadata_and_success(trained_run: tuple[Path, 
     metrics = (run / "csv" / "metrics.csv").read_text()
     assert "train/loss" in metrics and "val/hmean" in metrics and "lr-AdamW" in metrics
     assert json.loads((run / "metrics.json").read_text())["metrics"]["test/hmean"] >= 0.0
+
+
+def test_a_redirected_run_prints_plain_progress_lines(trained_run_output: tuple[Path, Path, str]) -> None:
+    stdout = trained_run_output[2]
+    steps = re.findall(
+        r"step \d/3 \(\d+%\) \| epoch 0 \| loss \d+\.\d{4} \| [\d.]+ img/s \| elapsed .* ETA ", stdout
+    )
+    assert len(steps) == 3, stdout[-3000:]
+    assert re.search(r"validation at step 3/3 \(100%\) \| epoch 0 \| .*val/hmean \d\.\d{4}", stdout)
+
+
+def test_the_printed_test_command_runs_as_printed(trained_run_output: tuple[Path, Path, str]) -> None:
+    run, _, stdout = trained_run_output
+    commands = stdout.split("Next commands:\n", 1)[1].splitlines()
+    (command,) = [c for c in commands if c.startswith("uv run runners/test.py ")]
+    assert command.startswith(f"uv run runners/test.py ckpt={run}/checkpoints/best_hmean")
+    assert f"uv run runners/train.py resume={run} trainer.max_steps=6" in commands
+    if shutil.which("uv") is None:  # the same command through this interpreter
+        command = command.replace("uv run", shlex.quote(sys.executable), 1)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
+    result = subprocess.run(
+        ["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    test_dir = Path(result.stdout.split("Run directory: ", 1)[1].splitlines()[0])
+    shutil.rmtree(test_dir)  # written under the repository's outputs/, as for a user
+    assert "test/hmean" in result.stdout
 
 
 def test_test_runner_scores_the_checkpoint(
@@ -115,5 +144,5 @@ def test_resume_continues_from_the_saved_step_with_the_run_config(
     final = json.loads((copy / "checkpoints" / "last.ckpt.json").read_text())
     assert final["global_step"] == 6 and final["config"]["trainer"]["max_steps"] == 6
     # The moved run keeps its best-checkpoint tracking: still one best, and last.ckpt rewritten in place.
-    assert len(list((copy / "checkpoints").glob("best-*.ckpt"))) == 1
+    assert len(list((copy / "checkpoints").glob("best_*.ckpt"))) == 1
     assert sorted(p.name for p in (copy / "checkpoints").glob("last*.ckpt")) == ["last.ckpt"]

@@ -55,7 +55,11 @@ def estimate_checkpoint_bytes(module: L.LightningModule) -> int:
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """Keeps ``best-hmean=0.9312-epoch=07.ckpt`` (by ``val/hmean``) and ``last.ckpt`` in ``dirpath``.
+    """Keeps ``best_hmean0.9312_epoch07.ckpt`` (by ``val/hmean``) and ``last.ckpt`` in ``dirpath``.
+
+    The names hold no ``=``, so a printed path works unquoted in a Hydra override (``ckpt=<path>``).
+    Best-checkpoint tracking restored from a checkpoint keeps the paths it names, so a run resumed from
+    before the rename (``best-hmean=0.9312-epoch=07.ckpt``) still replaces its best file when it improves.
 
     ``last.ckpt`` holds the latest state: it is rewritten at every validation, at the end of training,
     and between validations every ``every_n_steps`` training steps or ``every_n_minutes`` minutes.
@@ -96,7 +100,7 @@ class RunCheckpoint(ModelCheckpoint):
         # monitored metric is stale: those saves are done here, for last.ckpt only.
         super().__init__(
             dirpath=dirpath,
-            filename=f"best-{metric_name}={{{monitor}:.4f}}-epoch={{epoch:02d}}",
+            filename=f"best_{metric_name}{{{monitor}:.4f}}_epoch{{epoch:02d}}",
             monitor=monitor,
             mode=mode,
             save_top_k=save_top_k,

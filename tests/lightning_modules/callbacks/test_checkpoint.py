@@ -44,6 +44,17 @@ class LastStepRecorder(Callback):
         self.at_batch_start.append(self._step())
 
 
+def _run_checkpoint(dirpath: Path, every_n_steps: int | None = None) -> RunCheckpoint:
+    return RunCheckpoint(
+        dirpath=str(dirpath),
+        monitor="val/hmean",
+        mode="max",
+        save_top_k=1,
+        every_n_steps=every_n_steps,
+        every_n_minutes=None,
+    )
+
+
 def _fit(
     root: Path,
     *,
@@ -53,14 +64,7 @@ def _fit(
     check_val_every_n_epoch: int = 1,
 ) -> tuple[RunCheckpoint, LastStepRecorder]:
     dirpath = root / "checkpoints"
-    checkpoint = RunCheckpoint(
-        dirpath=str(dirpath),
-        monitor="val/hmean",
-        mode="max",
-        save_top_k=1,
-        every_n_steps=every_n_steps,
-        every_n_minutes=None,
-    )
+    checkpoint = _run_checkpoint(dirpath, every_n_steps)
     recorder = LastStepRecorder(dirpath)
     trainer = L.Trainer(
         default_root_dir=root,
@@ -93,7 +97,7 @@ def test_last_checkpoint_follows_every_validation_on_a_plateau(
     assert _last_step(tmp_path) == 16
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     assert saved["global_step"] == 16
-    assert len(list((tmp_path / "checkpoints").glob("best-*.ckpt"))) == 1
+    assert len(list((tmp_path / "checkpoints").glob("best_*.ckpt"))) == 1
 
 
 def test_last_checkpoint_every_n_steps_and_at_the_end_between_validations(tmp_path: Path) -> None:
@@ -101,8 +105,8 @@ def test_last_checkpoint_every_n_steps_and_at_the_end_between_validations(tmp_pa
     # Batch k starts after step k: saves at steps 3, 6, 8 (validation), 9, then 10 at the end.
     assert recorder.at_batch_start == [None, None, None, 3, 3, 3, 6, 6, 8, 9]
     assert _last_step(tmp_path) == 10
-    assert [p.name for p in (tmp_path / "checkpoints").glob("best-*.ckpt")] == [
-        "best-hmean=0.5000-epoch=01.ckpt"
+    assert [p.name for p in (tmp_path / "checkpoints").glob("best_*.ckpt")] == [
+        "best_hmean0.5000_epoch01.ckpt"
     ]
 
 
@@ -133,14 +137,7 @@ class StopAtStep(Callback):
 
 def _fit_shuffled(root: Path, callbacks: list[Callback], ckpt_path: Path | None = None) -> L.LightningModule:
     L.seed_everything(0)
-    checkpoint = RunCheckpoint(
-        dirpath=str(root / "checkpoints"),
-        monitor="val/hmean",
-        mode="max",
-        save_top_k=1,
-        every_n_steps=None,
-        every_n_minutes=None,
-    )
+    checkpoint = _run_checkpoint(root / "checkpoints")
     # max_steps set and max_epochs reached first: Lightning resumes an epoch-end checkpoint one epoch short.
     trainer = L.Trainer(
         default_root_dir=root,
@@ -170,6 +167,46 @@ def test_resume_from_a_validation_checkpoint_is_exact(tmp_path: Path) -> None:
         torch.testing.assert_close(other, value, rtol=0, atol=0, msg=name)
 
 
+class ImprovingModule(TinyModule):
+    """val/hmean rises by 0.1 each epoch."""
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.log("val/hmean", 0.1 * self.current_epoch)
+
+
+def _fit_improving(
+    root: Path, max_epochs: int, ckpt_path: Path | None = None, old_names: bool = False
+) -> None:
+    checkpoint = _run_checkpoint(root / "checkpoints")
+    if old_names:  # as written before the names lost their "="
+        checkpoint.filename = "best-hmean={val/hmean:.4f}-epoch={epoch:02d}"
+    trainer = L.Trainer(
+        default_root_dir=root,
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[checkpoint],
+    )
+    trainer.fit(ImprovingModule(), tiny_loader(), tiny_loader(num=2), ckpt_path=ckpt_path, weights_only=False)
+
+
+def test_a_run_resumed_from_old_checkpoint_names_keeps_tracking_its_best(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    _fit_improving(tmp_path, max_epochs=2, old_names=True)
+    assert sorted(p.name for p in folder.glob("best*.ckpt")) == ["best-hmean=0.1000-epoch=01.ckpt"]
+    _fit_improving(tmp_path, max_epochs=3, ckpt_path=folder / "last.ckpt")
+    # The better checkpoint replaced the old-named best, JSON included.
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "best_hmean0.2000_epoch02.ckpt",
+        "best_hmean0.2000_epoch02.ckpt.json",
+        "last.ckpt",
+        "last.ckpt.json",
+    ]
+
+
 def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
     dirpath = tmp_path / "checkpoints"
     dirpath.mkdir()
@@ -177,8 +214,8 @@ def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
     (dirpath / ".last.ckpt.json.k2j3h4.tmp").write_text("{")  # killed during an atomic JSON write
     _fit(tmp_path, max_epochs=1)
     assert sorted(p.name for p in dirpath.iterdir()) == [
-        "best-hmean=0.5000-epoch=00.ckpt",
-        "best-hmean=0.5000-epoch=00.ckpt.json",
+        "best_hmean0.5000_epoch00.ckpt",
+        "best_hmean0.5000_epoch00.ckpt.json",
         "last.ckpt",
         "last.ckpt.json",
     ]
@@ -195,7 +232,7 @@ def test_a_full_disk_gives_one_clear_error_and_no_partial_file(
     with pytest.raises(DiskFullError) as caught:
         _fit(tmp_path, max_epochs=1)
     message = str(caught.value)
-    assert str(tmp_path / "checkpoints" / "best-hmean=0.5000-epoch=00.ckpt") in message
+    assert str(tmp_path / "checkpoints" / "best_hmean0.5000_epoch00.ckpt") in message
     assert "MiB needed" in message and "MiB free in" in message and "hydra.run.dir" in message
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
     assert list((tmp_path / "checkpoints").iterdir()) == []

@@ -1,0 +1,91 @@
+"""Command lines that paste: the next commands a training run prints, and old checkpoint names on input.
+
+Checkpoints used to be named ``best-hmean=0.9312-epoch=07.ckpt``; Hydra's override grammar refuses an
+unquoted ``=`` in a value, so ``ckpt=<such a path>`` failed unless quoted twice. New names hold no ``=``,
+and the runners quote old ones on the command line before Hydra reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+__all__ = ["accept_unquoted_paths", "next_commands", "override", "run_overrides"]
+
+# Characters Hydra reads in an unquoted value and the shell passes through unchanged.
+_PLAIN = re.compile(r"[\w/.:+-]*")
+
+
+def _hydra_quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def override(key: str, value: object) -> str:
+    """``key=value`` as one shell word that Hydra reads back as the string ``value``."""
+    text = str(value)
+    if _PLAIN.fullmatch(text):
+        return f"{key}={text}"
+    return shlex.quote(f"{key}={_hydra_quoted(text)}")
+
+
+def accept_unquoted_paths(argv: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """``argv`` with each ``<key>=<value>`` for ``keys`` quoted for Hydra when the value holds ``=``
+    (an old checkpoint name pasted as printed) and is not quoted already."""
+    fixed = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key in keys and "=" in value and value[:1] not in ("'", '"'):
+            arg = f"{key}={_hydra_quoted(value)}"
+        fixed.append(arg)
+    return fixed
+
+
+def run_overrides(run_dir: Path) -> list[str]:
+    """The command-line overrides of the invocation that started the run in ``run_dir`` (the oldest
+    ``.hydra/<time>/overrides.yaml``; a resumed run adds later ones), or [] when Hydra kept none."""
+    records = sorted(run_dir.glob(".hydra/*/overrides.yaml"))
+    return [str(o) for o in yaml.safe_load(records[0].read_text()) or []] if records else []
+
+
+def _data_overrides(overrides: Sequence[str]) -> list[str]:
+    keys = [o.lstrip("+~").partition("=")[0] for o in overrides]
+    return [o for o, k in zip(overrides, keys, strict=True) if k == "data" or k.startswith("data.")]
+
+
+def next_commands(
+    *,
+    runners: Path,
+    checkpoint: Path,
+    run_dir: Path,
+    overrides: Sequence[str],
+    image_dir: Path | None,
+    more_training: str,
+) -> str:
+    """The commands that test, predict with and resume this run, one per line under a comment.
+
+    Args:
+        runners: the ``runners/`` folder (shown relative to the working directory).
+        checkpoint: the checkpoint to test and predict with.
+        run_dir: the run directory (what ``resume=`` takes).
+        overrides: the run's command-line overrides; its data options are passed on to test and predict.
+        image_dir: images to predict (None: a placeholder the user replaces).
+        more_training: the override that extends the run's budget, e.g. ``trainer.max_steps=400``.
+    """
+    launcher = f"uv run {os.path.relpath(runners)}"
+    data = " ".join(shlex.quote(o) for o in _data_overrides(overrides))
+    ckpt = override("ckpt", checkpoint)
+    images = override("image_dir", image_dir) if image_dir else "image_dir=path/to/images"
+    lines = [
+        "# score the checkpoint on the test split",
+        f"{launcher}/test.py {ckpt} {data}".rstrip(),
+        "# predict a folder of images: submission.csv, predictions.json, overlays",
+        f"{launcher}/predict.py {ckpt} {images} overlays=true {data}".rstrip(),
+        f"# train on in this run's directory, to {more_training}",
+        f"{launcher}/train.py {override('resume', run_dir)} {more_training}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,58 @@
+"""Printed commands paste into a shell and Hydra as they are; old checkpoint names are accepted."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from ocr.utils.commands import accept_unquoted_paths, next_commands, override, run_overrides
+
+OLD = "/runs/x/checkpoints/best-hmean=0.9312-epoch=07.ckpt"
+NEW = "/runs/2026-11-22_10-00-00/checkpoints/best_hmean0.9652_epoch07.ckpt"
+
+
+def _hydra_value(argument: str) -> object:
+    return OverridesParser.create().parse_overrides([argument])[0].value()
+
+
+@pytest.mark.parametrize("path", [NEW, OLD, "/my runs/it's,here/last.ckpt"])
+def test_an_override_reads_back_through_the_shell_and_hydra(path: str) -> None:
+    (word,) = shlex.split(override("ckpt", path))
+    assert _hydra_value(word) == path
+
+
+def test_new_checkpoint_names_need_no_quotes() -> None:
+    assert override("ckpt", NEW) == f"ckpt={NEW}"
+
+
+def test_old_names_pasted_unquoted_are_accepted() -> None:
+    with pytest.raises(Exception, match="mismatched input '='"):
+        _hydra_value(f"ckpt={OLD}")
+    argv = ["runners/test.py", f"ckpt={OLD}", "data.root=/d", f"ckpt_path='{OLD}'"]
+    fixed = accept_unquoted_paths(argv, ("ckpt", "ckpt_path"))
+    assert fixed[0] == argv[0] and fixed[2:] == argv[2:]  # other keys and quoted values untouched
+    assert _hydra_value(fixed[1]) == OLD
+
+
+def test_next_commands_carry_the_runs_data_options(tmp_path: Path) -> None:
+    record = tmp_path / ".hydra" / "2026-11-22_10-00-00" / "overrides.yaml"
+    record.parent.mkdir(parents=True)
+    record.write_text("- data=receipts\n- data.root=/data/my receipts\n- trainer.max_steps=20\n")
+    later = tmp_path / ".hydra" / "2026-11-22_11-00-00" / "overrides.yaml"  # a resume adds its own
+    later.parent.mkdir()
+    later.write_text(f"- resume={tmp_path}\n")
+    text = next_commands(
+        runners=Path("runners").resolve(),
+        checkpoint=Path(NEW),
+        run_dir=tmp_path,
+        overrides=run_overrides(tmp_path),
+        image_dir=None,
+        more_training="trainer.max_steps=40",
+    )
+    lines = text.splitlines()
+    assert lines[1] == f"uv run runners/test.py ckpt={NEW} data=receipts 'data.root=/data/my receipts'"
+    assert lines[3].startswith(f"uv run runners/predict.py ckpt={NEW} image_dir=path/to/images overlays=true")
+    assert lines[5] == f"uv run runners/train.py resume={tmp_path} trainer.max_steps=40"
