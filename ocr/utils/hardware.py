@@ -23,6 +23,7 @@ __all__ = [
     "autocast_dtype",
     "auto_workers",
     "device_processes",
+    "usable_cores",
     "pick",
     "first_set",
 ]
@@ -120,13 +121,17 @@ def _visible_gpus() -> int:
     return max(1, torch.cuda.device_count())
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a container's or taskset's share)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def auto_workers(cap: int, devices: Any = 1) -> int:
     """DataLoader workers per training process: the usable cores shared by the training processes (DDP),
     minus one for each main process, at most ``cap``. ``devices`` is any ``trainer.devices`` value
     (see :func:`device_processes`).
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(int(cap), cores // device_processes(devices) - 1))
+    return max(0, min(int(cap), usable_cores() // device_processes(devices) - 1))
 
 
 def pick(cpu_value: Any, cuda_value: Any) -> Any:
