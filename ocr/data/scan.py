@@ -24,9 +24,9 @@ import numpy as np
 from ocr.data.annotations import ImageRecord
 from ocr.data.cache import ImageCache
 from ocr.data.images import (
-    IMAGE_SUFFIXES,
     DecodedImage,
     ImageReadError,
+    list_images,
     read_header,
     read_image,
     resolve_frame,
@@ -246,12 +246,7 @@ def _size_disagrees(record: ImageRecord, header: DecodedImage) -> bool:
 
 
 def _unannotated(image_dir: Path, records: Mapping[str, ImageRecord]) -> list[str]:
-    on_disk = (
-        p.relative_to(image_dir).as_posix()
-        for p in image_dir.rglob("*")
-        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-    )
-    return sorted(set(on_disk) - set(records))
+    return sorted(set(list_images(image_dir)) - set(records))
 
 
 def _raise_unusable(
