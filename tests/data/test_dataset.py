@@ -101,10 +101,11 @@ def test_exif_round_trip_within_one_pixel(tmp_path: Path, orientation: int, exif
 def test_missing_image_skip_and_count_vs_fail(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     make_root(tmp_path)
     write_split(tmp_path, "val", {"val_0.png": block_words(), "ghost.png": block_words()}, create=False)
-    with caplog.at_level(logging.WARNING, logger="ocr.data.dataset"):
+    with caplog.at_level(logging.WARNING, logger="ocr.data.scan"):
         dataset = _dataset(tmp_path, on_missing="skip")
     assert len(dataset) == 1 and dataset.report.missing == ["ghost.png"]
-    assert len([r for r in caplog.records if "ghost.png" in r.getMessage()]) == 1
+    warned = [r for r in caplog.records if "ghost.png" in r.getMessage()]
+    assert [(r.name, r.levelno) for r in warned] == [("ocr.data.scan", logging.WARNING)]
     with pytest.raises(FileNotFoundError, match="ghost.png"):
         _dataset(tmp_path, on_missing="fail")
 
