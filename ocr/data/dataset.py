@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 
 from ocr.data.annotations import load_annotations
 from ocr.data.cache import ImageCache, cache_fingerprint
-from ocr.data.images import IMAGE_SUFFIXES, ImageReadError
+from ocr.data.images import IMAGE_SUFFIXES, ImageReadError, list_images
 from ocr.data.sanitize import sanitize_polygons
 from ocr.data.scan import ON_MISSING, load_source, scan_split
 from ocr.data.targets import make_db_targets
@@ -179,11 +179,7 @@ class ImageFolderDataset(Dataset[Sample]):
             raise FileNotFoundError(f"{self.image_dir}: predict image folder not found")
         self.transform = transform
         self.source_long_side = int(transform.source_long_side)
-        self.files = sorted(
-            p.relative_to(self.image_dir).as_posix()
-            for p in self.image_dir.rglob("*")
-            if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-        )
+        self.files = list_images(self.image_dir)
 
     def __len__(self) -> int:
         """Number of image files found."""

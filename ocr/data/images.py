@@ -28,6 +28,7 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "DecodedImage",
     "ImageReadError",
+    "list_images",
     "orientation_matrix",
     "read_header",
     "read_image",
@@ -78,6 +79,16 @@ class DecodedImage:
     raw_height: int
     orientation: int
     decode_scale: float
+
+
+def list_images(image_dir: Path) -> list[str]:
+    """Image files under ``image_dir`` (recursive, suffix in ``IMAGE_SUFFIXES`` in any case), as sorted
+    paths relative to it with ``/`` separators (the names annotation files use)."""
+    return sorted(
+        p.relative_to(image_dir).as_posix()
+        for p in image_dir.rglob("*")
+        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+    )
 
 
 def read_image(path: str | Path, min_long_side: int | None = None) -> DecodedImage:

@@ -1,8 +1,10 @@
 """The one-time scan of a labelled split, and loading a source image (decode, scale, decode cache).
 
-Every listed image is decoded as training will decode it (at the reduced/cached size; the decode cache
-keeps the result), so missing, corrupt or truncated files and unsupported pixel formats are found at
-start, not hours into a run: skipped and counted, or (``on_missing_image=fail``) one error naming them
+Every listed image is decoded, so missing, corrupt or truncated files and unsupported pixel formats are
+found at start, not hours into a run. With the decode cache on, the scan decodes at the size training uses
+and the cache keeps the result; without it, at the smallest reduced scale (a 1/8 DCT decode of a JPEG still
+reads every scan of the file, so it refuses what the full decode refuses, at a fraction of the cost).
+Unusable images are skipped and counted, or (``on_missing_image=fail``) one error names them
 all. Image files without an annotation entry and ``img_w``/``img_h`` that disagree with the decoded image
 are counted and warned about once. EXIF frames are resolved (ambiguous ``auto`` decisions counted) and
 polygons are sanitised in original px (counts by reason).
@@ -11,7 +13,6 @@ polygons are sanitised in original px (counts by reason).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -23,9 +24,9 @@ import numpy as np
 from ocr.data.annotations import ImageRecord
 from ocr.data.cache import ImageCache
 from ocr.data.images import (
-    IMAGE_SUFFIXES,
     DecodedImage,
     ImageReadError,
+    list_images,
     read_header,
     read_image,
     resolve_frame,
@@ -33,6 +34,7 @@ from ocr.data.images import (
 from ocr.data.sanitize import merge_counts, sanitize_words
 from ocr.data.transforms import SourceImage, resize_by
 from ocr.types import Polygon
+from ocr.utils.hardware import usable_cores
 
 __all__ = ["ON_MISSING", "ScanEntry", "ScanReport", "load_source", "scale_source", "scan_split"]
 
@@ -41,7 +43,7 @@ log = logging.getLogger(__name__)
 ON_MISSING = ("skip", "fail")
 _NAMES_LOGGED = 5
 _NAMES_IN_ERRORS = 50
-_SCAN_THREADS = 8  # Pillow releases the GIL while decoding
+_SMALLEST = 1  # read_image's min_long_side for the largest DCT reduction (1/8)
 _NO_PIXELS = np.zeros((0, 0, 3), np.uint8)
 
 
@@ -148,7 +150,8 @@ def scan_split(
     report = ScanReport(split)
     entries, errors, mismatches = [], [], []
     probe = partial(_probe, image_dir=image_dir, long_side=source_long_side, cache=cache)
-    with ThreadPoolExecutor(min(_SCAN_THREADS, os.cpu_count() or 1)) as pool:
+    # Pillow releases the GIL while decoding: one thread per usable core.
+    with ThreadPoolExecutor(usable_cores()) as pool:
         for (name, record), header in zip(records.items(), pool.map(probe, records), strict=True):
             if isinstance(header, ImageReadError):
                 (report.unreadable if (image_dir / name).exists() else report.missing).append(name)
@@ -198,14 +201,16 @@ def _probe(
 ) -> DecodedImage | ImageReadError:
     """Sizes and orientation of an image the decoder accepts (pixels dropped), or why it refuses it.
 
-    The image is decoded as ``load_source`` will decode it; with the decode cache on, the scaled result is
-    stored there (so the work is not done twice), and an image already cached is only header-read.
+    With the decode cache on, the image is decoded as ``load_source`` will decode it and the scaled result
+    is stored there (so the work is not done twice); an image already cached is only header-read. Without
+    the cache the pixels are dropped, so the image is decoded at the smallest reduced scale: the decoder
+    still reads the whole file and refuses what the training-size decode would refuse.
     """
     path = image_dir / name
     try:
         if cache is not None and path.is_file() and cache.path(name, path).is_file():
             return read_header(path)
-        decoded = read_image(path, min_long_side=long_side)
+        decoded = read_image(path, min_long_side=long_side if cache is not None else _SMALLEST)
     except ImageReadError as exc:
         return exc
     if cache is not None:
@@ -241,12 +246,7 @@ def _size_disagrees(record: ImageRecord, header: DecodedImage) -> bool:
 
 
 def _unannotated(image_dir: Path, records: Mapping[str, ImageRecord]) -> list[str]:
-    on_disk = (
-        p.relative_to(image_dir).as_posix()
-        for p in image_dir.rglob("*")
-        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-    )
-    return sorted(set(on_disk) - set(records))
+    return sorted(set(list_images(image_dir)) - set(records))
 
 
 def _raise_unusable(

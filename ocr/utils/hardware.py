@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
@@ -21,6 +22,8 @@ __all__ = [
     "auto_precision",
     "autocast_dtype",
     "auto_workers",
+    "device_processes",
+    "usable_cores",
     "pick",
     "first_set",
 ]
@@ -87,16 +90,48 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
 
-def auto_workers(cap: int, devices: int = 1) -> int:
-    """DataLoader workers per training process: the usable cores shared by ``devices`` processes (DDP), minus
-    one for each main process, at most ``cap``. ``devices=-1`` means every visible GPU.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if int(devices) < 0:
-        import torch
+def device_processes(devices: Any) -> int:
+    """How many training processes Lightning starts for a ``trainer.devices`` value, at least 1.
 
-        devices = max(1, torch.cuda.device_count())
-    return max(0, min(int(cap), cores // max(1, int(devices)) - 1))
+    Accepts every form Lightning accepts: an int (``-1``: every visible GPU), a list of device ids, a comma
+    string of ids (``'0,1'``), a number as a string, or ``'auto'`` (every visible GPU).
+    """
+    if isinstance(devices, str):
+        text = devices.strip()
+        if text in ("auto", "-1"):
+            return _visible_gpus()
+        if "," in text:
+            return max(1, len([part for part in text.split(",") if part.strip()]))
+        try:
+            devices = int(text)
+        except ValueError:
+            raise ValueError(
+                f"trainer.devices={devices!r}: expected an int, a list of device ids, a comma string of ids "
+                "such as '0,1', or 'auto'"
+            ) from None
+    if isinstance(devices, Sequence):
+        return max(1, len(devices))
+    count = int(devices)
+    return _visible_gpus() if count < 0 else max(1, count)
+
+
+def _visible_gpus() -> int:
+    import torch
+
+    return max(1, torch.cuda.device_count())
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a container's or taskset's share)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def auto_workers(cap: int, devices: Any = 1) -> int:
+    """DataLoader workers per training process: the usable cores shared by the training processes (DDP),
+    minus one for each main process, at most ``cap``. ``devices`` is any ``trainer.devices`` value
+    (see :func:`device_processes`).
+    """
+    return max(0, min(int(cap), usable_cores() // device_processes(devices) - 1))
 
 
 def pick(cpu_value: Any, cuda_value: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
 from ocr.data.images import ImageReadError, orientation_matrix
 from ocr.data.transforms import denormalize
 from ocr.geometry import apply_matrix, to_input, to_original
+from ocr.utils import hardware
 
 MEAN, STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
 
@@ -99,10 +101,11 @@ def test_exif_round_trip_within_one_pixel(tmp_path: Path, orientation: int, exif
 def test_missing_image_skip_and_count_vs_fail(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     make_root(tmp_path)
     write_split(tmp_path, "val", {"val_0.png": block_words(), "ghost.png": block_words()}, create=False)
-    with caplog.at_level(logging.WARNING, logger="ocr.data.dataset"):
+    with caplog.at_level(logging.WARNING, logger="ocr.data.scan"):
         dataset = _dataset(tmp_path, on_missing="skip")
     assert len(dataset) == 1 and dataset.report.missing == ["ghost.png"]
-    assert len([r for r in caplog.records if "ghost.png" in r.getMessage()]) == 1
+    warned = [r for r in caplog.records if "ghost.png" in r.getMessage()]
+    assert [(r.name, r.levelno) for r in warned] == [("ocr.data.scan", logging.WARNING)]
     with pytest.raises(FileNotFoundError, match="ghost.png"):
         _dataset(tmp_path, on_missing="fail")
 
@@ -123,12 +126,56 @@ def _truncated_jpeg(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-def test_truncated_jpeg_is_caught_by_the_scan_and_skipped(tmp_path: Path) -> None:
-    write_split(tmp_path, "val", {"good.png": block_words(), "cut.jpg": block_words()})
-    _truncated_jpeg(tmp_path / "images" / "val" / "cut.jpg")
+def _cut_in_last_scan(path: Path) -> None:
+    """A progressive JPEG cut inside its last scan: every scan but the last decodes."""
+    block_image().save(path, quality=95, progressive=True)
+    data = path.read_bytes()
+    last_scan = data.rindex(b"\xff\xda")
+    path.write_bytes(data[: (last_scan + len(data)) // 2])
+
+
+def _truncated_png(path: Path) -> None:
+    block_image().save(path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size * 3 // 4])
+
+
+@pytest.mark.parametrize(
+    ("name", "cut"),
+    [("cut.jpg", _truncated_jpeg), ("cut.jpg", _cut_in_last_scan), ("cut.png", _truncated_png)],
+)
+def test_truncated_image_is_caught_by_the_scan_and_skipped(tmp_path: Path, name: str, cut: object) -> None:
+    write_split(tmp_path, "val", {"good.png": block_words(), name: block_words()})
+    cut(tmp_path / "images" / "val" / name)
     dataset = _dataset(tmp_path, on_missing="skip")
-    assert len(dataset) == 1 and dataset.report.unreadable == ["cut.jpg"]
+    assert len(dataset) == 1 and dataset.report.unreadable == [name]
     assert dataset[0]["image_id"] == "good.png"
+
+
+@pytest.mark.parametrize(("cached", "min_long_side"), [(False, 1), (True, 64)])
+def test_scan_decodes_at_the_smallest_scale_unless_the_cache_keeps_the_pixels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool, min_long_side: int
+) -> None:
+    """Without the decode cache the scan drops the pixels, so it decodes at 1/8 scale; one thread per core."""
+    from ocr.data import images, scan
+
+    write_split(tmp_path, "val", {f"val_{i}.png": block_words() for i in range(3)})
+    seen, threads = [], []
+
+    def read_image(path: Path, min_long_side: int | None = None) -> object:
+        seen.append(min_long_side)
+        return images.read_image(path, min_long_side)
+
+    monkeypatch.setattr(scan, "read_image", read_image)
+
+    class Pool(ThreadPoolExecutor):
+        def __init__(self, max_workers: int) -> None:
+            threads.append(max_workers)
+            super().__init__(max_workers)
+
+    monkeypatch.setattr(scan, "ThreadPoolExecutor", Pool)
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)
+    dataset = _dataset(tmp_path, cache_dir=tmp_path / "cache" if cached else None)
+    assert len(dataset) == 3 and seen == [min_long_side] * 3 and threads == [12]
 
 
 def test_fail_names_every_unusable_image_at_once(tmp_path: Path) -> None:

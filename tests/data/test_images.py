@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from ocr.data.images import DecodedImage, ImageReadError, orientation_matrix, read_image, resolve_frame
+from ocr.data.images import (
+    DecodedImage,
+    ImageReadError,
+    list_images,
+    orientation_matrix,
+    read_image,
+    resolve_frame,
+)
 
 RAW_W, RAW_H = 48, 32  # non-square, so a wrong axis swap cannot pass
 ORIENTATIONS = range(1, 9)
@@ -233,3 +240,12 @@ def test_thirty_two_bit_greyscale_is_refused_by_name(tmp_path, dtype, mode):
     Image.fromarray(np.full((8, 8), 70000, dtype)).save(path)
     with pytest.raises(ImageReadError, match=rf"{mode}\.tif: unsupported pixel format '{mode}'"):
         read_image(path)
+
+
+def test_list_images_is_recursive_sorted_and_case_insensitive(tmp_path):
+    """The one listing behind the predict folder scan and the count of unannotated image files."""
+    for name in ("b.PNG", "sub/a.jpg", "notes.txt", "sub/c.JpEg"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "folder.jpg").mkdir()
+    assert list_images(tmp_path) == ["b.PNG", "sub/a.jpg", "sub/c.JpEg"]

@@ -88,3 +88,27 @@ def test_all_visible_gpus_count_as_devices(monkeypatch):
     monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert hardware.auto_workers(8, -1) == 3
+
+
+@pytest.mark.parametrize(
+    ("devices", "processes"),
+    [(None, 4), ("2", 2), ("[0,1]", 2), ("'0,1'", 2), ("'1,'", 1), ("auto", 4), ("-1", 4), ("'-1'", 4)],
+)
+def test_ddp_preset_resolves_workers_for_every_device_form(
+    monkeypatch, tmp_path, compose_cfg, devices, processes
+):
+    """hardware=multi_gpu_ddp resolves data.num_workers for each trainer.devices form Lightning accepts."""
+    from omegaconf import OmegaConf
+
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    overrides = ["hardware=multi_gpu_ddp"] + ([] if devices is None else [f"trainer.devices={devices}"])
+    cfg = compose_cfg("train", overrides, tmp_path)
+    OmegaConf.resolve(cfg.data)
+    assert cfg.data.num_workers == min(8, 16 // processes - 1)
+
+
+def test_no_visible_gpu_counts_as_one_process(monkeypatch):
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert hardware.auto_workers(8, "auto") == hardware.auto_workers(8, -1) == 3
