@@ -145,6 +145,30 @@ def _apply_overrides(run_cfg: DictConfig, composed: DictConfig, overrides: Seque
     return applied
 
 
+def _migrate_checkpoint_callback(cfg: DictConfig, composed: DictConfig) -> list[str]:
+    """Bring a run config written before RunCheckpoint's ``every_n_steps``/``every_n_minutes`` (with
+    Lightning's ``save_last``, ``every_n_epochs``, ``every_n_train_steps``) to today's keys; the changes."""
+    node = OmegaConf.select(cfg, "callbacks.checkpoint")
+    old_keys = ("save_last", "every_n_epochs", "every_n_train_steps")
+    if not isinstance(node, DictConfig) or not any(key in node for key in old_keys):
+        return []
+    changes = []
+    with open_dict(node):
+        for key in ("save_last", "every_n_epochs"):
+            if key in node:
+                changes.append(f"dropped {key}={node[key]}")
+                del node[key]
+        if "every_n_train_steps" in node:
+            node.every_n_steps = node.pop("every_n_train_steps")
+            changes.append(f"every_n_train_steps -> every_n_steps={node.every_n_steps}")
+        if "every_n_minutes" not in node:
+            node.every_n_minutes = OmegaConf.select(
+                composed, "callbacks.checkpoint.every_n_minutes", default=None
+            )
+            changes.append(f"every_n_minutes={node.every_n_minutes} (today's default)")
+    return changes
+
+
 def _has_key(cfg: DictConfig, key: str) -> bool:
     parent_key, _, leaf = key.rpartition(".")
     parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
@@ -179,6 +203,12 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
         log.warning("Resume: the run was written in %s; its paths now point to %s", saved_dir, run_dir)
         run_config = _rebase(run_config, saved_dir.rstrip("/"), str(run_dir))
     cfg = OmegaConf.create(run_config)
+    migrated = _migrate_checkpoint_callback(cfg, composed)
+    if migrated:
+        log.warning(
+            "Resume: the run's config was written by an older version; callbacks.checkpoint migrated: %s",
+            ", ".join(migrated),
+        )
     applied = _apply_overrides(cfg, composed, overrides)
     with open_dict(cfg):
         for key in CONTROL_KEYS:
