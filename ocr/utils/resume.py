@@ -16,13 +16,25 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-__all__ = ["CONTROL_KEYS", "Resume", "find_checkpoint", "resume_from_command_line", "resume_run"]
+__all__ = [
+    "CONTROL_KEYS",
+    "Resume",
+    "ResumeRefusedError",
+    "find_checkpoint",
+    "resume_from_command_line",
+    "resume_run",
+]
 
 log = logging.getLogger(__name__)
 
 # Keys that steer this invocation rather than describe the run: always taken from the command line.
 CONTROL_KEYS = ("resume", "ckpt_path", "resume_allow_data_change")
 _ABSENT = object()
+
+
+class ResumeRefusedError(ValueError):
+    """A resume refused before it changed anything (an override that does not fit, another output
+    directory, changed data): the run directory keeps its status."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,9 @@ class Resume:
         if allow_change:
             log.warning("%s; going on <resume_allow_data_change=true>", message)
             return
-        raise ValueError(f"{message}. Resume on the original data, or pass resume_allow_data_change=true")
+        raise ResumeRefusedError(
+            f"{message}. Resume on the original data, or pass resume_allow_data_change=true"
+        )
 
 
 def _checkpoint_step(path: Path) -> int:
@@ -126,14 +140,14 @@ def _apply_overrides(run_cfg: DictConfig, composed: DictConfig, overrides: Seque
             continue
         value = _ABSENT if override.is_delete() else OmegaConf.select(composed, key, default=_ABSENT)
         if value is _ABSENT or isinstance(value, DictConfig):
-            raise ValueError(
+            raise ResumeRefusedError(
                 f"resume: cannot apply '{override.input_line}' to the resumed run's own config: a resumed "
                 "run keeps its config, and only single keys can be overridden (e.g. trainer.max_steps=400); "
                 "config groups (data=..., hardware=...) and deletions are refused"
             )
         adding = override.is_add() or override.is_force_add()
         if not adding and not _has_key(run_cfg, key):
-            raise ValueError(
+            raise ResumeRefusedError(
                 f"resume: '{override.input_line}': the run's config has no key {key} (it was written by an "
                 "older version, or the key is misspelled)"
             )
@@ -191,7 +205,7 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
     run_dir = Path(composed.resume).resolve()
     output_dir = Path(composed.paths.output_dir).resolve()
     if output_dir != run_dir:
-        raise ValueError(
+        raise ResumeRefusedError(
             f"resume={composed.resume} continues in that directory, but the output directory is "
             f"{output_dir} (hydra.run.dir or paths.output_dir): drop that override"
         )
