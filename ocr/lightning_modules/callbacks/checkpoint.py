@@ -137,7 +137,7 @@ class RunCheckpoint(ModelCheckpoint):
         if self.every_n_minutes is not None and trainer.global_step % TIME_CHECK_EVERY_N_STEPS == 0:
             elapsed = time.monotonic() - self._last_write_time >= 60 * self.every_n_minutes
             due = due or trainer.strategy.broadcast(elapsed)  # every rank must take part in the save
-        if due:
+        if due and not self._validation_follows(trainer):  # that validation writes last.ckpt at this step
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -193,6 +193,19 @@ class RunCheckpoint(ModelCheckpoint):
                 "best_k_models": {moved(k): v for k, v in state_dict.get("best_k_models", {}).items()},
             }
         super().load_state_dict(state_dict)
+
+    @staticmethod
+    def _validation_follows(trainer: L.Trainer) -> bool:
+        """True when validation runs right after this training batch (Lightning's own decision)."""
+        try:
+            epoch_loop = trainer.fit_loop.epoch_loop
+            follows = not epoch_loop._skip_next_val and epoch_loop._should_check_val_fx(
+                trainer.fit_loop._data_fetcher
+            )
+        except AttributeError:  # another Lightning version: save now (at worst twice at this step)
+            return False
+        loaded_empty = trainer.val_dataloaders is not None and not sum(trainer.num_val_batches)
+        return bool(follows) and not loaded_empty
 
     def _saving_off(self, trainer: L.Trainer) -> bool:
         return bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking

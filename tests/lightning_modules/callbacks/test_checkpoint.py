@@ -241,3 +241,20 @@ def test_the_time_trigger_broadcasts_only_on_check_steps(monkeypatch: pytest.Mon
         checkpoint.on_train_batch_end(trainer, None, None, None, step - 1)
     assert broadcasts == [TIME_CHECK_EVERY_N_STEPS, 2 * TIME_CHECK_EVERY_N_STEPS]
     assert saves == broadcasts
+
+
+def test_last_checkpoint_is_written_once_per_step_when_a_step_trigger_meets_validation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[tuple[str, int]] = []
+    save = RunCheckpoint._save_checkpoint
+
+    def recording_save(self: RunCheckpoint, trainer: L.Trainer, filepath: str) -> None:
+        writes.append((Path(filepath).name, trainer.global_step))
+        save(self, trainer, filepath)
+
+    monkeypatch.setattr(RunCheckpoint, "_save_checkpoint", recording_save)
+    # 4 steps per epoch, validation at each epoch end (steps 4 and 8), step trigger every 2 steps.
+    _fit(tmp_path, every_n_steps=2, max_epochs=2)
+    assert [step for name, step in writes if name == "last.ckpt"] == [2, 4, 6, 8]
+    assert _last_step(tmp_path) == 8
