@@ -87,7 +87,20 @@ class Resume:
 def _checkpoint_step(path: Path) -> int:
     meta = Path(f"{path}.json")
     if meta.is_file():
-        return int(json.loads(meta.read_text())["global_step"])
+        # The JSON is written after the checkpoint's rename: one older than its checkpoint is a previous
+        # save's (killed between the two writes).
+        if meta.stat().st_mtime < path.stat().st_mtime:
+            log.warning("Resume: %s is older than its checkpoint; reading the step from the checkpoint", meta)
+        else:
+            try:
+                return int(json.loads(meta.read_text())["global_step"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning(
+                    "Resume: cannot read the step from %s (%s: %s); reading it from the checkpoint",
+                    meta,
+                    type(exc).__name__,
+                    exc,
+                )
     import torch
 
     # Killed between the rename and the JSON: the checkpoint itself is complete.
