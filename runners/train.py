@@ -51,10 +51,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.seed is not None:
         L.seed_everything(cfg.seed, workers=True)
     callbacks = instantiate_all(cfg.callbacks) + fault_callbacks(cfg)  # first: the watchdog covers start-up
-    save_config(cfg, directory, *((resume.config_name, resume.header) if resume else ()))
+    if resume is None:
+        save_config(cfg, directory)
     datamodule = instantiate(cfg.data)
-    if resume is not None:
+    if resume is not None:  # validated before the resumed config is written into the run directory
         resume.check_data(datamodule, allow_change=cfg.resume_allow_data_change)
+        save_config(cfg, directory, resume.config_name, resume.header)
     module = instantiate(
         cfg.module,
         net=instantiate(cfg.model),

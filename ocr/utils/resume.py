@@ -16,13 +16,25 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-__all__ = ["CONTROL_KEYS", "Resume", "find_checkpoint", "resume_from_command_line", "resume_run"]
+__all__ = [
+    "CONTROL_KEYS",
+    "Resume",
+    "ResumeRefusedError",
+    "find_checkpoint",
+    "resume_from_command_line",
+    "resume_run",
+]
 
 log = logging.getLogger(__name__)
 
 # Keys that steer this invocation rather than describe the run: always taken from the command line.
 CONTROL_KEYS = ("resume", "ckpt_path", "resume_allow_data_change")
 _ABSENT = object()
+
+
+class ResumeRefusedError(ValueError):
+    """A resume refused before it changed anything (an override that does not fit, another output
+    directory, changed data): the run directory keeps its status."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +79,28 @@ class Resume:
         if allow_change:
             log.warning("%s; going on <resume_allow_data_change=true>", message)
             return
-        raise ValueError(f"{message}. Resume on the original data, or pass resume_allow_data_change=true")
+        raise ResumeRefusedError(
+            f"{message}. Resume on the original data, or pass resume_allow_data_change=true"
+        )
 
 
 def _checkpoint_step(path: Path) -> int:
     meta = Path(f"{path}.json")
     if meta.is_file():
-        return int(json.loads(meta.read_text())["global_step"])
+        # The JSON is written after the checkpoint's rename: one older than its checkpoint is a previous
+        # save's (killed between the two writes).
+        if meta.stat().st_mtime < path.stat().st_mtime:
+            log.warning("Resume: %s is older than its checkpoint; reading the step from the checkpoint", meta)
+        else:
+            try:
+                return int(json.loads(meta.read_text())["global_step"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning(
+                    "Resume: cannot read the step from %s (%s: %s); reading it from the checkpoint",
+                    meta,
+                    type(exc).__name__,
+                    exc,
+                )
     import torch
 
     # Killed between the rename and the JSON: the checkpoint itself is complete.
@@ -126,14 +153,14 @@ def _apply_overrides(run_cfg: DictConfig, composed: DictConfig, overrides: Seque
             continue
         value = _ABSENT if override.is_delete() else OmegaConf.select(composed, key, default=_ABSENT)
         if value is _ABSENT or isinstance(value, DictConfig):
-            raise ValueError(
+            raise ResumeRefusedError(
                 f"resume: cannot apply '{override.input_line}' to the resumed run's own config: a resumed "
                 "run keeps its config, and only single keys can be overridden (e.g. trainer.max_steps=400); "
                 "config groups (data=..., hardware=...) and deletions are refused"
             )
         adding = override.is_add() or override.is_force_add()
         if not adding and not _has_key(run_cfg, key):
-            raise ValueError(
+            raise ResumeRefusedError(
                 f"resume: '{override.input_line}': the run's config has no key {key} (it was written by an "
                 "older version, or the key is misspelled)"
             )
@@ -143,6 +170,30 @@ def _apply_overrides(run_cfg: DictConfig, composed: DictConfig, overrides: Seque
             OmegaConf.update(run_cfg, key, value, force_add=adding)
         applied.append(override.input_line)
     return applied
+
+
+def _migrate_checkpoint_callback(cfg: DictConfig, composed: DictConfig) -> list[str]:
+    """Bring a run config written before RunCheckpoint's ``every_n_steps``/``every_n_minutes`` (with
+    Lightning's ``save_last``, ``every_n_epochs``, ``every_n_train_steps``) to today's keys; the changes."""
+    node = OmegaConf.select(cfg, "callbacks.checkpoint")
+    old_keys = ("save_last", "every_n_epochs", "every_n_train_steps")
+    if not isinstance(node, DictConfig) or not any(key in node for key in old_keys):
+        return []
+    changes = []
+    with open_dict(node):
+        for key in ("save_last", "every_n_epochs"):
+            if key in node:
+                changes.append(f"dropped {key}={node[key]}")
+                del node[key]
+        if "every_n_train_steps" in node:
+            node.every_n_steps = node.pop("every_n_train_steps")
+            changes.append(f"every_n_train_steps -> every_n_steps={node.every_n_steps}")
+        if "every_n_minutes" not in node:
+            node.every_n_minutes = OmegaConf.select(
+                composed, "callbacks.checkpoint.every_n_minutes", default=None
+            )
+            changes.append(f"every_n_minutes={node.every_n_minutes} (today's default)")
+    return changes
 
 
 def _has_key(cfg: DictConfig, key: str) -> bool:
@@ -167,7 +218,7 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
     run_dir = Path(composed.resume).resolve()
     output_dir = Path(composed.paths.output_dir).resolve()
     if output_dir != run_dir:
-        raise ValueError(
+        raise ResumeRefusedError(
             f"resume={composed.resume} continues in that directory, but the output directory is "
             f"{output_dir} (hydra.run.dir or paths.output_dir): drop that override"
         )
@@ -179,6 +230,12 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
         log.warning("Resume: the run was written in %s; its paths now point to %s", saved_dir, run_dir)
         run_config = _rebase(run_config, saved_dir.rstrip("/"), str(run_dir))
     cfg = OmegaConf.create(run_config)
+    migrated = _migrate_checkpoint_callback(cfg, composed)
+    if migrated:
+        log.warning(
+            "Resume: the run's config was written by an older version; callbacks.checkpoint migrated: %s",
+            ", ".join(migrated),
+        )
     applied = _apply_overrides(cfg, composed, overrides)
     with open_dict(cfg):
         for key in CONTROL_KEYS:

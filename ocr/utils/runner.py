@@ -15,7 +15,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.utils.io import atomic_write_text
-from ocr.utils.sentinels import write_failure
+from ocr.utils.resume import ResumeRefusedError
+from ocr.utils.sentinels import failure_written, write_failure
 
 __all__ = [
     "instantiate_all",
@@ -72,7 +73,11 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
             directory = Path(cfg.paths.output_dir)
             # Lightning turns Ctrl-C into SystemExit(1); only a clean exit is not a failure.
             clean_exit = isinstance(exc, SystemExit) and exc.code in (0, None)
-            if not (directory / ".FAILURE").exists() and not clean_exit:
+            if isinstance(exc, ResumeRefusedError):
+                # Refused before anything ran: the run's own status (.SUCCESS or .FAILURE) stays as it was.
+                log.error("Resume refused; the run directory's status is unchanged: %s", directory)
+                raise
+            if not failure_written(directory) and not clean_exit:
                 try:
                     write_failure(directory, exc)
                 except OSError as error:  # e.g. the disk is full: one line, not a chained traceback

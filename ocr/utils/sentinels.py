@@ -6,15 +6,19 @@ Standard library only, so a runner that fails before torch/Lightning are importe
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ocr.utils.io import atomic_write_text
 
-__all__ = ["write_failure", "write_success"]
+__all__ = ["clear_sentinels", "failure_written", "write_failure", "write_success"]
 
 log = logging.getLogger(__name__)
+
+_STARTED = time.time()
+_failures_written: set[Path] = set()  # .FAILURE files this process wrote
 
 
 def write_failure(run_dir: str | Path, exception: BaseException) -> Path:
@@ -22,6 +26,7 @@ def write_failure(run_dir: str | Path, exception: BaseException) -> Path:
     trace = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
     text = f"{_now()} {type(exception).__name__}: {exception}\n\n{trace}"
     path = atomic_write_text(Path(run_dir) / ".FAILURE", text)
+    _failures_written.add(path.resolve())
     (Path(run_dir) / ".SUCCESS").unlink(missing_ok=True)  # e.g. fit succeeded, then the test failed
     log.error("Run failed: %s: %s (report: %s)", type(exception).__name__, exception, path)
     return path
@@ -32,6 +37,28 @@ def write_success(run_dir: str | Path, summary: str) -> Path:
     path = atomic_write_text(Path(run_dir) / ".SUCCESS", f"{_now()} {summary}\n")
     (Path(run_dir) / ".FAILURE").unlink(missing_ok=True)
     return path
+
+
+def failure_written(run_dir: str | Path) -> bool:
+    """True when this run already reported its failure in ``run_dir/.FAILURE``: this process wrote it, or
+    another process of the same run (a DDP rank) did since this one started; a ``.FAILURE`` left by an
+    earlier run of a resumed directory does not count."""
+    path = (Path(run_dir) / ".FAILURE").resolve()
+    if path in _failures_written:
+        return True
+    try:
+        return path.stat().st_mtime >= _STARTED
+    except OSError:
+        return False
+
+
+def clear_sentinels(run_dir: str | Path) -> None:
+    """Remove ``.SUCCESS`` and ``.FAILURE`` left by an earlier run of ``run_dir`` (a resume starts)."""
+    for name in (".SUCCESS", ".FAILURE"):
+        path = Path(run_dir) / name
+        if path.exists():
+            log.info("Removing %s from the run's earlier attempt", path)
+            path.unlink(missing_ok=True)
 
 
 def _now() -> str:

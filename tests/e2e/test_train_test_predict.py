@@ -123,6 +123,17 @@ def test_resume_continues_from_the_saved_step_with_the_run_config(
     original_config = (copy / "config.yaml").read_text().replace(str(run), str(copy))
     (copy / "config.yaml").write_text(original_config)
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
+    # Refused (changed data): nothing in the run directory changes, its .SUCCESS included.
+    _, data_root = trained_run
+    changed = tmp_path / "changed-data"
+    shutil.copytree(data_root, changed)
+    annotation = next((changed / "jsons").glob("train*.json"))
+    annotation.write_text(annotation.read_text() + "\n")
+    refused_cmd = [sys.executable, "runners/train.py", f"resume={copy}", f"data.root={changed}"]
+    refused = subprocess.run(refused_cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "data fingerprint" in refused.stderr + refused.stdout
+    assert (copy / ".SUCCESS").is_file() and not (copy / ".FAILURE").exists()
+    assert not list(copy.glob("config.resumed-*.yaml"))
     # Only the run directory and what changes: the tiny data and model settings come from the run.
     cmd = [
         sys.executable,
@@ -136,6 +147,7 @@ def test_resume_continues_from_the_saved_step_with_the_run_config(
     log = (copy / "train.log").read_text()
     assert "command-line overrides applied: trainer.max_steps=6, test_after_fit=false" in log
     assert (copy / "config.yaml").read_text() == original_config
+    assert "step 6" in (copy / ".SUCCESS").read_text()
     resumed = yaml.safe_load((copy / "config.resumed-step3.yaml").read_text())
     assert resumed["trainer"]["max_steps"] == 6 and resumed["data"]["synthetic"]["long_side"] == 96
     with open(copy / "csv" / "resumed-step3" / "metrics.csv", newline="") as f:

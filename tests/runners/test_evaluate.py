@@ -108,3 +108,21 @@ def test_evaluate_fails_when_no_prediction_name_matches(tmp_path: Path) -> None:
         "pred=sub.csv: none of its 2 image names matches one of the 2 in gt=gt.json, even without "
         "folders: e.g. 'images/test/x.png' in the predictions, 'a.jpg' in the ground truth"
     ) in proc.stderr
+
+
+def test_evaluate_runs_with_the_default_run_dir_and_without_torch(tmp_path: Path) -> None:
+    """No ``hydra.run.dir=``: the default run dir uses ``${first_set:}``, which evaluate must register."""
+    _one_word_gt(tmp_path, ["a.jpg"])
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, str(REPO / "runners" / "evaluate.py"), "gt=gt.json", "pred=gt.json"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["hmean"] == 1.0
+    assert list((tmp_path / "outputs" / "evaluate").glob("*/cleval_per_image.csv"))
+    # evaluate stays light: loading the runner (resolvers included) imports no torch
+    check = (
+        "import runpy, sys; runpy.run_path(sys.argv[1], run_name='probe'); "
+        "sys.exit(1 if 'torch' in sys.modules else 0)"
+    )
+    light = subprocess.run([sys.executable, "-c", check, str(REPO / "runners" / "evaluate.py")], env=env)
+    assert light.returncode == 0, "runners/evaluate.py imports torch"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -168,3 +169,43 @@ def test_the_run_directory_is_the_resumed_run_or_a_new_one(name: str, overrides:
     expected = "/runs/a" if overrides == ["resume=/runs/a"] else f"outputs/{name}/"
     assert cfg.hydra.run.dir.startswith(expected)
     assert cfg.hydra.output_subdir.startswith(".hydra/")  # one record per invocation, none overwritten
+
+
+def test_an_old_checkpoint_callback_config_is_migrated(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Runs written before RunCheckpoint's every_n_steps/minutes stored Lightning's own keys."""
+    path = _save(tmp_path, "last.ckpt", 9)
+    checkpoint = torch.load(path, weights_only=False)
+    checkpoint["ocr_config"]["callbacks"]["checkpoint"].update(
+        {"save_last": True, "every_n_epochs": None, "every_n_train_steps": 50}
+    )
+    torch.save(checkpoint, path)
+    composed = _composed(
+        tmp_path, callbacks={"checkpoint": {"dirpath": "x", "every_n_steps": None, "every_n_minutes": 30}}
+    )
+    with caplog.at_level(logging.WARNING, logger="ocr.utils.resume"):
+        node = resume_run(composed, []).config.callbacks.checkpoint
+    assert OmegaConf.to_container(node) == {
+        "dirpath": str(tmp_path / "checkpoints"),
+        "every_n_steps": 50,
+        "every_n_minutes": 30,
+    }
+    assert "migrated" in caplog.text and "every_n_train_steps -> every_n_steps=50" in caplog.text
+
+
+@pytest.mark.parametrize("defect", ["stale", "unreadable"])
+def test_a_stale_or_unreadable_checkpoint_json_is_not_trusted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, defect: str
+) -> None:
+    """Killed between the checkpoint's rename and its JSON: the JSON is an older save's (or partial)."""
+    path = _save(tmp_path, "last.ckpt", 12)
+    meta = Path(f"{path}.json")
+    if defect == "stale":
+        meta.write_text(json.dumps({"global_step": 9}))
+        os.utime(meta, (path.stat().st_mtime - 60,) * 2)
+    else:
+        meta.write_text('{"global_st')
+    with caplog.at_level(logging.WARNING, logger="ocr.utils.resume"):
+        assert find_checkpoint(tmp_path, None) == (path, 12)
+    assert str(meta) in caplog.text

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
+from ocr.utils.resume import ResumeRefusedError
 from ocr.utils.runner import task_wrapper
 
 
@@ -28,4 +30,22 @@ def test_failures_leave_a_report(tmp_path: Path, exc: BaseException) -> None:
 @pytest.mark.parametrize("code", [0, None])
 def test_a_clean_exit_is_not_a_failure(tmp_path: Path, code: int | None) -> None:
     _run(tmp_path, SystemExit(code))
+    assert not (tmp_path / "run" / ".FAILURE").exists()
+
+
+def test_a_new_failure_replaces_an_earlier_attempts_report(tmp_path: Path) -> None:
+    """resume= of a failed run that fails again before training: .FAILURE tells this attempt's error."""
+    (tmp_path / "run").mkdir()
+    old = tmp_path / "run" / ".FAILURE"
+    old.write_text("2026-11-01 ValueError: the first attempt\n")
+    os.utime(old, (0, 0))  # written long before this process started
+    _run(tmp_path, RuntimeError("the second attempt"))
+    assert "the second attempt" in old.read_text()
+
+
+def test_a_refused_resume_keeps_the_runs_status(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".SUCCESS").write_text("fit finished\n")
+    _run(tmp_path, ResumeRefusedError("resume: the data changed"))
+    assert (tmp_path / "run" / ".SUCCESS").is_file()
     assert not (tmp_path / "run" / ".FAILURE").exists()

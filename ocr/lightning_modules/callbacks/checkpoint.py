@@ -17,9 +17,19 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from ocr.utils.io import atomic_write_json, disk_full_error, is_out_of_space, remove_stale_temp_files
 
-__all__ = ["RunCheckpoint", "estimate_checkpoint_bytes", "git_commit", "scalar_metrics"]
+__all__ = [
+    "RunCheckpoint",
+    "TIME_CHECK_EVERY_N_STEPS",
+    "estimate_checkpoint_bytes",
+    "git_commit",
+    "scalar_metrics",
+]
 
 log = logging.getLogger(__name__)
+
+# every_n_minutes is checked on these steps only: the check is a broadcast (a collective and a host sync
+# under DDP), which the per-step hot path must not pay.
+TIME_CHECK_EVERY_N_STEPS = 50
 
 
 def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
@@ -74,7 +84,7 @@ class RunCheckpoint(ModelCheckpoint):
         save_top_k: how many best checkpoints to keep.
         every_n_steps: refresh ``last.ckpt`` every N training steps (None = only at validation).
         every_n_minutes: refresh ``last.ckpt`` when this many minutes passed since the last write
-            (None = off).
+            (None = off); checked every ``TIME_CHECK_EVERY_N_STEPS`` steps.
     """
 
     def __init__(
@@ -128,10 +138,10 @@ class RunCheckpoint(ModelCheckpoint):
         if self._saving_off(trainer) or self._last_global_step_saved == trainer.global_step:
             return
         due = self.every_n_steps is not None and trainer.global_step % self.every_n_steps == 0
-        if self.every_n_minutes is not None:
+        if self.every_n_minutes is not None and trainer.global_step % TIME_CHECK_EVERY_N_STEPS == 0:
             elapsed = time.monotonic() - self._last_write_time >= 60 * self.every_n_minutes
             due = due or trainer.strategy.broadcast(elapsed)  # every rank must take part in the save
-        if due:
+        if due and not self._validation_follows(trainer):  # that validation writes last.ckpt at this step
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -187,6 +197,19 @@ class RunCheckpoint(ModelCheckpoint):
                 "best_k_models": {moved(k): v for k, v in state_dict.get("best_k_models", {}).items()},
             }
         super().load_state_dict(state_dict)
+
+    @staticmethod
+    def _validation_follows(trainer: L.Trainer) -> bool:
+        """True when validation runs right after this training batch (Lightning's own decision)."""
+        try:
+            epoch_loop = trainer.fit_loop.epoch_loop
+            follows = not epoch_loop._skip_next_val and epoch_loop._should_check_val_fx(
+                trainer.fit_loop._data_fetcher
+            )
+        except AttributeError:  # another Lightning version: save now (at worst twice at this step)
+            return False
+        loaded_empty = trainer.val_dataloaders is not None and not sum(trainer.num_val_batches)
+        return bool(follows) and not loaded_empty
 
     def _saving_off(self, trainer: L.Trainer) -> bool:
         return bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking

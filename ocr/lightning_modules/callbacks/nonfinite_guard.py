@@ -7,6 +7,8 @@ On CUDA the loss's own value checks (finite logits, targets in [0, 1]) feed the 
 loss NaN instead of firing a device-side assert, which would poison the CUDA context before this guard
 could read its flag. On a hit the guard writes ``nonfinite.json`` into the rank's crash folder and
 raises :class:`NonFiniteLossError`, which Lightning routes through ``on_exception`` to the crash bundle.
+Every checkpoint save checks too, before the state is written, so ``last.ckpt`` (which resume and the
+crash bundle use) never holds weights from after the first NaN.
 Under DDP the check takes the minimum over ranks (one collective per check), so all ranks stop together.
 """
 
@@ -115,6 +117,13 @@ class NonFiniteGuard(Callback):
             self.check(self._host_step)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.check(self._host_step)
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Called by Trainer.save_checkpoint on every rank (Lightning requires all ranks to save), so the
+        # cross-rank minimum in check() is reached by all of them at the same step.
         self.check(self._host_step)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

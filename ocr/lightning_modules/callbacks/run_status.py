@@ -8,7 +8,7 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from ocr.utils.sentinels import write_failure, write_success
+from ocr.utils.sentinels import clear_sentinels, write_failure, write_success
 
 __all__ = ["RunStatus"]
 
@@ -23,6 +23,12 @@ class RunStatus(Callback):
 
     def __init__(self, *, run_dir: str) -> None:
         self.run_dir = Path(run_dir)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A resumed run directory holds its earlier attempt's status: from here on it is this attempt's
+        # (a resume killed -9 must not look finished).
+        if trainer.is_global_zero:
+            clear_sentinels(self.run_dir)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import lightning as L
@@ -12,10 +13,15 @@ import pytest
 import torch
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 from triage_tiny import TinyModule, tiny_loader
 
-from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint, estimate_checkpoint_bytes
+from ocr.lightning_modules.callbacks.checkpoint import (
+    TIME_CHECK_EVERY_N_STEPS,
+    RunCheckpoint,
+    estimate_checkpoint_bytes,
+)
 from ocr.utils.io import DiskFullError
 
 
@@ -249,3 +255,43 @@ def test_rejects_non_positive_intervals(key: str, value: float) -> None:
     options: dict[str, Any] = {"every_n_steps": None, "every_n_minutes": None, key: value}
     with pytest.raises(ValueError, match=f"callbacks.checkpoint.{key}"):
         RunCheckpoint(dirpath="x", monitor="val/hmean", mode="max", save_top_k=1, **options)
+
+
+def test_the_time_trigger_broadcasts_only_on_check_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """every_n_minutes needs a broadcast (a collective under DDP): not on every step."""
+    checkpoint = RunCheckpoint(
+        dirpath="x", monitor="val/hmean", mode="max", save_top_k=1, every_n_steps=None, every_n_minutes=1
+    )
+    checkpoint._last_write_time -= 3600  # an hour since the last write: due at the next check
+    broadcasts: list[int] = []
+    saves: list[int] = []
+    trainer = SimpleNamespace(
+        fast_dev_run=False, sanity_checking=False, state=SimpleNamespace(fn=TrainerFn.FITTING), global_step=0
+    )
+    trainer.strategy = SimpleNamespace(
+        broadcast=lambda value: broadcasts.append(trainer.global_step) or value
+    )
+    monkeypatch.setattr(checkpoint, "_save_last_checkpoint", lambda *args: saves.append(trainer.global_step))
+    monkeypatch.setattr(checkpoint, "_monitor_candidates", lambda trainer: {})
+    for step in range(1, 2 * TIME_CHECK_EVERY_N_STEPS + 1):
+        trainer.global_step = step
+        checkpoint.on_train_batch_end(trainer, None, None, None, step - 1)
+    assert broadcasts == [TIME_CHECK_EVERY_N_STEPS, 2 * TIME_CHECK_EVERY_N_STEPS]
+    assert saves == broadcasts
+
+
+def test_last_checkpoint_is_written_once_per_step_when_a_step_trigger_meets_validation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[tuple[str, int]] = []
+    save = RunCheckpoint._save_checkpoint
+
+    def recording_save(self: RunCheckpoint, trainer: L.Trainer, filepath: str) -> None:
+        writes.append((Path(filepath).name, trainer.global_step))
+        save(self, trainer, filepath)
+
+    monkeypatch.setattr(RunCheckpoint, "_save_checkpoint", recording_save)
+    # 4 steps per epoch, validation at each epoch end (steps 4 and 8), step trigger every 2 steps.
+    _fit(tmp_path, every_n_steps=2, max_epochs=2)
+    assert [step for name, step in writes if name == "last.ckpt"] == [2, 4, 6, 8]
+    assert _last_step(tmp_path) == 8

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from lightning.pytorch.callbacks import Callback
 from triage_tiny import TinyModule, fit_tiny
 
 from ocr.debug.inject import FaultInjector
@@ -153,3 +154,25 @@ def test_earlier_nan_recorded_when_another_error_stops_the_run(tmp_path: Path) -
         fit_tiny(tmp_path, [guard, *faults], max_steps=6)
     record = json.loads((tmp_path / "crash" / "nonfinite.json").read_text())
     assert record["first_bad"][0] == {"step": 1, "what": "loss"}
+
+
+class _SaveAt(Callback):
+    """Saves a checkpoint at the end of training step ``step``, as last.ckpt's step trigger does."""
+
+    def __init__(self, path: Path, step: int) -> None:
+        self.path = path
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+
+
+def test_a_checkpoint_save_between_the_nan_and_its_check_raises_before_writing(tmp_path: Path) -> None:
+    guard = NonFiniteGuard(check_every_n_steps=4, check_grads=False)
+    ckpt = tmp_path / "last.ckpt"
+    faults = [guard, FaultInjector(kind="nan_loss", step=1, stall_s=0), _SaveAt(ckpt, step=2)]
+    with pytest.raises(NonFiniteLossError) as info:
+        fit_tiny(tmp_path, faults, max_steps=6)
+    assert info.value.step == 1
+    assert not ckpt.exists()  # no NaN weights on disk

@@ -56,3 +56,13 @@ def test_callback_marks_the_run_and_tags_wandb(tmp_path: Path) -> None:
 def test_interrupted_fit_is_not_a_success(tmp_path: Path) -> None:
     RunStatus(run_dir=str(tmp_path)).on_fit_end(_trainer(interrupted=True, loggers=[]), None)
     assert not (tmp_path / ".SUCCESS").exists()
+
+
+def test_a_resumed_fit_clears_the_earlier_attempts_status(tmp_path: Path) -> None:
+    """A resume that is then killed -9 must not look finished (or failed with the old error)."""
+    write_success(tmp_path, "fit finished at step 40")
+    RunStatus(run_dir=str(tmp_path)).on_fit_start(_trainer(), None)
+    assert not (tmp_path / ".SUCCESS").exists()
+    write_failure(tmp_path, ValueError("first attempt"))
+    RunStatus(run_dir=str(tmp_path)).on_fit_start(_trainer(), None)
+    assert not (tmp_path / ".FAILURE").exists()
