@@ -4,8 +4,8 @@
   ``torch.cuda.set_sync_debug_mode("error")`` (from one step's start to the next's), so any ``.item()``,
   ``.cpu()``, blocking copy or data-dependent shape in the hot path raises with its stack. The documented
   syncs are exempt: the blocks marked :func:`sync_allowed` (the non-finite guard's check every N steps,
-  the epoch-end counts) and the steps on which Lightning converts logged values for the loggers (every
-  ``trainer.log_every_n_steps``).
+  the epoch-end counts, the checkpoint callback's minutes check and step/minute saves) and the steps
+  on which Lightning converts logged values for the loggers (every ``trainer.log_every_n_steps``).
 - Peak CUDA memory (allocated and reserved) separately for train, val and test.
 - torch.compile: frames compiled, graphs, and every recompile with dynamo's reason.
 

@@ -15,6 +15,7 @@ from lightning.fabric.utilities.seed import _set_rng_states
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
+from ocr.debug.gpu_probe import sync_allowed
 from ocr.utils.io import atomic_write_json, disk_full_error, is_out_of_space, remove_stale_temp_files
 
 __all__ = [
@@ -140,9 +141,11 @@ class RunCheckpoint(ModelCheckpoint):
         due = self.every_n_steps is not None and trainer.global_step % self.every_n_steps == 0
         if self.every_n_minutes is not None and trainer.global_step % TIME_CHECK_EVERY_N_STEPS == 0:
             elapsed = time.monotonic() - self._last_write_time >= 60 * self.every_n_minutes
-            due = due or trainer.strategy.broadcast(elapsed)  # every rank must take part in the save
+            with sync_allowed():  # a documented sync every TIME_CHECK_EVERY_N_STEPS (a collective in DDP)
+                due = due or trainer.strategy.broadcast(elapsed)  # every rank must take part in the save
         if due and not self._validation_follows(trainer):  # that validation writes last.ckpt at this step
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+            with sync_allowed():  # a save copies the weights to the host
+                self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Only when there is no validation. Lightning would also save here when validation ran at the

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +19,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 from triage_tiny import TinyModule, tiny_loader
 
+from ocr.lightning_modules.callbacks import checkpoint as checkpoint_module
 from ocr.lightning_modules.callbacks.checkpoint import (
     TIME_CHECK_EVERY_N_STEPS,
     RunCheckpoint,
@@ -295,3 +298,34 @@ def test_last_checkpoint_is_written_once_per_step_when_a_step_trigger_meets_vali
     _fit(tmp_path, every_n_steps=2, max_epochs=2)
     assert [step for name, step in writes if name == "last.ckpt"] == [2, 4, 6, 8]
     assert _last_step(tmp_path) == 8
+
+
+def test_time_and_step_saves_are_documented_syncs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under debug=gpu_probe's sync debug mode, the broadcast and the save must be marked sync_allowed."""
+    checkpoint = RunCheckpoint(
+        dirpath="x", monitor="val/hmean", mode="max", save_top_k=1, every_n_steps=None, every_n_minutes=1
+    )
+    checkpoint._last_write_time -= 3600
+    inside: list[bool] = [False]
+    marked: list[str] = []
+
+    @contextlib.contextmanager
+    def recording_sync_allowed() -> Iterator[None]:
+        inside[0] = True
+        yield
+        inside[0] = False
+
+    monkeypatch.setattr(checkpoint_module, "sync_allowed", recording_sync_allowed)
+    trainer = SimpleNamespace(
+        fast_dev_run=False,
+        sanity_checking=False,
+        state=SimpleNamespace(fn=TrainerFn.FITTING),
+        global_step=TIME_CHECK_EVERY_N_STEPS,
+    )
+    trainer.strategy = SimpleNamespace(
+        broadcast=lambda value: marked.append(f"broadcast {inside[0]}") or value
+    )
+    monkeypatch.setattr(checkpoint, "_save_last_checkpoint", lambda *args: marked.append(f"save {inside[0]}"))
+    monkeypatch.setattr(checkpoint, "_monitor_candidates", lambda trainer: {})
+    checkpoint.on_train_batch_end(trainer, None, None, None, 0)
+    assert marked == ["broadcast True", "save True"]
