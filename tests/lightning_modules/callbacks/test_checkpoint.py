@@ -53,6 +53,20 @@ class LastStepRecorder(Callback):
         self.at_batch_start.append(self._step())
 
 
+def _quiet_trainer(root: Path, callbacks: list[Callback], **options: Any) -> L.Trainer:
+    """A CPU trainer without logger, progress bar, summary or sanity check; ``options`` are the run's own."""
+    return L.Trainer(
+        default_root_dir=root,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        **options,
+    )
+
+
 def _run_checkpoint(dirpath: Path, every_n_steps: int | None = None) -> RunCheckpoint:
     return RunCheckpoint(
         dirpath=str(dirpath),
@@ -75,17 +89,12 @@ def _fit(
     dirpath = root / "checkpoints"
     checkpoint = _run_checkpoint(dirpath, every_n_steps)
     recorder = LastStepRecorder(dirpath)
-    trainer = L.Trainer(
-        default_root_dir=root,
+    trainer = _quiet_trainer(
+        root,
+        [checkpoint, recorder],
         max_epochs=max_epochs,
         max_steps=max_steps,
         check_val_every_n_epoch=check_val_every_n_epoch,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[checkpoint, recorder],
     )
     trainer.fit(PlateauModule(), train_dataloaders=tiny_loader(), val_dataloaders=tiny_loader(num=2))
     return checkpoint, recorder
@@ -148,17 +157,7 @@ def _fit_shuffled(root: Path, callbacks: list[Callback], ckpt_path: Path | None 
     L.seed_everything(0)
     checkpoint = _run_checkpoint(root / "checkpoints")
     # max_steps set and max_epochs reached first: Lightning resumes an epoch-end checkpoint one epoch short.
-    trainer = L.Trainer(
-        default_root_dir=root,
-        max_epochs=4,
-        max_steps=100,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[checkpoint, *callbacks],
-    )
+    trainer = _quiet_trainer(root, [checkpoint, *callbacks], max_epochs=4, max_steps=100)
     module = ShuffledPlateauModule()
     trainer.fit(module, ckpt_path=ckpt_path, weights_only=False)
     assert trainer.global_step == 16
@@ -189,16 +188,7 @@ def _fit_improving(
     checkpoint = _run_checkpoint(root / "checkpoints")
     if old_names:  # as written before the names lost their "="
         checkpoint.filename = "best-hmean={val/hmean:.4f}-epoch={epoch:02d}"
-    trainer = L.Trainer(
-        default_root_dir=root,
-        max_epochs=max_epochs,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[checkpoint],
-    )
+    trainer = _quiet_trainer(root, [checkpoint], max_epochs=max_epochs)
     trainer.fit(ImprovingModule(), tiny_loader(), tiny_loader(num=2), ckpt_path=ckpt_path, weights_only=False)
 
 
