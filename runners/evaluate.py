@@ -17,7 +17,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from ocr.metrics.cleval import CLEvalOptions
+from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.files import evaluate_files, worst_images, write_image_results
 from ocr.utils.hardware import register_resolvers  # torch-free at import; hydra.run.dir uses ${first_set:}
 from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper

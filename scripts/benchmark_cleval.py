@@ -3,7 +3,8 @@
     uv run python scripts/benchmark_cleval.py [--boxes 50 100 200] [--images 400] [--modes upstream]
 
 Prints, for each mode, ms per image for each box count and the time of a whole validation set (``--images``
-pages of 100 boxes), both through :func:`ocr.metrics.cleval.evaluate_dataset`, the path the Metric uses.
+pages of 100 boxes), both through :func:`ocr.metrics.cleval.evaluate.evaluate_dataset`, the path the
+Metric uses.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
-from ocr.metrics.cleval import CLEvalOptions, evaluate_dataset  # noqa: E402
+from ocr.metrics.cleval.evaluate import evaluate_dataset  # noqa: E402
+from ocr.metrics.cleval.options import CLEvalOptions  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Benchmark DB target generation: ``ocr.data.targets.make_db_targets`` vs the classic per-polygon oracle.
+"""Benchmark DB target generation: ``ocr.data.targets.db.make_db_targets`` vs the classic per-polygon oracle.
 
 Runs on ONE CPU core (affinity pinned where the OS allows, OpenCV/BLAS/OpenMP limited to one thread,
 torch never imported) over seeded receipt-like layouts of word boxes (8-30 px high, 20-200 px wide,
@@ -29,7 +29,7 @@ from types import ModuleType  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ocr.data.targets import make_db_targets  # noqa: E402
+from ocr.data.targets.db import make_db_targets  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data" / "db_reference.py"
 

@@ -64,9 +64,9 @@ finish() {  # $1 = status, $2 = run dir
 
 cmd_doctor() {
   local out; out="$(new_outdir doctor)"
-  say "running the preflight doctor (${PY[*]} -m ocr.utils.doctor); report: $out/doctor.json"
+  say "running the preflight doctor (${PY[*]} -m ocr.doctor); report: $out/doctor.json"
   has_gpu || say "no NVIDIA GPU visible (nvidia-smi missing or failing): GPU checks will say so"
-  "${PY[@]}" -m ocr.utils.doctor --out "$out" "$@"
+  "${PY[@]}" -m ocr.doctor --out "$out" "$@"
 }
 
 cmd_cpu() {

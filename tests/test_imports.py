@@ -12,7 +12,7 @@ MODULES = [
     "ocr.lightning_modules.detection_module",
     "ocr.lightning_modules.callbacks.run_status",
     "ocr.data.datamodule",
-    "ocr.metrics.metric",
+    "ocr.metrics.cleval.metric",
     "ocr.utils.loggers",
     "ocr.utils.runner",
 ]

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
-from ocr.data.synthetic import generate_dataset
+from ocr.data.synthetic.generate import generate_dataset
 from ocr.data.transforms import Transform
 from ocr.types import Sample
 

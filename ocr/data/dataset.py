@@ -21,7 +21,7 @@ from ocr.data.cache import ImageCache, cache_fingerprint
 from ocr.data.images import IMAGE_SUFFIXES, ImageReadError, list_images
 from ocr.data.sanitize import sanitize_polygons
 from ocr.data.scan import ON_MISSING, load_source, scan_split
-from ocr.data.targets import make_db_targets
+from ocr.data.targets.db import make_db_targets
 from ocr.data.transforms import SourceImage, Transform, TransformResult
 from ocr.types import Polygon, Sample
 

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from ocr.data.dataset import TARGET_KEYS, ReceiptDataset
 from ocr.data.images import EXIF_MODES
-from ocr.data.targets import make_db_targets
+from ocr.data.targets.db import make_db_targets
 from ocr.data.transforms import EvalTransform, denormalize
 from ocr.geometry import to_input
 from ocr.types import Sample

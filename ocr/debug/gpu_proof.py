@@ -159,9 +159,7 @@ class Proof:
 
     def doctor(self) -> list[StepResult]:
         out = self.out / "doctor"
-        argv = [sys.executable, "-m", "ocr.utils.doctor", "--out", str(out)] + (
-            [] if self.cuda else ["--fast"]
-        )
+        argv = [sys.executable, "-m", "ocr.doctor", "--out", str(out)] + ([] if self.cuda else ["--fast"])
         return [self.step("doctor", "doctor", argv, out, checks.check_doctor, timeout_s=600)]
 
     def sanitizer(self, name: str, inject: bool) -> list[StepResult]:
@@ -281,7 +279,7 @@ def _skipped(name: str, title: str, why: str) -> StepResult:
 
 
 def _machine(cuda: bool) -> str:
-    from ocr.utils.environment import package_versions
+    from ocr.doctor.environment import package_versions
 
     parts = [
         platform.platform(),
@@ -289,7 +287,7 @@ def _machine(cuda: bool) -> str:
         f"torch {package_versions(('torch',))['torch']}",
     ]
     if cuda:  # cpu_info and cuda_info import torch: not worth it for the CPU variant
-        from ocr.utils.environment import cpu_info, cuda_info
+        from ocr.doctor.environment import cpu_info, cuda_info
 
         info = cuda_info(query_devices=True)
         parts[1] = f"{cpu_info()['model']} ({os.cpu_count()} logical CPUs)"

@@ -1,1 +1,1 @@
-"""CLEval, the project's own implementation (pure numpy + shapely), and its torchmetrics wrapper."""
+"""Scoring: CLEval in ``ocr.metrics.cleval`` and prediction files against annotations in ``files``."""

@@ -13,7 +13,8 @@ import numpy as np
 
 from ocr.data.annotations import ImageRecord, load_annotations
 from ocr.data.sanitize import sanitize_words
-from ocr.metrics.cleval import CLEvalOptions, DatasetResult, ImageResult, evaluate_dataset
+from ocr.metrics.cleval.evaluate import DatasetResult, ImageResult, evaluate_dataset
+from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.utils.io import atomic_write_text
 from ocr.utils.submission import read_submission_csv
 

@@ -1,4 +1,4 @@
-"""Oracle for ``ocr.data.targets``: the classic per-polygon DBNet target generation, plus word-box layouts.
+"""Oracle for ``ocr.data.targets.db``: the classic per-polygon DBNet target generation, plus word-box layouts.
 
 ``reference_db_targets`` re-states MhLiao/DB's ``MakeSegDetectionData`` + ``MakeBorderMap`` one polygon
 at a time and with the same structure: shapely area/length, pyclipper offsets, and for the threshold
@@ -40,7 +40,7 @@ def reference_db_targets(
     thresh_max: float = 0.7,
     min_text_size: int = 8,
 ) -> dict[str, FloatMap]:
-    """Classic DB targets; same contract as ``ocr.data.targets.make_db_targets``."""
+    """Classic DB targets; same contract as ``ocr.data.targets.db.make_db_targets``."""
     prob_map = np.zeros((height, width), np.float32)
     prob_mask = np.ones((height, width), np.float32)
     border = np.zeros((height, width), np.float32)

@@ -7,8 +7,8 @@ import cv2
 import numpy as np
 import pytest
 
-from ocr.data.synthetic import SPLITS, generate_dataset, main, render_receipt
-from ocr.data.synthetic_layout import layout_receipt
+from ocr.data.synthetic.generate import SPLITS, generate_dataset, main, render_receipt
+from ocr.data.synthetic.layout import layout_receipt
 
 LONG_SIDE = 256
 

@@ -6,7 +6,7 @@ import pytest
 from db_reference import rotated_box
 from shapely.geometry import Polygon as ShapelyPolygon
 
-from ocr.data.target_geometry import (
+from ocr.data.targets.geometry import (
     AXIS_RECT,
     GENERAL,
     ROTATED_RECT,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from db_reference import jitter_corners, receipt_word_boxes, reference_db_targets, rotated_box
 
-from ocr.data.targets import dilate_polygon, make_db_targets, offset_distance, shrink_polygon
+from ocr.data.targets.db import dilate_polygon, make_db_targets, offset_distance, shrink_polygon
 
 KEYS = ("prob_map", "prob_mask", "thresh_map", "thresh_mask")
 

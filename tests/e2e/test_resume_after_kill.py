@@ -20,7 +20,7 @@ import torch
 import yaml
 from omegaconf import DictConfig
 
-from ocr.data.synthetic import generate_dataset
+from ocr.data.synthetic.generate import generate_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS_PER_EPOCH = 3  # 6 training images, batch 2

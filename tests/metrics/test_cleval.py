@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ocr.metrics.cleval import CLEvalOptions, evaluate_dataset, evaluate_image, summarise
+from ocr.metrics.cleval.evaluate import evaluate_dataset, evaluate_image, summarise
+from ocr.metrics.cleval.options import CLEvalOptions
 
 
 def options(mode: str = "competition", max_detections: int | None = 500) -> CLEvalOptions:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import shapely
 
-from ocr.metrics.cleval_area import (
+from ocr.metrics.cleval.area import (
     QuadSet,
     axis_aligned,
     convex_intersection_areas,

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import yaml
 
-from ocr.metrics.cleval import CLEvalOptions, evaluate_dataset, evaluate_image
+from ocr.metrics.cleval.evaluate import evaluate_dataset, evaluate_image
+from ocr.metrics.cleval.metric import CLEvalMetric
+from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.files import evaluate_files
-from ocr.metrics.metric import CLEvalMetric
 
 REPO = Path(__file__).resolve().parents[2]
 HANDMADE_COPY = Path(__file__).resolve().parent / "fixtures" / "cleval_competition_handmade.json"
@@ -111,7 +112,7 @@ def _scorer_aspect_ratio(points: np.ndarray, hull_order: np.ndarray) -> np.float
 
 def test_min_area_rectangle_reads_the_hull_in_qhull_order() -> None:
     spatial = pytest.importorskip("scipy.spatial")  # qhull itself, for the listing order only
-    from ocr.metrics.cleval_competition import min_area_aspect_ratios
+    from ocr.metrics.cleval.competition import min_area_aspect_ratios
 
     rng = np.random.default_rng(0)
     corners = np.array([[10, 10], [110, 10], [110, 30], [10, 30]])
@@ -138,7 +139,7 @@ def test_min_area_rectangle_reads_the_hull_in_qhull_order() -> None:
 
 
 def test_flat_polygons_have_aspect_ratio_zero() -> None:
-    from ocr.metrics.cleval_competition import min_area_aspect_ratios
+    from ocr.metrics.cleval.competition import min_area_aspect_ratios
 
     flat = [
         [[300, 100], [300, 100], [300, 140], [300, 140]],  # zero width
@@ -198,7 +199,7 @@ def test_evaluate_files_gives_the_scorer_figure(sroie_root: Path) -> None:
 
 
 def test_quad_centres_shortcut_equals_the_general_chain() -> None:
-    from ocr.metrics.cleval_competition import pseudo_char_centres
+    from ocr.metrics.cleval.competition import pseudo_char_centres
 
     rng = np.random.default_rng(1)
     quads = np.round(rng.uniform(0, 300, (20, 4, 2)), 1)

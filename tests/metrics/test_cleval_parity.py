@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ocr.metrics.cleval import CLEvalOptions, evaluate_dataset, evaluate_image
+from ocr.metrics.cleval.evaluate import evaluate_dataset, evaluate_image
+from ocr.metrics.cleval.options import CLEvalOptions
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "cleval_upstream.json"
 DOC = json.loads(FIXTURE.read_text())

@@ -11,8 +11,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ocr.metrics.cleval import CLEvalOptions, evaluate_dataset
-from ocr.metrics.metric import CLEvalMetric
+from ocr.metrics.cleval.evaluate import evaluate_dataset
+from ocr.metrics.cleval.metric import CLEvalMetric
+from ocr.metrics.cleval.options import CLEvalOptions
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "cleval_upstream.json"
 KWARGS = dict(

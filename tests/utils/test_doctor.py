@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ocr.utils import doctor_checks
-from ocr.utils.doctor import check_dataloader, format_table, main
-from ocr.utils.doctor_checks import CheckResult, fast_checks, worst_status
+from ocr.doctor import checks
+from ocr.doctor.checks import CheckResult, fast_checks, worst_status
+from ocr.doctor.cli import check_dataloader, format_table, main
 
 
 def test_fast_checks_cover_everything(tmp_path: Path) -> None:
@@ -33,8 +33,8 @@ def test_cpu_capability_beyond_cpu_flags_fails(monkeypatch: pytest.MonkeyPatch) 
         "torch_capability": "AVX512",
         "flags": {"avx": True, "avx2": True, "fma": True, "avx512f": False},
     }
-    monkeypatch.setattr(doctor_checks, "cpu_info", lambda: fake)
-    result = doctor_checks.check_cpu_flags()
+    monkeypatch.setattr(checks, "cpu_info", lambda: fake)
+    result = checks.check_cpu_flags()
     assert result.status == "fail" and "ATEN_CPU_CAPABILITY" in result.fix
 
 

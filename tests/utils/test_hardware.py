@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ocr.utils import doctor_checks, hardware, smoke
+from ocr.doctor import checks, smoke
+from ocr.utils import hardware
 from ocr.utils.hardware import CudaUnusableError, auto_precision, pick
 
 
@@ -33,7 +34,7 @@ def test_smoke_variants_skip_emulated_bf16(monkeypatch, native_bf16, dtypes):
 
 def _driver_without_cuda(monkeypatch: pytest.MonkeyPatch, driver: str | None) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(doctor_checks, "driver_version", lambda: driver)
+    monkeypatch.setattr(checks, "driver_version", lambda: driver)
 
     def init() -> None:
         raise RuntimeError("The NVIDIA driver on your system is too old (found version 12040).")
@@ -50,7 +51,7 @@ def test_driver_present_but_cuda_unusable_stops_instead_of_training_on_the_cpu(m
     message = str(info.value)
     for part in ("550.54.15", "CUDA 13.2", "too old", "CUDA_VISIBLE_DEVICES=", "debug_cuda.sh doctor"):
         assert part in message, f"{part!r} not in {message!r}"
-    verdict = doctor_checks.check_cuda_usable()
+    verdict = checks.check_cuda_usable()
     assert verdict.status == "fail" and "550.54.15" in verdict.detail
 
 
@@ -73,7 +74,7 @@ def test_no_driver_is_a_cpu_machine(monkeypatch):
     _driver_without_cuda(monkeypatch, None)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert pick("cpu", "gpu") == "cpu"
-    assert doctor_checks.check_cuda_usable().status == "ok"
+    assert checks.check_cuda_usable().status == "ok"
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,8 @@ from lightning.fabric.utilities.seed import _collect_rng_states
 from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 
+from ocr.doctor.environment import collect_environment
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
-from ocr.utils.environment import collect_environment
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 __all__ = ["CrashBundle", "crash_dir", "is_cuda_error", "last_checkpoint_path", "write_crash_bundle"]

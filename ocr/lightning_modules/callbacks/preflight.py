@@ -8,10 +8,10 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from ocr.doctor.checks import CheckResult, check_checkpoint_space, fast_checks, worst_status
+from ocr.doctor.cli import format_table
 from ocr.lightning_modules.callbacks.checkpoint import estimate_checkpoint_bytes
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
-from ocr.utils.doctor import format_table
-from ocr.utils.doctor_checks import CheckResult, check_checkpoint_space, fast_checks, worst_status
 from ocr.utils.io import atomic_write_json
 
 __all__ = ["Preflight", "PreflightError"]
@@ -49,7 +49,7 @@ class Preflight(Callback):
         verdict = worst_status(self.results)
         table = format_table(self.results)
         if verdict == "ok":
-            log.info("Preflight checks (full report: python -m ocr.utils.doctor):\n%s", table)
+            log.info("Preflight checks (full report: python -m ocr.doctor):\n%s", table)
         else:
             log.warning("Preflight checks found problems:\n%s", table)
         if disk.status == "fail":  # whatever fail_on_error says: the first checkpoint would fail

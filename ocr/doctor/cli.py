@@ -1,4 +1,4 @@
-"""Preflight doctor: ``python -m ocr.utils.doctor [--json] [--out DIR]``.
+"""Preflight doctor: ``python -m ocr.doctor [--json] [--out DIR]``.
 
 Prints a verdict table (ok / warn / fail with a one-line fix) and writes ``doctor.json`` and
 ``doctor.txt`` into ``--out``. Exit status: 0 when nothing failed, 1 when a check failed.
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ocr.utils.doctor_checks import CheckResult, SquaresDataset, fast_checks, run_checks, worst_status
-from ocr.utils.environment import collect_environment
+from ocr.doctor.checks import CheckResult, SquaresDataset, fast_checks, run_checks, worst_status
+from ocr.doctor.environment import collect_environment
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
 __all__ = ["check_dataloader", "check_smoke_conv", "check_wandb_import", "format_table", "main", "run_doctor"]
@@ -38,7 +38,7 @@ def check_smoke_conv() -> CheckResult:
     """Conv forward+backward in fp32/bf16, cuDNN on/off, in a child process that may crash safely."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "ocr.utils.smoke"],
+            [sys.executable, "-m", "ocr.doctor.smoke"],
             capture_output=True,
             text=True,
             timeout=SMOKE_TIMEOUT_S,
@@ -175,7 +175,7 @@ def _report(results: list[CheckResult]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m ocr.utils.doctor", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ocr.doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     parser.add_argument(
         "--out",
@@ -195,7 +195,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         sys.stdout.write(f"report: {args.out / 'doctor.json'}\n")
     return 1 if report["verdict"] == "fail" else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

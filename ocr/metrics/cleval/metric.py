@@ -9,13 +9,13 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ocr.metrics.cleval import (
-    CLEvalOptions,
+from ocr.metrics.cleval.evaluate import (
     evaluate_images,
     scores_from_counts,
     warn_dropped_detections,
     warn_skipped_polygons,
 )
+from ocr.metrics.cleval.options import CLEvalOptions
 
 __all__ = ["CLEvalMetric"]
 
@@ -56,7 +56,7 @@ class CLEvalMetric(Metric):
         vertical_aspect_ratio_threshold: float,
         case_sensitive: bool,
     ) -> None:
-        """Options as in configs/metric/cleval.yaml (see :class:`~ocr.metrics.cleval.CLEvalOptions`)."""
+        """Options as in configs/metric/cleval.yaml (see :class:`CLEvalOptions`)."""
         super().__init__()
         self.options = CLEvalOptions(
             mode=mode,  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ As in MhLiao/DB, polygons that are not drawn get no threshold border. Pixel cent
 coordinates, as in ``cv2.fillPoly``. Why it is fast: measurements and the shrink of convex polygons are
 array operations over all polygons (pyclipper only for the others); the threshold field is a closed
 form evaluated for batches of rectangles, and of the edges of other polygons, at once
-(``ocr.data.target_border``); ``thresh_mask`` comes from that field instead of a second pyclipper
+(``ocr.data.targets.border``); ``thresh_mask`` comes from that field instead of a second pyclipper
 offset and fill; and the four maps share one allocation.
 """
 
@@ -26,8 +26,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.data.target_border import draw_border_field
-from ocr.data.target_geometry import (
+from ocr.data.targets.border import draw_border_field
+from ocr.data.targets.geometry import (
     AXIS_RECT,
     PolygonMeasures,
     fill_polygons,

@@ -1,6 +1,6 @@
 """Synthetic receipts, the project's built-in dataset: deterministic from a seed, in the annotation format.
 
-Each image is a receipt (layout and word ink from :mod:`ocr.data.synthetic_layout`) on textured paper,
+Each image is a receipt (layout and word ink from :mod:`ocr.data.synthetic.layout`) on textured paper,
 warped by a slight rotation and perspective onto a background, then lit, blurred and noised. Word
 polygons are the tight ink boxes mapped by the same warp. Image ``i`` of a split is drawn from its own
 seed ``(seed, split, i)``, so adding training images changes neither validation nor test.
@@ -26,14 +26,14 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.data.synthetic_layout import PaperWord, available_fonts, layout_receipt
+from ocr.data.synthetic.layout import PaperWord, available_fonts, layout_receipt
 from ocr.utils.io import atomic_write_bytes, atomic_write_json
 
 __all__ = ["GENERATOR_VERSION", "SPLITS", "SyntheticReceipt", "render_receipt", "generate_dataset", "main"]
 
 GENERATOR_VERSION = 1
 SPLITS = ("train", "val", "test")
-_GENERATOR = "ocr.data.synthetic"
+_GENERATOR = "ocr.data.synthetic"  # the manifest's identity, kept across the package move
 _MANIFEST = "manifest.json"
 
 log = logging.getLogger(__name__)
@@ -297,9 +297,10 @@ def generate_dataset(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: ``python -m ocr.data.synthetic --out DIR --num-train N --num-val M [--num-test K] --seed S``."""
+    """CLI: ``python -m ocr.data.synthetic.generate --out DIR --num-train N --num-val M [--num-test K]
+    --seed S``."""
     parser = argparse.ArgumentParser(
-        prog="python -m ocr.data.synthetic", description="Generate the synthetic receipt dataset."
+        prog="python -m ocr.data.synthetic.generate", description="Generate the synthetic receipt dataset."
     )
     parser.add_argument("--out", required=True, type=Path, help="dataset root to create")
     parser.add_argument("--num-train", required=True, type=int)

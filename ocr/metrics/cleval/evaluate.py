@@ -9,20 +9,19 @@ One implementation, two modes (docs/metrics.md):
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from ocr.metrics.cleval_boxes import pad_polygons
-from ocr.metrics.cleval_competition import COMPETITION_MIN_POINTS
-from ocr.metrics.cleval_geometry import ImageGeometry, measure_image
-from ocr.metrics.cleval_match import PairTables, count_chars, dont_care_detections, match_matrix
+from ocr.metrics.cleval.boxes import pad_polygons
+from ocr.metrics.cleval.competition import COMPETITION_MIN_POINTS
+from ocr.metrics.cleval.geometry import ImageGeometry, measure_image
+from ocr.metrics.cleval.match import PairTables, count_chars, dont_care_detections, match_matrix
+from ocr.metrics.cleval.options import MODES, CLEvalOptions, Mode
 
 __all__ = [
-    "CLEvalOptions",
     "ImageResult",
     "DatasetResult",
     "evaluate_image",
@@ -37,49 +36,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["upstream", "competition"]
-MODES: tuple[str, ...] = ("upstream", "competition")
 DONT_CARE_TEXT = "###"
-
-
-@dataclass(frozen=True)
-class CLEvalOptions:
-    """Scoring options (values come from configs/metric/cleval.yaml).
-
-    Attributes:
-        mode: ``upstream`` or ``competition``.
-        max_detections: detections kept per image (the first ones); None keeps all.
-        area_precision_threshold: intersection / detection area needed for a match.
-        recall_granularity_weight: penalty per extra detection on a split GT.
-        precision_granularity_weight: penalty per extra GT merged into one detection.
-        vertical_aspect_ratio_threshold: upstream mode: GT quads with width/height below it are read top to
-            bottom (the competition's scorer has no such rule).
-        case_sensitive: compare transcriptions case-sensitively (upstream character counts).
-    """
-
-    mode: Mode
-    max_detections: int | None
-    area_precision_threshold: float
-    recall_granularity_weight: float
-    precision_granularity_weight: float
-    vertical_aspect_ratio_threshold: float
-    case_sensitive: bool
-
-    @classmethod
-    def from_config(cls, metric_config: Mapping[str, Any]) -> CLEvalOptions:
-        """Options from a ``configs/metric/cleval.yaml`` mapping (its ``_target_`` is ignored)."""
-        return cls(**{k: v for k, v in metric_config.items() if k != "_target_"})
-
-    def __post_init__(self) -> None:
-        """Reject values no run can mean."""
-        if self.mode not in MODES:
-            raise ValueError(f"CLEval mode: expected one of {MODES}, got {self.mode!r}")
-        if self.max_detections is not None and self.max_detections < 0:
-            raise ValueError(f"CLEval max_detections: expected >= 0 or None, got {self.max_detections}")
-        if not 0.0 <= self.area_precision_threshold <= 1.0:
-            raise ValueError(
-                f"CLEval area_precision_threshold: expected in [0, 1], got {self.area_precision_threshold}"
-            )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Vectorised polygon measurements and DB shrinking for ``ocr.data.targets``.
+"""Vectorised polygon measurements and DB shrinking for ``ocr.data.targets.db``.
 
 Polygons are grouped by point count so that area, perimeter, minimum-area-rectangle short side,
 rectangle detection and the inward offset of convex polygons run as array operations, not per polygon.

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 import shapely
 
-from ocr.metrics import cleval_competition as competition
-from ocr.metrics.cleval_area import QuadSet, intersection_areas
-from ocr.metrics.cleval_boxes import (
+from ocr.metrics.cleval import competition
+from ocr.metrics.cleval.area import QuadSet, intersection_areas
+from ocr.metrics.cleval.boxes import (
     aspect_ratios,
     box_sides,
     char_centres,
@@ -25,9 +24,7 @@ from ocr.metrics.cleval_boxes import (
     pseudo_char_counts,
     reading_quads,
 )
-
-if TYPE_CHECKING:
-    from ocr.metrics.cleval import CLEvalOptions
+from ocr.metrics.cleval.options import CLEvalOptions
 
 __all__ = ["ImageGeometry", "measure_image"]
 
@@ -131,8 +128,8 @@ def measure_image(
     gt_texts: Sequence[str | None],
     options: CLEvalOptions,
 ) -> ImageGeometry:
-    """Geometry of one image for :func:`ocr.metrics.cleval.evaluate_image`, from padded polygons
-    (:func:`ocr.metrics.cleval_boxes.pad_polygons`)."""
+    """Geometry of one image for :func:`ocr.metrics.cleval.evaluate.evaluate_image`, from padded polygons
+    (:func:`ocr.metrics.cleval.boxes.pad_polygons`)."""
     if options.mode == "competition":
         # One call for both sides: the cost is mostly per call, not per box.
         kmax = max(gt_verts.shape[1], det_verts.shape[1])

@@ -1,4 +1,4 @@
-"""Threshold-map field of ``ocr.data.targets``: ``max_p (1 - d_p / D_p)`` over text polygons, vectorised.
+"""Threshold-map field of ``ocr.data.targets.db``: ``max_p (1 - d_p / D_p)`` over text polygons, vectorised.
 
 Each polygon only matters on its crop (its bounding box grown by its offset ``D``). Rectangles are
 done in batches: the crops of a batch are stacked row by row into one (R, Wc) block (R = sum of crop
@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.data.target_geometry import (
+from ocr.data.targets.geometry import (
     AXIS_RECT,
     AXIS_SIN,
     GENERAL,

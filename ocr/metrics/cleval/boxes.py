@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import shapely
 
-from ocr.metrics.cleval_area import quad_areas
+from ocr.metrics.cleval.area import quad_areas
 
 __all__ = [
     "UPSTREAM_MAX_PSEUDO_CHARS",

@@ -1,4 +1,4 @@
-"""Smoke convolutions for the doctor, run in a child process (``python -m ocr.utils.smoke``).
+"""Smoke convolutions for the doctor, run in a child process (``python -m ocr.doctor.smoke``).
 
 A cuDNN kernel built for the wrong CPU or GPU can kill the process (``illegal instruction``), so the
 doctor runs this module in a subprocess. It prints one JSON line when a variant starts and one when it

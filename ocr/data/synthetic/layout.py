@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image, ImageDraw, ImageFont
 
-from ocr.data.synthetic_content import Line, receipt_lines
+from ocr.data.synthetic.content import Line, receipt_lines
 
 __all__ = ["Font", "PaperWord", "available_fonts", "layout_receipt"]
 

@@ -1,0 +1,1 @@
+"""The doctor: environment report, preflight checks and smoke convolutions (``python -m ocr.doctor``)."""
