@@ -107,6 +107,19 @@ def _checkpoint_step(path: Path) -> int:
     return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
 
 
+def _sidecar_fingerprint(meta: Path) -> str | None:
+    """The data fingerprint in a checkpoint's JSON sidecar (checkpoints before it was stored inside),
+    None when the sidecar is missing or unreadable (the data then cannot be checked, and is said so)."""
+    if not meta.is_file():
+        return None
+    try:
+        found = json.loads(meta.read_text()).get("data_fingerprint")
+    except (OSError, ValueError, AttributeError) as exc:
+        log.warning("Resume: cannot read the data fingerprint in %s (%s: %s)", meta, type(exc).__name__, exc)
+        return None
+    return found if isinstance(found, str) else None
+
+
 def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
     """``ckpt_path`` when given, else the checkpoint in ``<run_dir>/checkpoints`` with the highest step
     (``last.ckpt`` on a tie); with its step.
@@ -247,8 +260,8 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
             log.info("Resume: metrics go to csv/%s/ (the run's csv/metrics.csv is kept)", csv_logger.version)
     OmegaConf.set_struct(cfg, True)
     fingerprint = checkpoint.get("data_fingerprint")
-    if fingerprint is None and Path(f"{checkpoint_path}.json").is_file():
-        fingerprint = json.loads(Path(f"{checkpoint_path}.json").read_text()).get("data_fingerprint")
+    if fingerprint is None:
+        fingerprint = _sidecar_fingerprint(Path(f"{checkpoint_path}.json"))
     log.info(
         "Resuming %s from %s (epoch %s, step %d) with the run's own config; command-line overrides "
         "applied: %s",
