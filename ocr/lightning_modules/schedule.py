@@ -7,7 +7,7 @@ import math
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-__all__ = ["warmup_decay_factor", "build_warmup_scheduler"]
+__all__ = ["WarmupDecay", "build_warmup_scheduler", "resize_schedules", "warmup_decay_factor"]
 
 KINDS = ("poly", "cosine")
 
@@ -29,6 +29,44 @@ def warmup_decay_factor(
     return min_lr_ratio + (1.0 - min_lr_ratio) * shape
 
 
+class WarmupDecay:
+    """The LR multiplier of :func:`build_warmup_scheduler`, a callable object so that its length can change
+    mid-run (:meth:`resize`, used by the time budget) and is saved with the scheduler's state (``LambdaLR``
+    keeps the attributes of callable objects in its ``state_dict``)."""
+
+    def __init__(
+        self, *, total_steps: int, kind: str, warmup_ratio: float, power: float, min_lr_ratio: float
+    ) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"scheduler.kind: expected one of {KINDS}, got {kind!r}")
+        self.kind = kind
+        self.warmup_ratio = warmup_ratio
+        self.power = power
+        self.min_lr_ratio = min_lr_ratio
+        self.resize(total_steps)
+
+    def resize(self, total_steps: int) -> None:
+        """Decay over ``total_steps`` optimizer steps from now on (the warm-up keeps its ratio).
+
+        Raises:
+            ValueError: if ``total_steps`` is not positive.
+        """
+        if total_steps <= 0:
+            raise ValueError(f"total_steps: expected a positive number of optimizer steps, got {total_steps}")
+        self.total_steps = total_steps
+        self.warmup_steps = int(round(self.warmup_ratio * total_steps))
+
+    def __call__(self, step: int) -> float:
+        return warmup_decay_factor(
+            step,
+            total_steps=self.total_steps,
+            warmup_steps=self.warmup_steps,
+            kind=self.kind,
+            power=self.power,
+            min_lr_ratio=self.min_lr_ratio,
+        )
+
+
 def build_warmup_scheduler(
     optimizer: Optimizer,
     *,
@@ -43,20 +81,19 @@ def build_warmup_scheduler(
     Raises:
         ValueError: if ``total_steps`` is not positive or ``kind`` is unknown.
     """
-    if total_steps <= 0:
-        raise ValueError(f"total_steps: expected a positive number of optimizer steps, got {total_steps}")
-    if kind not in KINDS:
-        raise ValueError(f"scheduler.kind: expected one of {KINDS}, got {kind!r}")
-    warmup_steps = int(round(warmup_ratio * total_steps))
-
-    def factor(step: int) -> float:
-        return warmup_decay_factor(
-            step,
-            total_steps=total_steps,
-            warmup_steps=warmup_steps,
-            kind=kind,
-            power=power,
-            min_lr_ratio=min_lr_ratio,
-        )
-
+    factor = WarmupDecay(
+        total_steps=total_steps, kind=kind, warmup_ratio=warmup_ratio, power=power, min_lr_ratio=min_lr_ratio
+    )
     return LambdaLR(optimizer, factor)
+
+
+def resize_schedules(schedulers: list[object], total_steps: int) -> int:
+    """Give every :class:`WarmupDecay` among ``schedulers`` (``LambdaLR`` objects) a new length; returns
+    how many were resized."""
+    resized = 0
+    for scheduler in schedulers:
+        for factor in getattr(scheduler, "lr_lambdas", []):
+            if isinstance(factor, WarmupDecay):
+                factor.resize(total_steps)
+                resized += 1
+    return resized

@@ -1,7 +1,12 @@
 import pytest
 import torch
 
-from ocr.lightning_modules.schedule import build_warmup_scheduler, warmup_decay_factor
+from ocr.lightning_modules.schedule import (
+    WarmupDecay,
+    build_warmup_scheduler,
+    resize_schedules,
+    warmup_decay_factor,
+)
 
 
 def _lrs(kind: str, total: int, warmup_ratio: float) -> list[float]:
@@ -38,3 +43,29 @@ def test_schedule_rejects_bad_inputs() -> None:
         build_warmup_scheduler(opt, total_steps=0, kind="poly", warmup_ratio=0.0, power=1.0, min_lr_ratio=0.0)
     with pytest.raises(ValueError, match="scheduler.kind"):
         warmup_decay_factor(5, total_steps=10, warmup_steps=0, kind="step", power=1.0, min_lr_ratio=0.0)
+
+
+def test_resized_schedule_decays_over_the_new_length_and_survives_a_checkpoint() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = build_warmup_scheduler(
+        opt, total_steps=100, kind="poly", warmup_ratio=0.1, power=1.0, min_lr_ratio=0.0
+    )
+    for _ in range(5):
+        opt.step()
+        sched.step()
+    assert resize_schedules([sched], 20) == 1
+    state = sched.state_dict()
+    restored = build_warmup_scheduler(
+        torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0),
+        total_steps=100,
+        kind="poly",
+        warmup_ratio=0.1,
+        power=1.0,
+        min_lr_ratio=0.0,
+    )
+    restored.load_state_dict(state)
+    [factor] = restored.lr_lambdas
+    assert isinstance(factor, WarmupDecay) and (factor.total_steps, factor.warmup_steps) == (20, 2)
+    assert factor(20) == 0.0 and factor(11) == pytest.approx(1 - 9 / 18)
+    with pytest.raises(ValueError, match="total_steps"):
+        resize_schedules([sched], 0)

@@ -1,0 +1,224 @@
+"""Size a run by wall-clock time: measure a few training steps, then set the step budget to fit.
+
+A fixed step count takes 4 minutes on one CPU and 12 on another. With ``minutes`` set, the callback times
+``measure_steps`` optimizer steps (after ``skip_steps`` warm-up steps: thread pools, first allocations),
+then sets ``max_steps`` to the most whole epochs that fit (capped by the configured ``max_steps``), the
+LR schedule's length to match and validation to the last epoch (and midway when that divides evenly), so
+that start-up, training, its validations and the test after fit end within ``minutes`` of the process
+start. The plan is saved in checkpoints: a resumed run keeps it instead of measuring again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from ocr.lightning_modules.schedule import resize_schedules
+
+__all__ = ["BudgetPlan", "TimeBudget", "plan_epochs", "process_started"]
+
+log = logging.getLogger(__name__)
+
+_IMPORTED_AT = time.time()
+
+
+def process_started() -> float:
+    """Wall-clock start of this process (Linux ``/proc``; elsewhere the import time of this module)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return _IMPORTED_AT
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """What the budget decided: train ``max_steps`` optimizer steps, validate every ``val_every`` epochs."""
+
+    max_steps: int
+    val_every: int
+    seconds_per_step: float
+
+
+def plan_epochs(
+    *,
+    seconds_left: float,
+    seconds_per_step: float,
+    steps_done: int,
+    steps_per_epoch: int,
+    seconds_per_validation: float,
+    seconds_after_fit: float,
+    max_steps: int,
+    val_every: int,
+) -> tuple[int, int, bool]:
+    """The most whole epochs whose remaining steps, validations and after-fit work fit in ``seconds_left``.
+
+    Validation runs every ``v`` epochs, ``v`` the smallest divisor of the epoch count that is at least
+    ``val_every`` (so the last epoch always validates). At least one epoch, at most ``max_steps`` steps
+    (``-1``: no cap). Returns ``(epochs, v, fits)``; ``fits`` is False when even one epoch is too long.
+    """
+
+    def every(epochs: int) -> int:
+        return next(v for v in range(min(val_every, epochs), epochs + 1) if epochs % v == 0)
+
+    def cost(epochs: int) -> float:
+        steps_left = max(0, epochs * steps_per_epoch - steps_done)
+        validations = epochs // every(epochs)
+        return steps_left * seconds_per_step + validations * seconds_per_validation + seconds_after_fit
+
+    cap = math.inf if max_steps < 0 else max(1, max_steps // steps_per_epoch)
+    epochs = 1
+    while epochs + 1 <= cap and cost(epochs + 1) <= seconds_left:
+        epochs += 1
+    return epochs, every(epochs), cost(epochs) <= seconds_left
+
+
+class TimeBudget(Callback):
+    """Fit the run into ``minutes`` of wall-clock time from the process start.
+
+    Args:
+        minutes: the whole run's budget (start-up, training, validations, test); None turns it off.
+        test_after_fit: the runner tests the best checkpoint after fit (one more evaluation to reserve).
+        measure_steps: optimizer steps timed to estimate the step time.
+        skip_steps: first optimizer steps left out of the timing.
+        eval_cost: seconds to evaluate one image, as a multiple of the seconds to train on one (evaluation
+            runs at the full letterbox size, then post-processing and CLEval).
+        reserve_seconds: margin for what is not measured (best-checkpoint reload, final writes).
+    """
+
+    def __init__(
+        self,
+        *,
+        minutes: float | None,
+        test_after_fit: bool,
+        measure_steps: int = 5,
+        skip_steps: int = 2,
+        eval_cost: float = 1.5,
+        reserve_seconds: float = 20.0,
+    ) -> None:
+        if minutes is not None and minutes <= 0:
+            raise ValueError(f"time_budget.minutes: expected a positive number or null, got {minutes}")
+        if measure_steps < 1 or skip_steps < 0:
+            raise ValueError(
+                "time_budget: expected measure_steps >= 1 and skip_steps >= 0, "
+                f"got {measure_steps} and {skip_steps}"
+            )
+        self.minutes = minutes
+        self.test_after_fit = test_after_fit
+        self.measure_steps = measure_steps
+        self.skip_steps = skip_steps
+        self.eval_cost = eval_cost
+        self.reserve_seconds = reserve_seconds
+        self.plan: BudgetPlan | None = None
+        self._started = process_started()
+        self._first_step: int | None = None
+        self._timed_from: tuple[int, float] | None = None  # (steps done, perf_counter) where timing starts
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.minutes is None:
+            return
+        if self.plan is not None:
+            self._apply(trainer, self.plan)
+            log.info("time budget: resumed with the saved plan of %d steps", self.plan.max_steps)
+            return
+        self._first_step = trainer.global_step
+        self._timed_from = (0, time.perf_counter())
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if (
+            self.minutes is None
+            or self.plan is not None
+            or self._first_step is None
+            or self._timed_from is None
+        ):
+            return
+        done = trainer.global_step - self._first_step
+        if done <= self.skip_steps:
+            self._timed_from = (done, time.perf_counter())
+        elif done - self._timed_from[0] >= self.measure_steps:
+            seconds_per_step = (time.perf_counter() - self._timed_from[1]) / (done - self._timed_from[0])
+            plan = self._plan(trainer, self.minutes, seconds_per_step, batch)
+            self._apply(trainer, trainer.strategy.broadcast(plan, src=0))
+
+    def _plan(self, trainer: L.Trainer, minutes: float, seconds_per_step: float, batch: Any) -> BudgetPlan:
+        steps_per_epoch = max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
+        images_per_step = _images_in(batch) * trainer.accumulate_grad_batches
+        seconds_per_image = seconds_per_step / max(1, images_per_step)
+        val_images = sum(_loader_images(trainer, i, n) for i, n in enumerate(trainer.num_val_batches))
+        seconds_per_validation = self.eval_cost * seconds_per_image * val_images
+        seconds_after_fit = self.reserve_seconds + (seconds_per_validation if self.test_after_fit else 0.0)
+        seconds_left = minutes * 60 - (time.time() - self._started)
+        epochs, every, fits = plan_epochs(
+            seconds_left=seconds_left,
+            seconds_per_step=seconds_per_step,
+            steps_done=trainer.global_step,
+            steps_per_epoch=steps_per_epoch,
+            seconds_per_validation=seconds_per_validation,
+            seconds_after_fit=seconds_after_fit,
+            max_steps=trainer.max_steps,
+            val_every=trainer.check_val_every_n_epoch or 1,
+        )
+        plan = BudgetPlan(
+            max_steps=epochs * steps_per_epoch, val_every=every, seconds_per_step=seconds_per_step
+        )
+        log.info(
+            "time budget %.1f min: %.2f s/step measured, %.0f s left; training %d steps (%d epochs), "
+            "validating every %d epochs (about %.0f s each)",
+            minutes,
+            seconds_per_step,
+            seconds_left,
+            plan.max_steps,
+            epochs,
+            every,
+            seconds_per_validation,
+        )
+        if not fits:
+            log.warning(
+                "time budget %.1f min: even one epoch (%d steps) with its validation does not fit; training "
+                "one epoch anyway (raise callbacks.time_budget.minutes or use a smaller data set)",
+                minutes,
+                steps_per_epoch,
+            )
+        return plan
+
+    def _apply(self, trainer: L.Trainer, plan: BudgetPlan) -> None:
+        self.plan = plan
+        trainer.fit_loop.epoch_loop.max_steps = plan.max_steps
+        trainer.check_val_every_n_epoch = plan.val_every
+        if not resize_schedules([c.scheduler for c in trainer.lr_scheduler_configs], plan.max_steps):
+            log.warning("time budget: no resizable LR schedule found; the schedule keeps its planned length")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"plan": asdict(self.plan) if self.plan is not None else None}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("plan")
+        self.plan = BudgetPlan(**saved) if saved is not None else None
+
+
+def _images_in(batch: Any) -> int:
+    images = batch.get("images") if isinstance(batch, dict) else None
+    return int(images.shape[0]) if images is not None else 1
+
+
+def _loader_images(trainer: L.Trainer, index: int, batches: int | float) -> int:
+    """Images in the first ``batches`` batches of validation loader ``index``."""
+    if not math.isfinite(batches):
+        return 0
+    loaders = trainer.val_dataloaders
+    loader = loaders[index] if isinstance(loaders, list | tuple) else loaders
+    images = int(batches) * (getattr(loader, "batch_size", None) or 1)
+    dataset = getattr(loader, "dataset", None)
+    return min(images, len(dataset)) if hasattr(dataset, "__len__") else images

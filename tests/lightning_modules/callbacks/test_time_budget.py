@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+from triage_tiny import TinyModule, tiny_loader
+
+from ocr.lightning_modules.callbacks import time_budget
+from ocr.lightning_modules.callbacks.time_budget import BudgetPlan, TimeBudget, plan_epochs
+from ocr.lightning_modules.schedule import WarmupDecay, build_warmup_scheduler
+
+SECONDS_PER_STEP = 1.0
+
+
+def _plan(seconds_left: float, **overrides: Any) -> tuple[int, int, bool]:
+    args = dict(
+        seconds_left=seconds_left,
+        seconds_per_step=1.0,
+        steps_done=0,
+        steps_per_epoch=10,
+        seconds_per_validation=5.0,
+        seconds_after_fit=0.0,
+        max_steps=-1,
+        val_every=1,
+    )
+    return plan_epochs(**{**args, **overrides})
+
+
+def test_plan_takes_the_most_epochs_that_fit() -> None:
+    # Each epoch costs 10 steps + one validation = 15 s.
+    assert _plan(45.0) == (3, 1, True)
+    assert _plan(44.9) == (2, 1, True)
+    assert _plan(44.9, steps_done=4) == (3, 1, True)  # steps already trained are not paid again
+    assert _plan(1000.0, max_steps=40) == (4, 1, True)  # the configured max_steps caps the run
+
+
+def test_plan_validates_at_the_last_epoch() -> None:
+    # val_every=4: 8 epochs validate at 4 and 8; 6 epochs only at 6 (the smallest divisor >= 4).
+    assert _plan(90.0, val_every=4) == (8, 4, True)
+    assert _plan(70.0, val_every=4) == (6, 6, True)
+
+
+def test_plan_keeps_one_epoch_and_says_when_it_does_not_fit() -> None:
+    assert _plan(3.0) == (1, 1, False)
+
+
+class _ScheduledTiny(TinyModule):
+    """TinyModule with the project's warm-up + poly schedule, each step advancing a fake clock."""
+
+    def __init__(self, clock: SimpleNamespace) -> None:
+        super().__init__()
+        self.clock = clock
+        self.validations = 0
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        self.clock.now += SECONDS_PER_STEP
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.clock.now += 0.1
+
+    def on_validation_epoch_end(self) -> None:
+        self.validations += 1
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        total = int(self.trainer.estimated_stepping_batches)
+        scheduler = build_warmup_scheduler(
+            optimizer, total_steps=total, kind="poly", warmup_ratio=0.0, power=1.0, min_lr_ratio=0.0
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _fit(tmp_path: Path, callback: TimeBudget, module: L.LightningModule, **trainer_args: Any) -> L.Trainer:
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[callback],
+        **{"max_epochs": 100, "max_steps": 200, "check_val_every_n_epoch": 1, **trainer_args},
+    )
+    trainer.fit(module, train_dataloaders=tiny_loader(), val_dataloaders=tiny_loader())
+    return trainer
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    fake = SimpleNamespace(now=0.0)
+    fake_time = SimpleNamespace(time=lambda: fake.now, perf_counter=lambda: fake.now)
+    monkeypatch.setattr(time_budget, "time", fake_time)
+    monkeypatch.setattr(time_budget, "process_started", lambda: 0.0)
+    return fake
+
+
+def test_budget_sets_steps_schedule_and_validation(tmp_path: Path, clock: SimpleNamespace, caplog) -> None:
+    # 8 images of batch 2: 4 steps per epoch at 1 s, 0.5 s per image; a validation of 8 images at
+    # eval_cost 1.5 is planned at 6 s. Measured after 1 + 2 steps, at t = 3 s: 57 s left, minus the
+    # 20 s reserve. Validating every epoch, E epochs cost (4E - 3) + 6E <= 37, so E = 4: 16 steps.
+    callback = TimeBudget(minutes=1.0, test_after_fit=False, measure_steps=2, skip_steps=1)
+    module = _ScheduledTiny(clock)
+    with caplog.at_level(logging.INFO, logger=time_budget.__name__):
+        trainer = _fit(tmp_path, callback, module)
+    assert callback.plan == BudgetPlan(16, val_every=1, seconds_per_step=1.0)
+    assert trainer.global_step == 16 and module.validations == 4
+    [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
+    assert isinstance(factor, WarmupDecay) and factor.total_steps == 16
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-9)  # decayed to the end
+    assert any("training 16 steps (4 epochs)" in r.getMessage() for r in caplog.records)
+
+
+def test_budget_reserves_the_test_after_fit(tmp_path: Path, clock: SimpleNamespace) -> None:
+    callback = TimeBudget(minutes=1.0, test_after_fit=True, measure_steps=2, skip_steps=1)
+    trainer = _fit(tmp_path, callback, _ScheduledTiny(clock))
+    assert trainer.global_step == 12  # one more 6 s evaluation reserved: 10E - 3 <= 31 gives E = 3
+
+
+def test_budget_off_leaves_the_run_alone(tmp_path: Path, clock: SimpleNamespace) -> None:
+    callback = TimeBudget(minutes=None, test_after_fit=False)
+    trainer = _fit(tmp_path, callback, _ScheduledTiny(clock), max_steps=10)
+    assert callback.plan is None and trainer.global_step == 10
+
+
+def test_resumed_run_keeps_the_saved_plan(tmp_path: Path, clock: SimpleNamespace) -> None:
+    saved = TimeBudget(minutes=1.0, test_after_fit=False)
+    saved.plan = BudgetPlan(8, val_every=2, seconds_per_step=1.0)
+    resumed = TimeBudget(minutes=1.0, test_after_fit=False)
+    resumed.load_state_dict(saved.state_dict())
+    module = _ScheduledTiny(clock)
+    trainer = _fit(tmp_path, resumed, module)
+    assert trainer.global_step == 8 and module.validations == 1
+    [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
+    assert factor.total_steps == 8
+
+
+def test_budget_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="minutes"):
+        TimeBudget(minutes=0, test_after_fit=True)
+    with pytest.raises(ValueError, match="measure_steps"):
+        TimeBudget(minutes=5, test_after_fit=True, measure_steps=0)
