@@ -16,16 +16,11 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from ocr.debug.gpu_probe import sync_allowed
-from ocr.types import Batch, DBOutput, Polygon
+from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput, Polygon, Prediction
 
-__all__ = ["DetectionModule", "Prediction"]
+__all__ = ["DetectionModule"]
 
 log = logging.getLogger(__name__)
-
-TENSOR_KEYS = ("images", "prob_map", "prob_mask", "thresh_map", "thresh_mask")
-Prediction = dict[
-    str, Any
-]  # {"image_id": str, "polygons": list[Polygon] (original px), "scores": list[float]}
 
 
 class DetectionModule(LightningModule):
@@ -98,7 +93,7 @@ class DetectionModule(LightningModule):
         # Only the tensors travel; polygons and geometry records stay host-side (and a new dict keeps
         # last_cpu_batch untouched).
         moved = dict(batch)
-        for key in TENSOR_KEYS:
+        for key in BATCH_TENSOR_KEYS:
             moved[key] = batch[key].to(device, non_blocking=True)
         return moved  # type: ignore[return-value]
 
@@ -173,7 +168,7 @@ class DetectionModule(LightningModule):
         output = self(batch["images"])
         results = self.postprocess(torch.sigmoid(output.prob_logits.float()), batch["geometry"])
         return [
-            {"image_id": image_id, "polygons": polygons, "scores": scores}
+            Prediction(image_id=image_id, polygons=polygons, scores=scores)
             for image_id, (polygons, scores) in zip(batch["image_id"], results, strict=True)
         ]
 
