@@ -112,12 +112,14 @@ def make_db_targets(
     prob_mask.fill(1.0)
     fill_polygons(
         prob_map,
-        [rings[i] for i in np.flatnonzero(drawn)],
+        [ring for i in np.flatnonzero(drawn) if (ring := rings[i]) is not None],  # all of them: drawn
         boxes[drawn],
         measures.kind[drawn] == AXIS_RECT,
         1.0,
     )
-    masked_rings = [measures.points(i).astype(np.int32) for i in masked]  # truncated, like the classic
+    masked_rings = [
+        measures.points(i).astype(np.int32) for i in masked.tolist()
+    ]  # truncated, like the classic
     masked_boxes = np.array([[*ring.min(axis=0), *ring.max(axis=0)] for ring in masked_rings]).reshape(-1, 4)
     fill_polygons(prob_mask, masked_rings, masked_boxes, measures.kind[masked] == AXIS_RECT, 0.0)
     draw_border_field(border, measures, offsets, drawn)
