@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Literal, NamedTuple, TypedDict, get_args
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypedDict, get_args
 
 import numpy as np
 import numpy.typing as npt
-from torch import Tensor
+
+if TYPE_CHECKING:  # annotations only: target generation and its benchmark run without importing torch
+    from torch import Tensor
 
 __all__ = [
     "BATCH_TENSOR_KEYS",
@@ -74,7 +76,7 @@ class TargetParams:
     min_text_size: float = 8.0
 
     @classmethod
-    def from_config(cls, targets: Mapping[str, float], name: str = "targets") -> TargetParams:
+    def from_config(cls, targets: Mapping[str, float]) -> TargetParams:
         """Build from a config mapping that names every field exactly once.
 
         Raises:
@@ -85,7 +87,7 @@ class TargetParams:
         missing = [key for key in expected if key not in targets]
         if unknown or missing:
             raise ValueError(
-                f"{name}: expected exactly the keys {expected}, got {sorted(targets)} "
+                f"targets: expected exactly the keys {expected}, got {sorted(targets)} "
                 f"(unknown: {unknown}, missing: {missing})"
             )
         return cls(**{key: targets[key] for key in expected})

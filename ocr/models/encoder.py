@@ -30,8 +30,7 @@ def _import_timm_without_wandb() -> ModuleType:
         import timm
 
         return timm
-    # `import wandb` raises ImportError; timm allows it.
-    sys.modules["wandb"] = None  # type: ignore[assignment]
+    sys.modules["wandb"] = None  # type: ignore[assignment]  # `import wandb` raises ImportError; timm allows it
     try:
         import timm
     finally:
