@@ -6,8 +6,8 @@ help: ## list the targets
 format: ## ruff format + autofix
 	uv run ruff format . && uv run ruff check --fix .
 
-lint: ## ruff checks
-	uv run ruff check . && uv run ruff format --check ocr runners scripts
+lint: ## ruff checks and the type check (mypy over ocr/ and runners/)
+	uv run ruff check . && uv run ruff format --check ocr runners scripts && uv run mypy
 
 test: ## the test suite (what CI runs)
 	uv run pytest

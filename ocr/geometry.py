@@ -39,4 +39,5 @@ def to_original(polygons: list[Polygon], geometry: Geometry) -> list[Polygon]:
 def to_input(polygons: list[Polygon], geometry: Geometry) -> list[Polygon]:
     """Map polygons from original px to input px."""
     inv = np.linalg.inv(geometry.matrix)
-    return [apply_matrix(p, inv) for p in polygons]
+    # numpy's stubs type inv() of a float64 matrix as floating[Any].
+    return [apply_matrix(p, inv) for p in polygons]  # type: ignore[arg-type]

@@ -8,16 +8,36 @@ A :class:`Geometry` maps input px to original px; :func:`ocr.geometry.to_origina
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import NamedTuple, TypedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypedDict, get_args
 
 import numpy as np
 import numpy.typing as npt
-from torch import Tensor
 
-__all__ = ["Geometry", "Sample", "Batch", "DBOutput", "Polygon"]
+if TYPE_CHECKING:  # annotations only: target generation and its benchmark run without importing torch
+    from torch import Tensor
+
+__all__ = [
+    "BATCH_TENSOR_KEYS",
+    "Batch",
+    "DBOutput",
+    "Geometry",
+    "Polygon",
+    "Prediction",
+    "Sample",
+    "TARGET_KEYS",
+    "TargetKey",
+    "TargetParams",
+]
 
 Polygon = npt.NDArray[np.float32]  # (K, 2) x, y with K >= 3
+
+# The four DB target maps, under the same names in Sample, Batch, make_db_targets and the loss.
+TargetKey = Literal["prob_map", "prob_mask", "thresh_map", "thresh_mask"]
+TARGET_KEYS: tuple[TargetKey, ...] = get_args(TargetKey)
+# The batch entries that are tensors (moved to the device); the rest stays host-side.
+BATCH_TENSOR_KEYS: tuple[Literal["images"] | TargetKey, ...] = ("images", *TARGET_KEYS)
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,40 @@ class Geometry:
     orig_height: int
     input_width: int
     input_height: int
+
+
+@dataclass(frozen=True)
+class TargetParams:
+    """How ``ocr.data.targets.db.make_db_targets`` draws the DB maps (config ``data.targets``).
+
+    Attributes:
+        shrink_ratio: ``r`` in the DB offset ``D = A (1 - r^2) / L``.
+        thresh_min: threshold-map value away from text borders.
+        thresh_max: threshold-map value on text borders.
+        min_text_size: polygons whose minimum-area-rectangle short side (px) is below this are masked.
+    """
+
+    shrink_ratio: float = 0.4
+    thresh_min: float = 0.3
+    thresh_max: float = 0.7
+    min_text_size: float = 8.0
+
+    @classmethod
+    def from_config(cls, targets: Mapping[str, float]) -> TargetParams:
+        """Build from a config mapping that names every field exactly once.
+
+        Raises:
+            ValueError: naming the expected keys, the keys given and the unknown and missing ones.
+        """
+        expected = tuple(f.name for f in fields(cls))
+        unknown = sorted(set(targets) - set(expected))
+        missing = [key for key in expected if key not in targets]
+        if unknown or missing:
+            raise ValueError(
+                f"targets: expected exactly the keys {expected}, got {sorted(targets)} "
+                f"(unknown: {unknown}, missing: {missing})"
+            )
+        return cls(**{key: targets[key] for key in expected})
 
 
 class Sample(TypedDict):
@@ -69,6 +123,14 @@ class Batch(TypedDict):
     geometry: list[Geometry]
     image_id: list[str]
     sanitation: dict[str, int]  # summed over the batch; the module aggregates it per epoch
+
+
+class Prediction(TypedDict):
+    """Detections of one image (``DetectionModule.predict_step``), in ORIGINAL px."""
+
+    image_id: str  # file name relative to the predicted image folder
+    polygons: list[Polygon]
+    scores: list[float]  # one mean probability per polygon
 
 
 class DBOutput(NamedTuple):

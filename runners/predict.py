@@ -43,7 +43,7 @@ def predict(cfg: DictConfig) -> dict[str, str]:
     require_images(datamodule.datasets["predict"])
     module, trainer = restore_for_inference(cfg, metric=None)
     # Under DDP each rank predicts its share of the images; rank 0 writes them all, once.
-    batches = trainer.predict(module, datamodule=datamodule, return_predictions=True)
+    batches = trainer.predict(module, datamodule=datamodule, return_predictions=True) or []  # never None here
     predictions = gather_predictions([p for batch in batches for p in batch])
     if predictions is None:
         return {}

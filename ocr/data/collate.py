@@ -7,11 +7,9 @@ from collections.abc import Sequence
 import torch
 
 from ocr.data.sanitize import merge_counts
-from ocr.types import Batch, Sample
+from ocr.types import TARGET_KEYS, Batch, Sample
 
 __all__ = ["collate_batch"]
-
-_TENSOR_KEYS = ("prob_map", "prob_mask", "thresh_map", "thresh_mask")
 
 
 def collate_batch(samples: Sequence[Sample]) -> Batch:
@@ -26,7 +24,7 @@ def collate_batch(samples: Sequence[Sample]) -> Batch:
     if len(shapes) != 1:
         ids = [(s["image_id"], tuple(s["image"].shape)) for s in samples]
         raise ValueError(f"collate_batch: images must share one (3, H, W) shape to stack, got {ids}")
-    stacked = {key: torch.stack([s[key] for s in samples]) for key in _TENSOR_KEYS}  # (B, 1, H, W)
+    stacked = {key: torch.stack([s[key] for s in samples]) for key in TARGET_KEYS}  # (B, 1, H, W)
     return Batch(
         images=torch.stack([s["image"] for s in samples]),  # (B, 3, H, W)
         prob_map=stacked["prob_map"],

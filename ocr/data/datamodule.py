@@ -9,19 +9,19 @@ import os
 import random
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import cv2
 import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
 from ocr.data.synthetic.generate import generate_dataset
 from ocr.data.transforms import Transform
-from ocr.types import Sample
 
 __all__ = ["ReceiptDataModule", "seed_worker"]
 
@@ -44,7 +44,7 @@ def seed_worker(worker_id: int) -> None:
     random.seed(seed)
     info = torch.utils.data.get_worker_info()
     transform = getattr(info.dataset, "transform", None) if info is not None else None
-    if hasattr(transform, "set_random_seed"):
+    if transform is not None and hasattr(transform, "set_random_seed"):
         transform.set_random_seed(seed)
 
 
@@ -107,7 +107,7 @@ class ReceiptDataModule(L.LightningDataModule):
             Path(predict_image_dir) if predict_image_dir else self.root / "images" / test_split
         )
         self.train_transform, self.eval_transform = train_transform, eval_transform
-        self.dataset_options = {
+        self.dataset_options: dict[str, Any] = {
             "exif_mode": exif_mode,
             "on_missing_image": on_missing_image,
             "min_polygon_size": min_polygon_size,
@@ -118,7 +118,7 @@ class ReceiptDataModule(L.LightningDataModule):
         self.num_workers, self.pin_memory = int(num_workers), bool(pin_memory)
         self.persistent_workers = bool(persistent_workers) and self.num_workers > 0
         self.synthetic = None if synthetic is None else {k: int(synthetic[k]) for k in SYNTHETIC_KEYS}
-        self.datasets: dict[str, Dataset[Sample]] = {}
+        self.datasets: dict[str, ReceiptDataset | ImageFolderDataset] = {}
         self.no_validation_reason: str | None = None  # set by setup when the val split is empty
 
     @functools.cached_property
@@ -153,7 +153,7 @@ class ReceiptDataModule(L.LightningDataModule):
                 self._check_not_empty(name)
             self._check_per_rank(name)
 
-    def _build(self, name: str) -> Dataset[Sample]:
+    def _build(self, name: str) -> ReceiptDataset | ImageFolderDataset:
         if name == "predict":
             dataset = ImageFolderDataset(image_dir=self.predict_image_dir, transform=self.eval_transform)
             log.info("predict: %d images in %s", len(dataset), self.predict_image_dir)
@@ -186,7 +186,7 @@ class ReceiptDataModule(L.LightningDataModule):
     def _check_per_rank(self, name: str) -> None:
         dataset = self.datasets[name]
         world_size = self.trainer.world_size if self.trainer is not None else 1
-        if name in ("val", "test") and 0 < len(dataset) < world_size:  # type: ignore[arg-type]
+        if name in ("val", "test") and 0 < len(dataset) < world_size:
             # Evaluation is sharded without repeats (CLEval would count a repeat twice): a rank without a
             # batch would wait forever in the val/loss sync of the others.
             raise ValueError(

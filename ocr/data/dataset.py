@@ -23,13 +23,11 @@ from ocr.data.sanitize import sanitize_polygons
 from ocr.data.scan import ON_MISSING, load_source, scan_split
 from ocr.data.targets.db import make_db_targets
 from ocr.data.transforms import SourceImage, Transform, TransformResult
-from ocr.types import Polygon, Sample
+from ocr.types import TARGET_KEYS, Polygon, Sample, TargetParams
 
-__all__ = ["IMAGE_SUFFIXES", "TARGET_KEYS", "ImageFolderDataset", "ReceiptDataset", "build_sample"]
+__all__ = ["IMAGE_SUFFIXES", "ImageFolderDataset", "ReceiptDataset", "build_sample"]
 
 log = logging.getLogger(__name__)
-
-TARGET_KEYS = ("shrink_ratio", "thresh_min", "thresh_max", "min_text_size")
 
 
 class ReceiptDataset(Dataset[Sample]):
@@ -56,11 +54,12 @@ class ReceiptDataset(Dataset[Sample]):
             exif_mode: ``rotated``, ``raw`` or ``auto`` (see ``ocr.data.images``).
             on_missing_image: ``skip`` (skip and count missing/unreadable images) or ``fail``.
             min_polygon_size: polygons whose shorter side is below this (px) are removed.
-            targets: keyword arguments of ``make_db_targets``: shrink_ratio, thresh_min, thresh_max,
-                min_text_size.
+            targets: the fields of ``ocr.types.TargetParams`` for ``make_db_targets``: shrink_ratio,
+                thresh_min, thresh_max, min_text_size, each exactly once.
             cache_dir: folder of the decoded-image cache; None disables it.
 
         Raises:
+            ValueError: ``on_missing_image`` is unknown, or ``targets`` has unknown or missing keys.
             FileNotFoundError: the annotation file is missing, or (``fail``) images are missing; the
                 message names every missing and unreadable image.
             ImageReadError: (``fail``) images are unreadable, corrupt, truncated or in an unsupported
@@ -69,8 +68,7 @@ class ReceiptDataset(Dataset[Sample]):
         """
         if on_missing_image not in ON_MISSING:
             raise ValueError(f"on_missing_image: expected one of {ON_MISSING}, got {on_missing_image!r}")
-        if set(targets) != set(TARGET_KEYS):
-            raise ValueError(f"targets: expected exactly the keys {TARGET_KEYS}, got {sorted(targets)}")
+        self.targets = TargetParams.from_config(targets)
         self.root, self.split = Path(root), split
         self.image_dir = self.root / "images" / split
         self.annotation_path = self.root / "jsons" / f"{split}.json"
@@ -81,7 +79,6 @@ class ReceiptDataset(Dataset[Sample]):
             )
         self.transform = transform
         self.min_polygon_size = float(min_polygon_size)
-        self.targets = {k: targets[k] for k in TARGET_KEYS}
         self.source_long_side = int(transform.source_long_side)
         self.cache = (
             None
@@ -140,15 +137,15 @@ def build_sample(
     image_id: str,
     sanitation: dict[str, int],
     min_polygon_size: float,
-    targets: Mapping[str, float],
+    targets: TargetParams,
 ) -> Sample:
     """Sanitise the transformed polygons in input px (clip to the input), draw targets, assemble a Sample."""
     height, width = result.image.shape[1:]
     polys_px, ignore_px, _ = sanitize_polygons(result.polygons, ignore, width, height, min_polygon_size)
-    maps = make_db_targets(polys_px, ignore_px, height, width, **targets)
+    maps = make_db_targets(polys_px, ignore_px, height, width, targets)
     tensors = {
         key: torch.from_numpy(np.ascontiguousarray(maps[key], np.float32))[None]  # (1, H, W)
-        for key in ("prob_map", "prob_mask", "thresh_map", "thresh_mask")
+        for key in TARGET_KEYS
     }
     return Sample(
         image=result.image,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-from PIL import Image
+from PIL import Image, ImageFile
 
 from ocr.geometry import apply_matrix
 
@@ -251,7 +251,7 @@ def resolve_frame(polygons: list[Polygon], decoded: DecodedImage, mode: str) -> 
     return [apply_matrix(p, matrix) for p in polys], ambiguous
 
 
-def _orientation(im: Image.Image) -> int:
+def _orientation(im: ImageFile.ImageFile) -> int:
     try:
         value = int(im.getexif().get(_ORIENTATION_TAG, 1))
     except (TypeError, ValueError, SyntaxError, OSError) as exc:

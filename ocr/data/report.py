@@ -8,10 +8,10 @@ probability map and the threshold map, polygons drawn on all three, so misaligne
 from __future__ import annotations
 
 import argparse
-import inspect
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,11 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.data.dataset import TARGET_KEYS, ReceiptDataset
+from ocr.data.dataset import ReceiptDataset
 from ocr.data.images import EXIF_MODES
-from ocr.data.targets.db import make_db_targets
 from ocr.data.transforms import EvalTransform, denormalize
 from ocr.geometry import to_input
-from ocr.types import Sample
+from ocr.types import Sample, TargetParams
 from ocr.utils.io import atomic_write_bytes, atomic_write_json
 from ocr.utils.visualize import colorize_map, draw_polygons
 
@@ -121,7 +120,6 @@ def write_report(
     root: str | Path, split: str, out_dir: str | Path, num_images: int, long_side: int, exif_mode: str
 ) -> dict[str, Any]:
     """Scan ``root``/``split``; write ``stats.json`` and ``num_images`` PNGs to ``out_dir``; return stats."""
-    defaults = inspect.signature(make_db_targets).parameters
     dataset = ReceiptDataset(
         root=root,
         split=split,
@@ -129,7 +127,7 @@ def write_report(
         exif_mode=exif_mode,
         on_missing_image="skip",
         min_polygon_size=1.0,
-        targets={key: defaults[key].default for key in TARGET_KEYS},
+        targets=asdict(TargetParams()),
         cache_dir=None,
     )
     stats = compute_stats(dataset, long_side)

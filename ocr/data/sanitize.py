@@ -159,9 +159,12 @@ def _prepare_group(
         (index, (K >= 3, 2) distinct points or None, removal reason or None) per polygon.
     """
     stack = np.stack([pts for _, pts in items])  # (N, K, 2)
-    finite = np.isfinite(stack).all(axis=(1, 2))
+    # numpy's stubs type all/any(axis=...) as bool | array; these are (N,) arrays.
+    finite: npt.NDArray[np.bool_] = np.isfinite(stack).all(axis=(1, 2))  # type: ignore[assignment]
     repeats = (stack == np.roll(stack, -1, axis=1)).all(axis=2).any(axis=1)
-    huge = (np.abs(np.where(np.isfinite(stack), stack, 0.0)) > _COORD_LIMIT).any(axis=(1, 2))
+    huge: npt.NDArray[np.bool_] = (  # type: ignore[assignment]
+        np.abs(np.where(np.isfinite(stack), stack, 0.0)) > _COORD_LIMIT
+    ).any(axis=(1, 2))
     out: list[tuple[int, npt.NDArray[np.float64] | None, str | None]] = []
     for k, (i, pts) in enumerate(items):
         if not finite[k]:

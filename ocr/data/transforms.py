@@ -254,7 +254,7 @@ class TrainTransform:
         out = self.photometric(image=out)["image"]
         orig_to_input = crop @ pre
         geometry = Geometry(
-            np.linalg.inv(orig_to_input),
+            np.linalg.inv(orig_to_input),  # type: ignore[arg-type]  # numpy stubs: inv() loses float64
             source.orig_width,
             source.orig_height,
             self.crop_size,
@@ -270,7 +270,8 @@ def resize_by(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uin
     if abs(factor - 1.0) < 1e-12:
         return image
     interp = cv2.INTER_AREA if factor < 1.0 else cv2.INTER_LINEAR
-    return cv2.resize(image, (0, 0), fx=factor, fy=factor, interpolation=interp)
+    # cv2's stubs type images as MatLike, without a dtype.
+    return cv2.resize(image, (0, 0), fx=factor, fy=factor, interpolation=interp)  # type: ignore[return-value]
 
 
 def _scale_flip_rotate(

@@ -127,7 +127,8 @@ class GpuProbe(Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        mode = self.mode_for_step(trainer.global_step, trainer.log_every_n_steps)
+        every = trainer.log_every_n_steps  # type: ignore[attr-defined]  # set by Lightning's connector
+        mode = self.mode_for_step(trainer.global_step, every)
         self._strict_steps += int(mode > 0)
         self._set_sync_mode(mode)
 

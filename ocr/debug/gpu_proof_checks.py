@@ -134,15 +134,16 @@ def check_nan_loss(exit_code: int, run: Path, inject_step: int) -> tuple[bool, d
 def check_bad_index(exit_code: int, run: Path, cuda: bool) -> tuple[bool, dict[str, Any]]:
     """A crash bundle with the CPU batch; on CUDA the device-side assert is recognised as a CUDA fault."""
     state = _json(run / "crash" / "state.json") or {}
+    batch_saved = (run / "crash" / "batch.pt").is_file()
     details = {
         "exception": state.get("exception_type"),
         "message": str(state.get("exception_message", ""))[:300],
         "cuda_fault": state.get("cuda_fault"),
-        "batch_saved": (run / "crash" / "batch.pt").is_file(),
+        "batch_saved": batch_saved,
         "image_ids": state.get("image_ids"),
     }
     fault_seen = bool(state.get("cuda_fault")) if cuda else "IndexError" in str(state.get("exception_type"))
-    return exit_code != 0 and details["batch_saved"] and fault_seen, details
+    return exit_code != 0 and batch_saved and fault_seen, details
 
 
 def check_train(exit_code: int, run: Path) -> tuple[bool, dict[str, Any]]:

@@ -118,6 +118,7 @@ def _make_step(cfg: Any, device: str, size: int) -> Callable[[int], bool]:
 
     def fits(batch_size: int) -> bool:
         reason = None
+        batch: dict[str, Any] | None  # dropped after the step, so that its memory can be freed
         try:
             batch = random_batch(batch_size, size, device)
             batch["images"] = flags.images(batch["images"])

@@ -80,7 +80,7 @@ def _build(bundle: Bundle, device: str) -> tuple[Any, Any, str]:
     seed = cfg.get("seed")
     if seed is not None:
         torch.manual_seed(int(seed))
-    checkpoint = bundle.state.get("last_checkpoint")
+    checkpoint: str = bundle.state.get("last_checkpoint") or ""
     has_checkpoint = bool(checkpoint) and Path(checkpoint).is_file()
     model_cfg = weights_free_model_config(cfg.model) if has_checkpoint else cfg.model
     net, loss = instantiate(model_cfg), instantiate(cfg.loss)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ocr.doctor.checks import CheckResult, SquaresDataset, fast_checks, run_checks, worst_status
+from ocr.doctor.checks import CheckResult, SquaresDataset, Status, fast_checks, run_checks, worst_status
 from ocr.doctor.environment import collect_environment
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
@@ -85,8 +85,11 @@ def check_dataloader(num_workers: int = 2) -> CheckResult:
     import torch.utils.data
 
     start = time.perf_counter()
-    loader = torch.utils.data.DataLoader(
-        SquaresDataset(), batch_size=4, num_workers=num_workers, timeout=DATALOADER_TIMEOUT_S
+    loader: torch.utils.data.DataLoader[int] = torch.utils.data.DataLoader(
+        SquaresDataset(),  # type: ignore[arg-type]  # any map-style object works; the stub wants a Dataset
+        batch_size=4,
+        num_workers=num_workers,
+        timeout=DATALOADER_TIMEOUT_S,
     )
     try:
         batches = list(loader)
@@ -130,7 +133,7 @@ def check_wandb_import() -> CheckResult:
             f"wandb not importable: {last}",
             "only needed for logger=wandb (the default logger is csv)",
         )
-    status = "warn" if elapsed > WANDB_IMPORT_WARN_S else "ok"
+    status: Status = "warn" if elapsed > WANDB_IMPORT_WARN_S else "ok"
     return CheckResult(
         "wandb_import",
         status,

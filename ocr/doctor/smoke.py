@@ -39,6 +39,8 @@ def _conv_step(x: torch.Tensor, w: torch.Tensor, dtype: str) -> tuple[torch.Tens
             F.relu(F.conv2d(x, w, padding=1)), w.transpose(0, 1).flip(-1, -2), padding=1
         )  # (2, 3, 64, 64)
     y.float().square().mean().backward()
+    if w.grad is None:
+        raise RuntimeError("smoke conv: expected a weight gradient after backward, got None")
     return y.detach().float(), w.grad.detach().float()
 
 

@@ -11,21 +11,17 @@ import numpy as np
 import torch
 from lightning import LightningModule
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from ocr.debug.gpu_probe import sync_allowed
-from ocr.types import Batch, DBOutput, Polygon
+from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput, Polygon, Prediction
 
-__all__ = ["DetectionModule", "Prediction"]
+__all__ = ["DetectionModule"]
 
 log = logging.getLogger(__name__)
-
-TENSOR_KEYS = ("images", "prob_map", "prob_mask", "thresh_map", "thresh_mask")
-Prediction = dict[
-    str, Any
-]  # {"image_id": str, "polygons": list[Polygon] (original px), "scores": list[float]}
 
 
 class DetectionModule(LightningModule):
@@ -66,7 +62,7 @@ class DetectionModule(LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.channels_last = channels_last
-        self.compile = compile
+        self.compile_net = compile  # not `self.compile`: that would hide nn.Module.compile
         self._compiled_net: Callable[[Tensor], DBOutput] | None = None
         self.run_config: dict[str, Any] | None = None
         self.last_cpu_batch: Batch | None = None
@@ -78,7 +74,7 @@ class DetectionModule(LightningModule):
     def setup(self, stage: str) -> None:
         if self.channels_last:
             self.net.to(memory_format=torch.channels_last)
-        if self.compile and self._compiled_net is None:
+        if self.compile_net and self._compiled_net is None:
             # Kept outside the module tree, so state_dict keys stay `net.*` (no `_orig_mod.`).
             object.__setattr__(self, "_compiled_net", torch.compile(self.net))
             torch._logging.set_logs(recompiles=True)
@@ -97,9 +93,9 @@ class DetectionModule(LightningModule):
     def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
         # Only the tensors travel; polygons and geometry records stay host-side (and a new dict keeps
         # last_cpu_batch untouched).
-        moved = dict(batch)
-        for key in TENSOR_KEYS:
-            moved[key] = batch[key].to(device, non_blocking=True)
+        moved: dict[str, Any] = dict(batch)
+        for key in BATCH_TENSOR_KEYS:
+            moved[key] = moved[key].to(device, non_blocking=True)
         return moved  # type: ignore[return-value]
 
     def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
@@ -173,7 +169,7 @@ class DetectionModule(LightningModule):
         output = self(batch["images"])
         results = self.postprocess(torch.sigmoid(output.prob_logits.float()), batch["geometry"])
         return [
-            {"image_id": image_id, "polygons": polygons, "scores": scores}
+            Prediction(image_id=image_id, polygons=polygons, scores=scores)
             for image_id, (polygons, scores) in zip(batch["image_id"], results, strict=True)
         ]
 
@@ -197,7 +193,7 @@ class DetectionModule(LightningModule):
             self.log(f"{stage}/{name}", scores[name], prog_bar=name == "hmean", sync_dist=False)
         metric.reset()
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         optimizer = self.optimizer_factory(params=self.parameters())
         estimated = self.trainer.estimated_stepping_batches
         if not np.isfinite(estimated) or estimated <= 0:

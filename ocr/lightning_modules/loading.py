@@ -138,13 +138,13 @@ def restore_for_inference(cfg: DictConfig, metric: Any | None) -> tuple[Detectio
     return module, trainer
 
 
-def warn_data_mismatch(run_config: dict[str, Any], data_cfg: DictConfig) -> list[str]:
+def warn_data_mismatch(run_config: dict[str, Any] | None, data_cfg: DictConfig) -> list[str]:
     """Log (and return) the evaluation-time data settings that differ from the training run's.
 
     Test and predict take ``data`` from their own command line; evaluating at another size than the
     model was validated at can cost many points (docs/benchmarks.md), so say which keys differ.
     """
-    trained = OmegaConf.create(run_config.get("data", {}))
+    trained = OmegaConf.create((run_config or {}).get("data", {}))
     differences = []
     for key in EVAL_KEYS:
         then, now = OmegaConf.select(trained, key), OmegaConf.select(data_cfg, key)

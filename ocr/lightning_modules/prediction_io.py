@@ -13,7 +13,7 @@ import torch.distributed as dist
 from ocr.data.annotations import ImageRecord, Word, save_annotations
 from ocr.data.dataset import IMAGE_SUFFIXES, ImageFolderDataset
 from ocr.data.images import ImageReadError, read_image
-from ocr.lightning_modules.detection_module import Prediction
+from ocr.types import Prediction
 from ocr.utils.io import atomic_write_bytes
 from ocr.utils.submission import write_submission_csv
 from ocr.utils.visualize import draw_polygons

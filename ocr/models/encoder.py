@@ -7,9 +7,13 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from timm.models import FeatureInfo
 
 __all__ = ["TimmEncoder", "load_weights", "EXPECTED_REDUCTIONS", "TOLERATED_UNEXPECTED_PREFIXES"]
 
@@ -70,13 +74,15 @@ class TimmEncoder(nn.Module):
                 "use one: pretrained=false with weights_path for local weights"
             )
         self.body = _create(name, pretrained, tuple(out_indices))
-        reductions = list(self.body.feature_info.reduction())
+        # timm's features_only models carry it; nn.Module's stub types attributes as Tensor | Module.
+        info: FeatureInfo = self.body.feature_info  # type: ignore[assignment]
+        reductions = list(info.reduction())
         if reductions != EXPECTED_REDUCTIONS:
             raise ValueError(
                 f"model.encoder: {name} out_indices={list(out_indices)} gives reductions {reductions}, "
                 f"expected {EXPECTED_REDUCTIONS}"
             )
-        self.channels: list[int] = list(self.body.feature_info.channels())
+        self.channels: list[int] = list(info.channels())
         if weights_path is not None:
             load_weights(self.body, weights_path)
 

@@ -56,7 +56,8 @@ class DBHead(nn.Module):
         self.k = k
         self.prob_head = _branch(in_channels)
         self.thresh_head = _branch(in_channels)
-        nn.init.constant_(self.prob_head[-1].bias, prior_bias(prior_prob))
+        # The last conv's bias: torch types a Sequential item's attributes as Tensor | Module.
+        nn.init.constant_(self.prob_head[-1].bias, prior_bias(prior_prob))  # type: ignore[arg-type]
 
     def forward(self, features: Tensor, output_size: tuple[int, int]) -> DBOutput:
         """(B, C, H/4, W/4) fused features -> DBOutput of (B, 1, H, W) logits, ``output_size == (H, W)``.

@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 import pyclipper
+from cv2.typing import MatLike
 from torch import Tensor
 
 from ocr.geometry import to_original
@@ -70,8 +71,9 @@ def min_area_box(polygon: Polygon) -> tuple[Polygon, float]:
     return np.roll(corners, -first, axis=0).astype(np.float32), float(min(rect[1]))
 
 
-def _candidate(contour: npt.NDArray[np.int32], output: OutputMode) -> Polygon | None:
-    """The polygon to score for one contour: the contour itself (box) or its simplification (polygon)."""
+def _candidate(contour: MatLike, output: OutputMode) -> Polygon | None:
+    """The polygon to score for one (N, 1, 2) int32 contour of ``cv2.findContours``: the contour itself
+    (box) or its simplification (polygon), as (K, 2) float32."""
     if output == "polygon":
         epsilon = APPROX_EPSILON_RATIO * cv2.arcLength(contour, True)
         contour = cv2.approxPolyDP(contour, epsilon, True)

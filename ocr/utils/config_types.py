@@ -74,7 +74,8 @@ def _parameter_hints(node: DictConfig) -> dict[str, Any]:
         target = get_object(str(node._target_))
     except Exception:  # noqa: BLE001 - a target that cannot load is instantiate's error to report
         return {}
-    function = inspect.unwrap(target.__init__ if isinstance(target, type) else target)
+    # A class's own __init__, which mypy flags as read off an instance.
+    function = inspect.unwrap(target.__init__ if isinstance(target, type) else target)  # type: ignore[misc]
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
@@ -147,7 +147,7 @@ def first_set(value: Any, default: Any) -> Any:
 def register_resolvers() -> None:
     """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:}``, ``${hw.workers:cap[,devices]}`` and
     ``${first_set:value,default}`` (used by the Hydra run directory) once."""
-    resolvers = {
+    resolvers: dict[str, Callable[..., Any]] = {
         "hw.pick": pick,
         "hw.precision": auto_precision,
         "hw.workers": auto_workers,

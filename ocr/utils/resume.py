@@ -181,7 +181,7 @@ def _apply_overrides(run_cfg: DictConfig, composed: DictConfig, overrides: Seque
             value = OmegaConf.to_container(value, resolve=True)
         with open_dict(run_cfg):
             OmegaConf.update(run_cfg, key, value, force_add=adding)
-        applied.append(override.input_line)
+        applied.append(str(override.input_line))  # None only for overrides not parsed from text
     return applied
 
 

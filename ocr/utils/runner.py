@@ -43,7 +43,9 @@ def instantiate_all(group: DictConfig | None) -> list[Any]:
     objects = []
     for name, node in (group or {}).items():
         if not isinstance(node, DictConfig) or "_target_" not in node:
-            raise ValueError(f"{name}: expected a config node with _target_, got {OmegaConf.to_yaml(node)!r}")
+            raise ValueError(
+                f"{str(name)}: expected a config node with _target_, got {OmegaConf.to_yaml(node)!r}"
+            )
         log.info("Instantiating %s <%s>", name, node._target_)
         obj = instantiate(node)
         if obj is not None:
@@ -57,7 +59,7 @@ def save_config(cfg: DictConfig, directory: Path, name: str = "config.yaml", hea
     from lightning.pytorch.utilities import rank_zero_only
 
     path = directory / name
-    if rank_zero_only.rank == 0:
+    if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # Lightning sets it on the function
         atomic_write_text(path, header + OmegaConf.to_yaml(cfg, resolve=True))
     return path
 

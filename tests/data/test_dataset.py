@@ -264,17 +264,22 @@ def test_invalid_options_fail_loudly(tmp_path: Path) -> None:
     make_root(tmp_path)
     with pytest.raises(ValueError, match="on_missing_image"):
         _dataset(tmp_path, on_missing="ignore")
-    with pytest.raises(ValueError, match="targets"):
-        ReceiptDataset(
-            root=tmp_path,
-            split="val",
-            transform=eval_transform(),
-            exif_mode="rotated",
-            on_missing_image="skip",
-            min_polygon_size=1.0,
-            targets={**TARGETS, "k": 50},
-            cache_dir=None,
-        )
+    bad_targets = {
+        r"unknown: \['k'\], missing: \[\]": {**TARGETS, "k": 50},
+        r"unknown: \[\], missing: \['thresh_max'\]": {k: v for k, v in TARGETS.items() if k != "thresh_max"},
+    }
+    for message, targets in bad_targets.items():
+        with pytest.raises(ValueError, match=r"targets: expected exactly the keys .*" + message):
+            ReceiptDataset(
+                root=tmp_path,
+                split="val",
+                transform=eval_transform(),
+                exif_mode="rotated",
+                on_missing_image="skip",
+                min_polygon_size=1.0,
+                targets=targets,
+                cache_dir=None,
+            )
     with pytest.raises(FileNotFoundError, match="nosuch.json"):
         _dataset(tmp_path, split="nosuch")
 

@@ -6,6 +6,7 @@ import pytest
 from db_reference import jitter_corners, receipt_word_boxes, reference_db_targets, rotated_box
 
 from ocr.data.targets.db import dilate_polygon, make_db_targets, offset_distance, shrink_polygon
+from ocr.types import TargetParams
 
 KEYS = ("prob_map", "prob_mask", "thresh_map", "thresh_mask")
 
@@ -35,7 +36,7 @@ def _region_boundaries(
 def assert_matches_oracle(
     polygons: list[np.ndarray], ignore: list[bool], height: int, width: int, **params: float
 ) -> None:
-    fast = make_db_targets(polygons, ignore, height, width, **params)
+    fast = make_db_targets(polygons, ignore, height, width, TargetParams(**params))
     ref = reference_db_targets(polygons, ignore, height, width, **params)
     for key in KEYS:
         assert fast[key].shape == (height, width) and fast[key].dtype == np.float32, key

@@ -11,8 +11,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from ocr.geometry import letterbox_geometry
-from ocr.lightning_modules.detection_module import TENSOR_KEYS, DetectionModule
+from ocr.lightning_modules.detection_module import DetectionModule
 from ocr.lightning_modules.schedule import build_warmup_scheduler
+from ocr.types import BATCH_TENSOR_KEYS, TARGET_KEYS
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -40,7 +41,7 @@ def _batch(size: int = 64) -> dict:
     box = np.array([[8, 8], [40, 8], [40, 20], [8, 20]], np.float32)
     return {
         "images": torch.randn(2, 3, size, size),
-        **{key: torch.zeros(2, 1, size, size) for key in TENSOR_KEYS[1:]},
+        **{key: torch.zeros(2, 1, size, size) for key in TARGET_KEYS},
         "polygons": [[box], []],
         "ignore": [[False], []],
         "texts": [[None], []],
@@ -69,7 +70,7 @@ def test_only_tensors_move_and_the_cpu_batch_is_kept() -> None:
     batch = _batch()
     kept = module.on_before_batch_transfer(batch, 0)
     moved = module.transfer_batch_to_device(kept, torch.device("meta"), 0)
-    assert all(moved[k].device.type == "meta" for k in TENSOR_KEYS)
+    assert all(moved[k].device.type == "meta" for k in BATCH_TENSOR_KEYS)
     assert moved["geometry"] is batch["geometry"] and module.last_cpu_batch is batch
     assert batch["images"].device.type == "cpu"
 

@@ -58,8 +58,8 @@ def render_receipt(seed: int | Sequence[int], long_side: int = 512) -> Synthetic
     alpha, words = layout_receipt(rng, paper_w, paper_h, _body_height(rng, scale))
     paper = _paper(rng, alpha)
     matrix = _placement(rng, paper_w, paper_h, width, long_side)
-    image = _composite(rng, paper, matrix, width, long_side)
-    image = _camera_effects(rng, image)
+    planes = _composite(rng, paper, matrix, width, long_side)
+    image = _camera_effects(rng, planes)
     bounds = np.array([width, long_side], np.float32)
     placed = [PaperWord(_warp_points(w.points, matrix, bounds), w.text, w.ignore) for w in words]
     return SyntheticReceipt(image, placed, int(rng.integers(80, 96)))
@@ -104,7 +104,8 @@ def _low_freq(rng: np.random.Generator, height: int, width: int, cells: int) -> 
     grid = rng.uniform(-1, 1, (cells, cells)).astype(np.float32)
     # cubic to 1/8 size, then linear: as smooth as a full-size cubic resize at a tenth of the cost
     small = cv2.resize(grid, (width // 8 + 2, height // 8 + 2), interpolation=cv2.INTER_CUBIC)
-    return cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)
+    # cv2's stubs type images as MatLike, without a dtype.
+    return cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)  # type: ignore[return-value]
 
 
 def _paper(rng: np.random.Generator, alpha: np.ndarray) -> list[np.ndarray]:
@@ -159,7 +160,7 @@ def _shadow(rng: np.random.Generator, mask: np.ndarray) -> np.ndarray:
     """The paper mask shifted and blurred (computed at 1/4 size, where blurring is cheap): (H, W) float32."""
     h, w = mask.shape
     small = cv2.resize(mask, (w // 4 + 1, h // 4 + 1), interpolation=cv2.INTER_AREA)
-    shift = np.float32([[1, 0, rng.uniform(-0.75, 1.25)], [0, 1, rng.uniform(0, 1.5)]])
+    shift = np.array([[1, 0, rng.uniform(-0.75, 1.25)], [0, 1, rng.uniform(0, 1.5)]], np.float32)
     small = cv2.warpAffine(small, shift, small.shape[::-1])
     small = cv2.GaussianBlur(small, (0, 0), _uniform(rng, 0.5, 1.5))
     return cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)
@@ -178,7 +179,8 @@ def _camera_effects(rng: np.random.Generator, planes: list[np.ndarray]) -> npt.N
     if rng.random() < 0.5:
         image = cv2.GaussianBlur(image, (0, 0), _uniform(rng, 0.3, 0.8))
     sigma = _uniform(rng, 1.0, 5.0)
-    image += cv2.merge([_noise(rng, h, w) * sigma + offset for _ in range(3)])
+    # cv2's stubs type images as MatLike, without a dtype.
+    image += cv2.merge([_noise(rng, h, w) * sigma + offset for _ in range(3)])  # type: ignore[arg-type]
     return np.clip(image, 0, 255, out=image).astype(np.uint8)
 
 

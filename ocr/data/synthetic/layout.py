@@ -112,7 +112,7 @@ def _render_hershey(text: str, face: int, height: float, bold: bool) -> tuple[np
 def _render_ttf(text: str, path: str, height: float) -> tuple[np.ndarray, int]:
     cap = -_pil_font(path, 100).getbbox("H", anchor="ls")[1] / 100.0
     font = _pil_font(path, max(4, round(height / cap)))
-    x0, y0, x1, y1 = font.getbbox(text, anchor="ls")
+    x0, y0, x1, y1 = (int(v) for v in font.getbbox(text, anchor="ls"))  # ints for TrueType fonts
     pad = 2
     img = Image.new("L", (x1 - min(x0, 0) + 2 * pad, y1 - y0 + 2 * pad), 0)
     ImageDraw.Draw(img).text((pad - min(x0, 0), pad - y0), text, fill=255, font=font, anchor="ls")

@@ -278,4 +278,4 @@ def _segment_values(stack: _Stack, boxes: _Boxes) -> FloatMap:
     cv2.threshold(du, 0, 0, cv2.THRESH_TOZERO, dst=du)  # beyond the nearer end
     values = cv2.magnitude(du, dv)
     np.subtract(np.float32(1), values, out=values)
-    return values
+    return values  # type: ignore[return-value]  # cv2 stubs: MatLike has no dtype

@@ -35,6 +35,7 @@ from ocr.data.targets.geometry import (
     offset_polygon,
     shrink_convex,
 )
+from ocr.types import TargetKey, TargetParams
 
 __all__ = ["make_db_targets", "offset_distance", "shrink_polygon", "dilate_polygon"]
 
@@ -70,11 +71,8 @@ def make_db_targets(
     ignore: Sequence[bool],
     height: int,
     width: int,
-    shrink_ratio: float = 0.4,
-    thresh_min: float = 0.3,
-    thresh_max: float = 0.7,
-    min_text_size: int = 8,
-) -> dict[str, FloatMap]:
+    params: TargetParams = TargetParams(),
+) -> dict[TargetKey, FloatMap]:
     """Build the four DB target maps of one image; never raises on degenerate geometry.
 
     Args:
@@ -83,10 +81,7 @@ def make_db_targets(
         ignore: one don't-care flag per polygon.
         height: map height.
         width: map width.
-        shrink_ratio: ``r`` in the offset ``D = A (1 - r^2) / L``.
-        thresh_min: threshold-map value away from text borders.
-        thresh_max: threshold-map value on text borders.
-        min_text_size: polygons whose minimum-area-rectangle short side is below this are masked.
+        params: shrink ratio, threshold-map range and minimum text size (``ocr.types.TargetParams``).
 
     Returns:
         ``prob_map``, ``prob_mask``, ``thresh_map``, ``thresh_mask``: (height, width) float32 arrays,
@@ -103,9 +98,9 @@ def make_db_targets(
             f"make_db_targets: expected one ignore flag per polygon, got {len(ignore)} for {len(polygons)}"
         )
     measures = measure_polygons(polygons)
-    offsets = measures.area * (1.0 - shrink_ratio**2) / np.maximum(measures.perimeter, 1e-12)
+    offsets = measures.area * (1.0 - params.shrink_ratio**2) / np.maximum(measures.perimeter, 1e-12)
     flags = np.asarray(ignore, dtype=bool).reshape(-1)
-    drawn = ~flags[measures.index] & (measures.area >= 1.0) & (measures.short_side >= min_text_size)
+    drawn = ~flags[measures.index] & (measures.area >= 1.0) & (measures.short_side >= params.min_text_size)
     rings, boxes = _shrink_all(measures, offsets, drawn)
     drawn &= np.array([ring is not None for ring in rings], dtype=bool)
     masked = np.flatnonzero(~drawn)
@@ -117,19 +112,21 @@ def make_db_targets(
     prob_mask.fill(1.0)
     fill_polygons(
         prob_map,
-        [rings[i] for i in np.flatnonzero(drawn)],
+        [ring for i in np.flatnonzero(drawn) if (ring := rings[i]) is not None],  # all of them: drawn
         boxes[drawn],
         measures.kind[drawn] == AXIS_RECT,
         1.0,
     )
-    masked_rings = [measures.points(i).astype(np.int32) for i in masked]  # truncated, like the classic
+    masked_rings = [
+        measures.points(i).astype(np.int32) for i in masked.tolist()
+    ]  # truncated, like the classic
     masked_boxes = np.array([[*ring.min(axis=0), *ring.max(axis=0)] for ring in masked_rings]).reshape(-1, 4)
     fill_polygons(prob_mask, masked_rings, masked_boxes, measures.kind[masked] == AXIS_RECT, 0.0)
     draw_border_field(border, measures, offsets, drawn)
     cv2.threshold(border, -1e-6, 1.0, cv2.THRESH_BINARY, dst=thresh_mask)
     cv2.threshold(border, 0.0, 0.0, cv2.THRESH_TOZERO, dst=border)  # max(border, 0), faster than numpy's
-    border *= np.float32(thresh_max - thresh_min)
-    border += np.float32(thresh_min)
+    border *= np.float32(params.thresh_max - params.thresh_min)
+    border += np.float32(params.thresh_min)
     return {"prob_map": prob_map, "prob_mask": prob_mask, "thresh_map": border, "thresh_mask": thresh_mask}
 
 

@@ -167,7 +167,8 @@ class RunCheckpoint(ModelCheckpoint):
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        checkpoint["data_fingerprint"] = getattr(trainer.datamodule, "fingerprint", None)
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning's connector
+        checkpoint["data_fingerprint"] = getattr(datamodule, "fingerprint", None)
         checkpoint["saved_at_epoch_end"] = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
 
     def on_load_checkpoint(
@@ -207,7 +208,7 @@ class RunCheckpoint(ModelCheckpoint):
         try:
             epoch_loop = trainer.fit_loop.epoch_loop
             follows = not epoch_loop._skip_next_val and epoch_loop._should_check_val_fx(
-                trainer.fit_loop._data_fetcher
+                trainer.fit_loop._data_fetcher  # type: ignore[arg-type]  # set while fitting, when this runs
             )
         except AttributeError:  # another Lightning version: save now (at worst twice at this step)
             return False
@@ -215,7 +216,11 @@ class RunCheckpoint(ModelCheckpoint):
         return bool(follows) and not loaded_empty
 
     def _saving_off(self, trainer: L.Trainer) -> bool:
-        return bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking
+        return (
+            bool(trainer.fast_dev_run)  # type: ignore[attr-defined]  # set by Lightning's connector
+            or trainer.state.fn != TrainerFn.FITTING
+            or trainer.sanity_checking
+        )
 
     def _save_topk_and_last(self, trainer: L.Trainer) -> None:
         candidates = self._monitor_candidates(trainer)
@@ -250,6 +255,7 @@ class RunCheckpoint(ModelCheckpoint):
 
     def _metadata(self, trainer: L.Trainer, filepath: str) -> dict[str, Any]:
         module = trainer.lightning_module
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning's connector
         return {
             "checkpoint": Path(filepath).name,
             "epoch": trainer.current_epoch,
@@ -257,6 +263,6 @@ class RunCheckpoint(ModelCheckpoint):
             "metrics": scalar_metrics(trainer),
             "monitor": self.monitor,
             "git_commit": self._git_commit,
-            "data_fingerprint": getattr(trainer.datamodule, "fingerprint", None),
+            "data_fingerprint": getattr(datamodule, "fingerprint", None),
             "config": getattr(module, "run_config", None),
         }

@@ -156,7 +156,9 @@ class NonFiniteGuard(Callback):
         trainer = self._trainer
         if across_ranks and trainer is not None and trainer.world_size > 1:
             firsts = torch.where(firsts < 0, torch.full_like(firsts, NO_BAD_STEP), firsts)
-            firsts = trainer.strategy.reduce(firsts, reduce_op=torch.distributed.ReduceOp.MIN)
+            # torch's stub types ReduceOp.MIN as RedOpType, which Strategy.reduce's annotation leaves out.
+            minimum = torch.distributed.ReduceOp.MIN
+            firsts = trainer.strategy.reduce(firsts, reduce_op=minimum)  # type: ignore[arg-type]
             firsts = torch.where(firsts == NO_BAD_STEP, torch.full_like(firsts, -1), firsts)
         pairs = zip(firsts.tolist(), names, strict=True)
         bad = [(int(step), name) for step, name in pairs if step >= 0]

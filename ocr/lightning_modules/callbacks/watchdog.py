@@ -133,7 +133,8 @@ class StallWatchdog(Callback):
             os.write(sys.__stderr__.fileno() if sys.__stderr__ else 2, header + stacks)
         except (OSError, ValueError):
             pass
-        rank = rank_zero_only.rank  # each DDP rank dumps its own stacks
+        # Set on the function by Lightning; each DDP rank dumps its own stacks.
+        rank = rank_zero_only.rank  # type: ignore[attr-defined]
         name = (
             f"stall-{len(self.dumps) + 1}.txt" if rank == 0 else f"stall-rank{rank}-{len(self.dumps) + 1}.txt"
         )

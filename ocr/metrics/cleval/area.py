@@ -39,7 +39,8 @@ def convex_quads(quads: F64) -> BoolArr:
     edges = quads[:, _NEXT] - quads
     nxt = edges[:, _NEXT]
     turns = edges[..., 0] * nxt[..., 1] - edges[..., 1] * nxt[..., 0]  # (N, 4)
-    return (turns >= 0).all(axis=1) | (turns <= 0).all(axis=1)
+    # numpy's stubs type all(axis=...) as bool | array.
+    return (turns >= 0).all(axis=1) | (turns <= 0).all(axis=1)  # type: ignore[return-value]
 
 
 def axis_aligned(quads: F64) -> BoolArr:

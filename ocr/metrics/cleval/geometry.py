@@ -58,7 +58,8 @@ def _bbox_pairs(a: F64, b: F64) -> tuple[IntArr, IntArr]:
         & (a[:, None, 1] <= b[None, :, 3])
         & (b[None, :, 1] <= a[:, None, 3])
     )
-    return np.nonzero(ok)
+    rows, cols = np.nonzero(ok)
+    return rows, cols
 
 
 def _subtract_dont_care(gt: QuadSet, gt_dc: BoolArr) -> None:

@@ -44,6 +44,18 @@ class CLEvalMetric(Metric):
     full_state_update = False
     higher_is_better = True
     is_differentiable = False
+    # The states add_state registers: 0-d float64 sums.
+    tp_chars: Tensor
+    recall_penalty: Tensor
+    precision_penalty: Tensor
+    num_gt_chars: Tensor
+    num_det_chars: Tensor
+    sum_precision: Tensor
+    sum_recall: Tensor
+    sum_hmean: Tensor
+    num_dropped: Tensor
+    num_skipped: Tensor
+    num_images: Tensor
 
     def __init__(
         self,

@@ -16,11 +16,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ocr.types import DBOutput
+from ocr.types import TARGET_KEYS, DBOutput
 
 __all__ = [
     "LossInputError",
-    "TARGET_KEYS",
     "LOGIT_NAMES",
     "ValueCheckMode",
     "check_loss_inputs",
@@ -29,7 +28,6 @@ __all__ = [
     "value_check_mode",
 ]
 
-TARGET_KEYS = ("prob_map", "prob_mask", "thresh_map", "thresh_mask")
 LOGIT_NAMES = DBOutput._fields
 MAX_IDS_SHOWN = 8
 STRICT_HINT = "set loss.strict=true (configs/loss/db.yaml) for the exact counts and image ids"

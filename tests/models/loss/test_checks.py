@@ -7,11 +7,10 @@ from ocr.models.loss import DBLoss, LossInputError
 from ocr.models.loss.checks import (
     LOGIT_NAMES,
     MAX_DEVICE_MESSAGE,
-    TARGET_KEYS,
     device_message,
     value_check_mode,
 )
-from ocr.types import DBOutput
+from ocr.types import TARGET_KEYS, DBOutput
 
 B, H, W = 2, 16, 16
 IDS = ["receipt_a.jpg", "receipt_b.jpg"]
