@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sized
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -221,4 +222,4 @@ def _loader_images(trainer: L.Trainer, index: int, batches: int | float) -> int:
     loader = loaders[index] if isinstance(loaders, list | tuple) else loaders
     images = int(batches) * (getattr(loader, "batch_size", None) or 1)
     dataset = getattr(loader, "dataset", None)
-    return min(images, len(dataset)) if hasattr(dataset, "__len__") else images
+    return min(images, len(dataset)) if isinstance(dataset, Sized) else images
