@@ -39,6 +39,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
     from ocr.debug.inject import fault_callbacks
+    from ocr.lightning_modules.build import build_module
     from ocr.lightning_modules.callbacks.checkpoint import scalar_metrics
     from ocr.utils.io import atomic_write_json
     from ocr.utils.resume import resume_from_command_line
@@ -57,13 +58,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if resume is not None:  # validated before the resumed config is written into the run directory
         resume.check_data(datamodule, allow_change=cfg.resume_allow_data_change)
         save_config(cfg, directory, resume.config_name, resume.header)
-    module = instantiate(
-        cfg.module,
-        net=instantiate(cfg.model),
-        loss=instantiate(cfg.loss),
-        postprocess=instantiate(cfg.postprocess),
-        metric=instantiate(cfg.metric),
-    )
+    module = build_module(cfg)
     module.run_config = OmegaConf.to_container(cfg, resolve=True)
     loggers = instantiate_all(cfg.logger)
     if not loggers:  # logger=none: Lightning's LR monitor refuses to run without a logger

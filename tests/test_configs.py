@@ -10,6 +10,10 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.lightning_modules.build import build_module
+from ocr.metrics.cleval.metric import CLEvalMetric
+from ocr.models.dbnet import DBNet
+
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 Compose = Callable[[str, list[str]], DictConfig]
 
@@ -59,15 +63,11 @@ def test_unknown_added_key_fails_at_instantiation(compose: Compose) -> None:
         instantiate(cfg.model)
 
 
-def test_default_model_loss_postprocess_metric_instantiate(compose: Compose) -> None:
-    cfg = compose("train", [])
-    net = instantiate(cfg.model)
-    module = instantiate(
-        cfg.module,
-        net=net,
-        loss=instantiate(cfg.loss),
-        postprocess=instantiate(cfg.postprocess),
-        metric=instantiate(cfg.metric),
-    )
-    assert module.net is net
-    assert cfg.scheduler.kind in ("poly", "cosine")
+@pytest.mark.parametrize("mode", ["competition", "upstream"])
+def test_default_module_builds_with_the_metric_mode(compose: Compose, mode: str) -> None:
+    cfg = compose("train", [f"metric.mode={mode}"])
+    module = build_module(cfg)
+    assert isinstance(module.net, DBNet) and isinstance(module.val_metric, CLEvalMetric)
+    assert module.val_metric.options.mode == module.test_metric.options.mode == mode
+    assert module.scheduler_factory.keywords["kind"] == cfg.scheduler.kind == "poly"
+    assert module.optimizer_factory.keywords["lr"] == cfg.optimizer.lr
