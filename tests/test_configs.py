@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from ocr.lightning_modules.build import build_module
+from ocr.lightning_modules.build import build_module, build_net_and_loss
 from ocr.metrics.cleval.metric import CLEvalMetric
 from ocr.models.dbnet import DBNet
 
@@ -60,7 +59,7 @@ def test_misspelled_override_fails_naming_the_key(compose: Compose) -> None:
 def test_unknown_added_key_fails_at_instantiation(compose: Compose) -> None:
     cfg = compose("train", ["+model.decoder.channls=64"])
     with pytest.raises(Exception, match="channls"):
-        instantiate(cfg.model)
+        build_net_and_loss(cfg)
 
 
 @pytest.mark.parametrize("mode", ["competition", "upstream"])
