@@ -15,9 +15,9 @@ import logging
 from pathlib import Path
 
 import hydra
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.files import evaluate_files, worst_images, write_image_results
 from ocr.utils.hardware import register_resolvers  # torch-free at import; hydra.run.dir uses ${first_set:}
 from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 @task_wrapper
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Score ``cfg.pred`` against ``cfg.gt``; returns the summary printed as JSON."""
-    options = CLEvalOptions.from_config(cfg.metric)
+    options = instantiate(cfg.metric)
     names, result = evaluate_files(cfg.gt, cfg.pred, options, cfg.min_polygon_size)
     directory = Path(cfg.out_dir) if cfg.out_dir is not None else run_dir(cfg)
     csv_path = write_image_results(directory / "cleval_per_image.csv", names, result.images)

@@ -41,7 +41,7 @@ def predict(cfg: DictConfig) -> dict[str, str]:
     datamodule = instantiate(cfg.data, root=cfg.data.root, predict_image_dir=cfg.image_dir, synthetic=None)
     datamodule.setup("predict")
     require_images(datamodule.datasets["predict"])
-    module, trainer = restore_for_inference(cfg, metric=None)
+    module, trainer = restore_for_inference(cfg)
     # Under DDP each rank predicts its share of the images; rank 0 writes them all, once.
     batches = trainer.predict(module, datamodule=datamodule, return_predictions=True) or []  # never None here
     predictions = gather_predictions([p for batch in batches for p in batch])

@@ -32,7 +32,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise ValueError(f"split: expected 'val' or 'test', got {cfg.split!r}")
     directory = run_dir(cfg)
     save_config(cfg, directory)
-    module, trainer = restore_for_inference(cfg, metric=instantiate(cfg.metric))
+    module, trainer = restore_for_inference(cfg)
     datamodule = instantiate(cfg.data)
     run = trainer.test if cfg.split == "test" else trainer.validate
     results = run(module, datamodule=datamodule)[0]

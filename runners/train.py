@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from ocr.utils.commands import accept_unquoted_paths, next_commands, run_overrides
+from ocr.utils.commands import accept_unquoted_paths, run_next_commands
 from ocr.utils.config_types import check_config_types
 from ocr.utils.hardware import register_resolvers
 from ocr.utils.runner import (
@@ -36,9 +36,10 @@ quiet_third_party()
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit, then test with the best checkpoint; returns the final metrics."""
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
     from ocr.debug.inject import fault_callbacks
+    from ocr.lightning_modules.build import build_module
     from ocr.lightning_modules.callbacks.checkpoint import scalar_metrics
     from ocr.utils.io import atomic_write_json
     from ocr.utils.resume import resume_from_command_line
@@ -57,17 +58,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if resume is not None:  # validated before the resumed config is written into the run directory
         resume.check_data(datamodule, allow_change=cfg.resume_allow_data_change)
         save_config(cfg, directory, resume.config_name, resume.header)
-    module = instantiate(
-        cfg.module,
-        net=instantiate(cfg.model),
-        loss=instantiate(cfg.loss),
-        postprocess=instantiate(cfg.postprocess),
-        metric=instantiate(cfg.metric),
-    )
-    module.run_config = OmegaConf.to_container(cfg, resolve=True)
+    module = build_module(cfg)
+    module.run_config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     loggers = instantiate_all(cfg.logger)
     if not loggers:  # logger=none: Lightning's LR monitor refuses to run without a logger
-        callbacks = [c for c in callbacks if type(c).__name__ != "LearningRateMonitor"]
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     # Without our checkpoint callback (callbacks=none) Lightning would add its own: off means off.
     checkpointing = any(isinstance(c, ModelCheckpoint) for c in callbacks)
     trainer = instantiate(
@@ -93,26 +88,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
             trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else ""
         )
         if checkpoint:
-            print(f"Next commands:\n{_next_commands(cfg, directory, Path(checkpoint))}")
+            print(f"Next commands:\n{run_next_commands(cfg, directory, Path(checkpoint))}")
     return metrics
-
-
-def _next_commands(cfg: DictConfig, directory: Path, checkpoint: Path) -> str:
-    images = next((p for s in ("test", "val") if (p := Path(cfg.data.root) / "images" / s).is_dir()), None)
-    budget = cfg.trainer.max_steps
-    more = (
-        f"trainer.max_steps={2 * budget}"
-        if budget > 0
-        else f"trainer.max_epochs={2 * cfg.trainer.max_epochs}"
-    )
-    return next_commands(
-        runners=Path(__file__).parent,
-        checkpoint=checkpoint,
-        run_dir=directory,
-        overrides=run_overrides(directory),
-        image_dir=images and images.resolve(),
-        more_training=more,
-    )
 
 
 @hydra.main(config_path="../configs", config_name="train", version_base="1.3")

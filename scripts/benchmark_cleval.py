@@ -12,18 +12,16 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
+from hydra.utils import instantiate  # noqa: E402
 
 from ocr.metrics.cleval.evaluate import evaluate_dataset  # noqa: E402
 from ocr.metrics.cleval.options import CLEvalOptions  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
+from ocr.utils.runner import compose_config  # noqa: E402
 
 
 def make_page(
@@ -86,7 +84,6 @@ def main() -> None:
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    config = yaml.safe_load((REPO / "configs" / "metric" / "cleval.yaml").read_text())
     rng = np.random.default_rng(0)
     page_sets = {n: [make_page(rng, n) for _ in range(args.pages)] for n in args.boxes}
     validation = [make_page(rng, 100) for _ in range(args.images)]
@@ -96,7 +93,7 @@ def main() -> None:
     totals = []
     for mode in args.modes:
         # The project's metric config, with the mode asked for.
-        options = CLEvalOptions.from_config({**config, "mode": mode})
+        options = instantiate(compose_config("train", [f"metric.mode={mode}"]).metric)
         for n, pages in page_sets.items():
             cpu, wall = time_dataset(pages, options, repeats=3)
             print(f"| {mode} | {n} | {1000 * cpu / len(pages):.2f} | {1000 * wall / len(pages):.2f} |")

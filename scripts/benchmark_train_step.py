@@ -11,23 +11,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from ocr.debug.oom_probe import random_batch
-
-REPO = Path(__file__).resolve().parents[1]
+from ocr.lightning_modules.build import build_net_and_loss
+from ocr.utils.runner import compose_config
 
 
 def time_steps(
     model_cfg: str, device: torch.device, batch: int, size: int, bf16: bool, channels_last: bool, steps: int
 ) -> float:
     """Best wall time of one optimizer step over ``steps`` steps (after one warm-up step)."""
-    net = instantiate(OmegaConf.load(REPO / "configs" / "model" / f"{model_cfg}.yaml")).to(device)
-    loss_fn = instantiate(OmegaConf.load(REPO / "configs" / "loss" / "db.yaml"))
+    net, loss_fn = build_net_and_loss(compose_config("train", [f"model={model_cfg}"]))
+    net = net.to(device)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
     data = random_batch(batch, size, str(device))
     if channels_last:

@@ -12,12 +12,10 @@ from types import ModuleType
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
 from ocr.debug.gpu_proof import TINY_CPU_RUN
-from ocr.utils.hardware import register_resolvers
+from ocr.utils import runner
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
@@ -60,10 +58,7 @@ def load_runner(name: str) -> ModuleType:
 
 def compose_config(name: str, overrides: list[str], output_dir: Path) -> DictConfig:
     """Compose ``configs/<name>.yaml`` as the runner would, with ``paths.output_dir`` set."""
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name=name, overrides=overrides)
+    cfg = runner.compose_config(name, overrides)
     with open_dict(cfg):
         cfg.paths.output_dir = str(output_dir)
     return cfg

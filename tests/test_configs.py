@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+
+from ocr.lightning_modules.build import build_module, build_net_and_loss
+from ocr.metrics.cleval.metric import CLEvalMetric
+from ocr.models.dbnet import DBNet
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 Compose = Callable[[str, list[str]], DictConfig]
@@ -56,18 +59,14 @@ def test_misspelled_override_fails_naming_the_key(compose: Compose) -> None:
 def test_unknown_added_key_fails_at_instantiation(compose: Compose) -> None:
     cfg = compose("train", ["+model.decoder.channls=64"])
     with pytest.raises(Exception, match="channls"):
-        instantiate(cfg.model)
+        build_net_and_loss(cfg)
 
 
-def test_default_model_loss_postprocess_metric_instantiate(compose: Compose) -> None:
-    cfg = compose("train", [])
-    net = instantiate(cfg.model)
-    module = instantiate(
-        cfg.module,
-        net=net,
-        loss=instantiate(cfg.loss),
-        postprocess=instantiate(cfg.postprocess),
-        metric=instantiate(cfg.metric),
-    )
-    assert module.net is net
-    assert cfg.scheduler.kind in ("poly", "cosine")
+@pytest.mark.parametrize("mode", ["competition", "upstream"])
+def test_default_module_builds_with_the_metric_mode(compose: Compose, mode: str) -> None:
+    cfg = compose("train", [f"metric.mode={mode}"])
+    module = build_module(cfg)
+    assert isinstance(module.net, DBNet) and isinstance(module.val_metric, CLEvalMetric)
+    assert module.val_metric.options.mode == module.test_metric.options.mode == mode
+    assert module.scheduler_factory.keywords["kind"] == cfg.scheduler.kind == "poly"
+    assert module.optimizer_factory.keywords["lr"] == cfg.optimizer.lr

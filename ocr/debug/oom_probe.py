@@ -86,28 +86,17 @@ def find_largest_batch(fits: Callable[[int], bool], low: int, high: int) -> tupl
     return ok, bad
 
 
-def _compose(overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    from ocr.utils.hardware import register_resolvers
-
-    register_resolvers()
-    config_dir = Path(__file__).resolve().parents[2] / "configs"
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
-
-
 def _make_step(cfg: Any, device: str, size: int) -> Callable[[int], bool]:
     import torch
     from hydra.utils import instantiate
 
     from ocr.debug.run_flags import run_flags
-    from ocr.lightning_modules.loading import weights_free_model_config
+    from ocr.lightning_modules.build import build_net_and_loss
     from ocr.utils.hardware import autocast_dtype
 
     # Weights do not change memory: no hub download or weights file for a probe.
-    net = instantiate(weights_free_model_config(cfg.model)).to(device).train()
-    loss_fn = instantiate(cfg.loss).to(device)
+    net, loss_fn = build_net_and_loss(cfg, weights_free=True)
+    net, loss_fn = net.to(device).train(), loss_fn.to(device)
     flags = run_flags(cfg)  # memory format, cuDNN workspace and compiled graphs change the peak
     forward = flags.apply(net, device)
     optimizer = instantiate(cfg.optimizer)(params=net.parameters())  # same optimizer state as training
@@ -175,11 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
     from ocr.utils.io import atomic_write_json
+    from ocr.utils.runner import compose_config
 
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.stderr.write("oom-probe: no CUDA GPU visible; use --device cpu to only check that a step runs\n")
         return 2
-    cfg = _compose(args.overrides)
+    cfg = compose_config("train", args.overrides)
     size = args.image_size or int(OmegaConf.select(cfg, "data.train_transform.crop_size", default=640))
     sys.stdout.write(
         f"model {cfg.model.encoder.name if 'encoder' in cfg.model else cfg.model._target_}, "

@@ -72,9 +72,8 @@ def load_bundle(path: Path) -> Bundle:
 
 def _build(bundle: Bundle, device: str) -> tuple[Any, Any, str]:
     import torch
-    from hydra.utils import instantiate
 
-    from ocr.lightning_modules.loading import weights_free_model_config
+    from ocr.lightning_modules.build import build_net_and_loss
 
     cfg = bundle.config
     seed = cfg.get("seed")
@@ -82,8 +81,7 @@ def _build(bundle: Bundle, device: str) -> tuple[Any, Any, str]:
         torch.manual_seed(int(seed))
     checkpoint: str = bundle.state.get("last_checkpoint") or ""
     has_checkpoint = bool(checkpoint) and Path(checkpoint).is_file()
-    model_cfg = weights_free_model_config(cfg.model) if has_checkpoint else cfg.model
-    net, loss = instantiate(model_cfg), instantiate(cfg.loss)
+    net, loss = build_net_and_loss(cfg, weights_free=has_checkpoint)
     source = f"fresh weights (seed {seed})"
     if has_checkpoint:
         state_dict = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]

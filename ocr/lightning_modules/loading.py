@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 from typing import Any
@@ -12,13 +11,14 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.detection_module import DetectionModule
+from ocr.lightning_modules.legacy import upgrade_run_config
 
 __all__ = [
     "load_checkpoint",
     "module_from_checkpoint",
     "restore_for_inference",
-    "weights_free_model_config",
     "warn_data_mismatch",
 ]
 
@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint written by ``runners/train.py`` on the CPU (what test and predict start from).
+    """Load a checkpoint written by ``runners/train.py`` on the CPU (what test, predict and resume start
+    from); a run config stored by an older version is upgraded (:func:`upgrade_run_config`).
 
     Raises:
         FileNotFoundError: naming the path when it is not a file.
@@ -55,6 +56,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     problem = _not_a_run_checkpoint(checkpoint)
     if problem:
         raise ValueError(f"ckpt={path}: expected a checkpoint written by runners/train.py, got {problem}")
+    checkpoint["ocr_config"] = upgrade_run_config(checkpoint["ocr_config"])
     return checkpoint
 
 
@@ -92,47 +94,30 @@ def _not_a_run_checkpoint(checkpoint: object) -> str | None:
     return f"a dict without 'state_dict' and 'ocr_config' (keys: {sorted(map(str, checkpoint))[:10]})"
 
 
-def weights_free_model_config(model_cfg: DictConfig) -> DictConfig:
-    """A copy of the network config that builds random weights: the checkpoint supplies them, so no
-    hub download (``pretrained``) or local weights file (``weights_path``) is needed to restore."""
-    restored = copy.deepcopy(model_cfg)
-    with open_dict(restored):
-        restored.encoder.pretrained = False
-        restored.encoder.weights_path = None
-    return restored
-
-
-def module_from_checkpoint(
-    path: str | Path, *, postprocess: Any, metric: Any | None, channels_last: bool
-) -> DetectionModule:
-    """The checkpoint's network and weights; post-processing and metric come from the caller."""
+def module_from_checkpoint(path: str | Path, cfg: DictConfig) -> DetectionModule:
+    """The checkpoint's network and weights, with what this test or predict invocation (``cfg``) decides:
+    post-processing, the metric (where ``cfg`` has one; else the run's), ``module.channels_last``; no
+    compile."""
     checkpoint = load_checkpoint(path)
     run_cfg = OmegaConf.create(checkpoint["ocr_config"])
-    module = instantiate(
-        run_cfg.module,
-        net=instantiate(weights_free_model_config(run_cfg.model)),
-        loss=instantiate(run_cfg.loss),
-        postprocess=postprocess,
-        metric=metric if metric is not None else instantiate(run_cfg.metric),
-        channels_last=channels_last,
-        compile=False,
-    )
+    with open_dict(run_cfg):
+        run_cfg.postprocess = OmegaConf.to_container(cfg.postprocess, resolve=True)
+        if "metric" in cfg:
+            run_cfg.metric = OmegaConf.to_container(cfg.metric, resolve=True)
+        run_cfg.module.channels_last = cfg.module.channels_last
+        run_cfg.module.compile = False
+    module = build_module(run_cfg, weights_free=True)
     module.load_state_dict(checkpoint["state_dict"])
     module.run_config = checkpoint["ocr_config"]
     log.info("Loaded %s (epoch %s, step %s)", path, checkpoint.get("epoch"), checkpoint.get("global_step"))
     return module
 
 
-def restore_for_inference(cfg: DictConfig, metric: Any | None) -> tuple[DetectionModule, L.Trainer]:
-    """What test and predict start from: the module of ``cfg.ckpt`` (post-processing from ``cfg``, a
+def restore_for_inference(cfg: DictConfig) -> tuple[DetectionModule, L.Trainer]:
+    """What test and predict start from: the module of ``cfg.ckpt`` (:func:`module_from_checkpoint`, a
     warning for each data setting that differs from its training run) and a trainer from ``cfg.trainer``
     without loggers, callbacks or checkpointing."""
-    module = module_from_checkpoint(
-        cfg.ckpt,
-        postprocess=instantiate(cfg.postprocess),
-        metric=metric,
-        channels_last=cfg.module.channels_last,
-    )
+    module = module_from_checkpoint(cfg.ckpt, cfg)
     warn_data_mismatch(module.run_config, cfg.data)
     trainer = instantiate(cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False)
     return module, trainer

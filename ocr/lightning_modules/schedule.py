@@ -13,14 +13,19 @@ KINDS = ("poly", "cosine")
 
 
 def warmup_decay_factor(
-    step: int, *, total_steps: int, warmup_steps: int, kind: str, power: float, min_lr_ratio: float
+    step: int, *, total_steps: int, warmup_steps: int, kind: str, power: float | None, min_lr_ratio: float
 ) -> float:
-    """LR multiplier at ``step``: linear warm-up to 1, then poly or cosine decay to ``min_lr_ratio``."""
+    """LR multiplier at ``step``: linear warm-up to 1, then poly or cosine decay to ``min_lr_ratio``.
+
+    ``power`` is the poly exponent; cosine ignores it (None).
+    """
     if warmup_steps > 0 and step < warmup_steps:
         return (step + 1) / warmup_steps
     decay_steps = max(1, total_steps - warmup_steps)
     progress = min(1.0, (step - warmup_steps) / decay_steps)
     if kind == "poly":
+        if power is None:
+            raise ValueError("scheduler.power: expected the poly exponent (e.g. 0.9), got None")
         shape = (1.0 - progress) ** power
     elif kind == "cosine":
         shape = 0.5 * (1.0 + math.cos(math.pi * progress))
@@ -35,10 +40,12 @@ class WarmupDecay:
     keeps the attributes of callable objects in its ``state_dict``)."""
 
     def __init__(
-        self, *, total_steps: int, kind: str, warmup_ratio: float, power: float, min_lr_ratio: float
+        self, *, total_steps: int, kind: str, warmup_ratio: float, power: float | None, min_lr_ratio: float
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"scheduler.kind: expected one of {KINDS}, got {kind!r}")
+        if kind == "poly" and power is None:
+            raise ValueError("scheduler.power: expected the poly exponent (e.g. 0.9), got None")
         self.kind = kind
         self.warmup_ratio = warmup_ratio
         self.power = power
@@ -73,13 +80,17 @@ def build_warmup_scheduler(
     total_steps: int,
     kind: str,
     warmup_ratio: float,
-    power: float,
     min_lr_ratio: float,
+    power: float | None = None,
 ) -> LambdaLR:
     """Warm-up + poly/cosine decay over ``total_steps`` optimizer steps.
 
+    Args:
+        power: the poly exponent (configs/scheduler/poly.yaml); cosine has none. Configs stored by runs
+            before it was dropped from cosine.yaml carry ``power: 1.0`` there, which cosine ignores.
+
     Raises:
-        ValueError: if ``total_steps`` is not positive or ``kind`` is unknown.
+        ValueError: if ``total_steps`` is not positive, ``kind`` is unknown, or poly has no ``power``.
     """
     factor = WarmupDecay(
         total_steps=total_steps, kind=kind, warmup_ratio=warmup_ratio, power=power, min_lr_ratio=min_lr_ratio

@@ -12,10 +12,13 @@ import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-__all__ = ["accept_unquoted_paths", "next_commands", "override", "run_overrides"]
+__all__ = ["accept_unquoted_paths", "next_commands", "override", "run_next_commands", "run_overrides"]
+
+RUNNERS = Path(__file__).resolve().parents[2] / "runners"
 
 # Characters Hydra reads in an unquoted value and the shell passes through unchanged.
 _PLAIN = re.compile(r"[\w/.:+-]*")
@@ -89,3 +92,23 @@ def next_commands(
         f"{launcher}/train.py {override('resume', run_dir)} {more_training}",
     ]
     return "\n".join(lines)
+
+
+def run_next_commands(cfg: Any, run_dir: Path, checkpoint: Path) -> str:
+    """:func:`next_commands` for a finished training run of config ``cfg`` (a DictConfig): its test or
+    val images, its data overrides, and twice its step (or epoch) budget to train on."""
+    images = next((p for s in ("test", "val") if (p := Path(cfg.data.root) / "images" / s).is_dir()), None)
+    budget = cfg.trainer.max_steps
+    more = (
+        f"trainer.max_steps={2 * budget}"
+        if budget > 0
+        else f"trainer.max_epochs={2 * cfg.trainer.max_epochs}"
+    )
+    return next_commands(
+        runners=RUNNERS,
+        checkpoint=checkpoint,
+        run_dir=run_dir,
+        overrides=run_overrides(run_dir),
+        image_dir=images and images.resolve(),
+        more_training=more,
+    )

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from ocr.utils.resume import ResumeRefusedError
 from ocr.utils.sentinels import failure_written, write_failure
 
 __all__ = [
+    "compose_config",
     "instantiate_all",
     "save_config",
     "task_wrapper",
@@ -29,6 +30,22 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+def compose_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """Compose ``configs/<name>.yaml`` with ``overrides`` outside a Hydra run, as the runners see it (defaults
+    lists applied, hardware resolvers registered); ``paths.output_dir`` stays the Hydra run directory."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from ocr.utils.hardware import register_resolvers
+
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name=name, overrides=list(overrides))
 
 
 def run_dir(cfg: DictConfig) -> Path:

@@ -12,13 +12,11 @@ import hydra
 import numpy as np
 import pytest
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from receipt_fixtures import TARGETS, block_words, eval_transform, make_root, train_transform, write_split
 
 from ocr.data.datamodule import ReceiptDataModule
-from ocr.utils.hardware import pick, register_resolvers
-
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "data"
+from ocr.utils.hardware import pick
 
 
 def _module(
@@ -103,18 +101,9 @@ def test_synthetic_data_is_generated_on_first_use(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["synthetic", "receipts"])
-def test_data_configs_instantiate(tmp_path: Path, name: str) -> None:
-    register_resolvers()
+def test_data_configs_instantiate(tmp_path: Path, name: str, compose_cfg: Callable[..., DictConfig]) -> None:
     make_root(tmp_path)
-    cfg = OmegaConf.create(
-        {
-            "paths": {"root_dir": str(tmp_path), "data_dir": str(tmp_path / "data")},
-            "data": OmegaConf.load(CONFIG_DIR / f"{name}.yaml"),
-        }
-    )
-    OmegaConf.set_struct(cfg, True)
-    cfg.data.root = str(tmp_path)
-    cfg.data.synthetic = None
+    cfg = compose_cfg("train", [f"data={name}", f"data.root={tmp_path}", "data.synthetic=null"], tmp_path)
     module = hydra.utils.instantiate(cfg.data)
     assert isinstance(module, ReceiptDataModule)
     # The synthetic default is smaller on a machine without a GPU (hw.pick:<cpu>,<gpu>).

@@ -11,8 +11,7 @@ from omegaconf import OmegaConf
 
 from ocr.debug.oom_probe import random_batch
 from ocr.debug.replay import EXIT_CLEAN, EXIT_REPRODUCED, EXIT_UNUSABLE, main
-
-REPO = Path(__file__).resolve().parents[2]
+from ocr.utils.runner import compose_config
 
 
 def _bundle(
@@ -20,12 +19,8 @@ def _bundle(
 ) -> Path:
     crash = root / "crash"
     crash.mkdir(parents=True)
-    cfg = {
-        "seed": 0,
-        "model": OmegaConf.load(REPO / "configs/model/dbnet_resnet18_fpn.yaml"),
-        "loss": OmegaConf.load(REPO / "configs/loss/db.yaml"),
-        "trainer": {"precision": "32-true"},
-    }
+    composed = compose_config("train")
+    cfg = {"seed": 0, "model": composed.model, "loss": composed.loss, "trainer": {"precision": "32-true"}}
     if debug is not None:
         cfg["debug"] = debug
     if module is not None:

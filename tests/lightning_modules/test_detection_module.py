@@ -2,38 +2,23 @@ from __future__ import annotations
 
 import functools
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from ocr.geometry import letterbox_geometry
+from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.detection_module import DetectionModule
-from ocr.lightning_modules.schedule import build_warmup_scheduler
 from ocr.types import BATCH_TENSOR_KEYS, TARGET_KEYS
-
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+from ocr.utils.runner import compose_config
 
 
 def _module(compile: bool = False) -> DetectionModule:
-    model_cfg = OmegaConf.load(CONFIGS / "model" / "dbnet_resnet18_fpn.yaml")
-    model_cfg.encoder.name = "resnet10t"
-    model_cfg.decoder.channels = 32
-    return DetectionModule(
-        net=instantiate(model_cfg),
-        loss=instantiate(OmegaConf.load(CONFIGS / "loss" / "db.yaml")),
-        postprocess=instantiate(OmegaConf.load(CONFIGS / "postprocess" / "db.yaml")),
-        metric=instantiate(OmegaConf.load(CONFIGS / "metric" / "cleval.yaml")),
-        optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
-        scheduler=functools.partial(
-            build_warmup_scheduler, kind="poly", warmup_ratio=0.0, power=1.0, min_lr_ratio=0.0
-        ),
-        channels_last=False,
-        compile=compile,
-    )
+    """The default train config's module with a small network, NCHW, no warm-up."""
+    overrides = ["model.encoder.name=resnet10t", "model.decoder.channels=32", "scheduler.warmup_ratio=0.0"]
+    cfg = compose_config("train", [*overrides, "module.channels_last=false", f"module.compile={compile}"])
+    return build_module(cfg)
 
 
 def _batch(size: int = 64) -> dict:

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -43,6 +45,20 @@ def test_schedule_rejects_bad_inputs() -> None:
         build_warmup_scheduler(opt, total_steps=0, kind="poly", warmup_ratio=0.0, power=1.0, min_lr_ratio=0.0)
     with pytest.raises(ValueError, match="scheduler.kind"):
         warmup_decay_factor(5, total_steps=10, warmup_steps=0, kind="step", power=1.0, min_lr_ratio=0.0)
+    with pytest.raises(ValueError, match="scheduler.power"):
+        build_warmup_scheduler(opt, total_steps=10, kind="poly", warmup_ratio=0.1, min_lr_ratio=0.0)
+
+
+@pytest.mark.parametrize("power", [None, 1.0])  # cosine.yaml has no power; old run configs stored 1.0
+def test_cosine_ignores_power(power: float | None) -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = build_warmup_scheduler(
+        opt, total_steps=10, kind="cosine", warmup_ratio=0.0, power=power, min_lr_ratio=0.0
+    )
+    for _ in range(5):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
 
 
 def test_resized_schedule_decays_over_the_new_length_and_survives_a_checkpoint() -> None:

@@ -15,24 +15,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from hydra.utils import instantiate
 
 from ocr.metrics.cleval.evaluate import evaluate_dataset, evaluate_image
 from ocr.metrics.cleval.metric import CLEvalMetric
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.files import evaluate_files
+from ocr.utils.runner import compose_config
 
 REPO = Path(__file__).resolve().parents[2]
 HANDMADE_COPY = Path(__file__).resolve().parent / "fixtures" / "cleval_competition_handmade.json"
 HANDMADE = json.loads(HANDMADE_COPY.read_text())["images"]
 SHARED = REPO.parent / "shared" / "fixtures" / "cleval_competition"
 SEED_MEAN_HMEAN = {7: 0.878828, 11: 0.882367}  # the fixture README's dataset figures
-METRIC_CONFIG = yaml.safe_load((REPO / "configs" / "metric" / "cleval.yaml").read_text())
+METRIC_CONFIG = compose_config("train").metric
 
 
 def competition_options() -> CLEvalOptions:
     """The project's default metric config: competition mode must equal the scorer without overrides."""
     assert METRIC_CONFIG["mode"] == "competition"
-    return CLEvalOptions.from_config(METRIC_CONFIG)
+    return instantiate(METRIC_CONFIG)
 
 
 def polygons(points: list) -> list[np.ndarray]:
@@ -70,7 +72,7 @@ def test_handmade_costs_of_stray_and_degenerate_boxes() -> None:
 
 
 def test_metric_reports_the_mean_of_per_image_scores() -> None:
-    metric = CLEvalMetric(**{k: v for k, v in METRIC_CONFIG.items() if k != "_target_"})
+    metric = CLEvalMetric(options=competition_options())
     for start in range(0, len(HANDMADE), 5):  # batches of 5 images
         batch = HANDMADE[start : start + 5]
         metric.update(
@@ -88,7 +90,7 @@ def test_polygons_under_four_points_are_skipped_and_counted() -> None:
     triangle = np.array([[300, 100], [360, 100], [330, 140]], dtype=np.float64)
     comp = evaluate_image([word, triangle], [word, triangle], [False, False], None, competition_options())
     assert (comp.num_skipped_polygons, comp.num_gt, comp.num_det, comp.hmean) == (2, 1, 1, 1.0)
-    upstream = CLEvalOptions.from_config({**METRIC_CONFIG, "mode": "upstream"})
+    upstream = instantiate(METRIC_CONFIG, mode="upstream")
     up = evaluate_image([word, triangle], [word, triangle], [False, False], None, upstream)
     assert (up.num_skipped_polygons, up.num_gt, up.num_det) == (0, 2, 2)
 

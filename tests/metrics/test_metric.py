@@ -63,7 +63,7 @@ def _update(metric: CLEvalMetric, images: list) -> None:
 @pytest.mark.parametrize("mode", ["competition", "upstream"])
 def test_metric_matches_evaluate_dataset(mode: str) -> None:
     images = _batches()
-    metric = CLEvalMetric(mode=mode, **KWARGS)
+    metric = CLEvalMetric(options=CLEvalOptions(mode=mode, **KWARGS))
     with pytest.warns(UserWarning, match="before the ``update``"):
         assert metric.compute()["hmean"].item() == 0.0
     _update(metric, images)
@@ -76,7 +76,7 @@ def test_metric_matches_evaluate_dataset(mode: str) -> None:
 
 
 def test_update_rejects_mismatched_batches() -> None:
-    metric = CLEvalMetric(mode="competition", **KWARGS)
+    metric = CLEvalMetric(options=CLEvalOptions(mode="competition", **KWARGS))
     with pytest.raises(ValueError, match="one entry per image"):
         metric.update([[]], [], [], None)
     with pytest.raises(ValueError, match="batch image 0"):
@@ -84,7 +84,7 @@ def test_update_rejects_mismatched_batches() -> None:
 
 
 def test_warns_about_detections_beyond_max_detections(caplog: pytest.LogCaptureFixture) -> None:
-    metric = CLEvalMetric(mode="competition", **{**KWARGS, "max_detections": 1})
+    metric = CLEvalMetric(options=CLEvalOptions(mode="competition", **{**KWARGS, "max_detections": 1}))
     box = np.array([[0, 0], [40, 0], [40, 10], [0, 10]], np.float32)
     metric.update([[box, box + 50, box + 100]], [[box]], [[False]], [["TOTAL"]])
     metric.compute()
@@ -97,7 +97,7 @@ def _worker(rank: int, world: int, out_dir: str) -> None:
     images = _batches()
     result = {}
     for mode in ("competition", "upstream"):
-        metric = CLEvalMetric(mode=mode, **KWARGS)
+        metric = CLEvalMetric(options=CLEvalOptions(mode=mode, **KWARGS))
         _update(metric, images[rank::world])  # the two ranks see different images
         result[mode] = {k: v.item() for k, v in metric.compute().items()}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))

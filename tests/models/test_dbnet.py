@@ -1,27 +1,30 @@
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, InstantiationException
-from hydra.utils import instantiate
 
+from ocr.lightning_modules.build import build_net_and_loss
 from ocr.models.dbnet import DBNet
-from ocr.models.decoder import FPNDecoder
+from ocr.models.decoder import FPNDecoder, UNetDecoder
 from ocr.models.encoder import TimmEncoder
 from ocr.models.head import DBHead
 from ocr.types import DBOutput
+from ocr.utils.runner import compose_config
 
-MODEL_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "model"
-NAMES = ["dbnet_resnet18_fpn", "dbnet_resnet18_unet", "dbnet_resnet50_fpn", "dbnet_mobilenetv3_fpn"]
+# Each option inherits dbnet_resnet18_fpn and changes one thing: (timm encoder, decoder class).
+MODELS = {
+    "dbnet_resnet18_fpn": ("resnet18", FPNDecoder),
+    "dbnet_resnet18_unet": ("resnet18", UNetDecoder),
+    "dbnet_resnet50_fpn": ("resnet50", FPNDecoder),
+    "dbnet_mobilenetv3_fpn": ("mobilenetv3_large_100", FPNDecoder),
+}
 
 
-def compose_model(name, overrides=()):
-    with initialize_config_dir(config_dir=str(MODEL_CONFIGS), version_base="1.3"):
-        return compose(config_name=name, overrides=list(overrides))
+def build_model(name, overrides=()):
+    return build_net_and_loss(compose_config("train", [f"model={name}", *overrides]))[0]
 
 
 def small_dbnet():
@@ -33,11 +36,14 @@ def small_dbnet():
     )
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", MODELS)
 def test_every_model_config_instantiates_and_runs(name):
-    model = instantiate(compose_model(name)).eval()
-    assert isinstance(model, DBNet)
+    model = build_model(name).eval()
+    encoder, decoder = MODELS[name]
+    assert isinstance(model, DBNet) and type(model.decoder) is decoder
+    assert model.encoder.body.default_cfg["architecture"] == encoder
     assert model.decoder.out_channels == 256
+    assert model.head.k == 50
     with torch.no_grad():
         out = model(torch.randn(1, 3, 64, 96))
     assert isinstance(out, DBOutput)
@@ -46,13 +52,12 @@ def test_every_model_config_instantiates_and_runs(name):
 
 def test_misspelled_key_fails_naming_it():
     with pytest.raises(ConfigCompositionException, match="encoder.nmae"):
-        compose_model("dbnet_resnet18_fpn", ["encoder.nmae=resnet18"])
+        build_model("dbnet_resnet18_fpn", ["model.encoder.nmae=resnet18"])
 
 
 def test_added_unknown_key_reaches_the_constructor_and_fails():
-    cfg = compose_model("dbnet_resnet18_fpn", ["+head.kk=3"])
     with pytest.raises(InstantiationException, match="kk"):
-        instantiate(cfg)
+        build_model("dbnet_resnet18_fpn", ["+model.head.kk=3"])
 
 
 def test_decoder_and_head_get_channels_from_the_encoder():

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 
-from ocr.utils.commands import accept_unquoted_paths, next_commands, override, run_overrides
+from ocr.utils.commands import (
+    RUNNERS,
+    accept_unquoted_paths,
+    next_commands,
+    override,
+    run_next_commands,
+    run_overrides,
+)
 
 OLD = "/runs/x/checkpoints/best-hmean=0.9312-epoch=07.ckpt"
 NEW = "/runs/2026-11-22_10-00-00/checkpoints/best_hmean0.9652_epoch07.ckpt"
@@ -56,3 +65,19 @@ def test_next_commands_carry_the_runs_data_options(tmp_path: Path) -> None:
     assert lines[1] == f"uv run runners/test.py ckpt={NEW} data=receipts 'data.root=/data/my receipts'"
     assert lines[3].startswith(f"uv run runners/predict.py ckpt={NEW} image_dir=path/to/images overlays=true")
     assert lines[5] == f"uv run runners/train.py resume={tmp_path} trainer.max_steps=40"
+
+
+@pytest.mark.parametrize(
+    ("max_steps", "more"), [(20, "trainer.max_steps=40"), (-1, "trainer.max_epochs=200")]
+)
+def test_a_training_run_offers_its_test_images_and_twice_its_budget(
+    tmp_path: Path, max_steps: int, more: str
+) -> None:
+    images = tmp_path / "data" / "images" / "test"
+    images.mkdir(parents=True)
+    cfg = OmegaConf.create(
+        {"data": {"root": str(tmp_path / "data")}, "trainer": {"max_steps": max_steps, "max_epochs": 100}}
+    )
+    lines = run_next_commands(cfg, tmp_path, Path(NEW)).splitlines()
+    assert f" image_dir={images} " in lines[3]
+    assert lines[5] == f"uv run {os.path.relpath(RUNNERS)}/train.py resume={tmp_path} {more}"

@@ -29,7 +29,7 @@ def test_every_wrong_type_is_named_by_its_full_key_at_once(compose_cfg: Compose,
         "trainer.max_steps=1.5",
         "trainer.check_val_every_n_epoch=true",  # a bool is not an int to a config reader
         "model.encoder.pretrained=yes",
-        "optimizer.lr=fast",  # reached twice (module.optimizer is ${optimizer}): named once
+        "optimizer.lr=fast",
     ]
     problems = _problems(compose_cfg("train", overrides, tmp_path))
     assert sorted(p.strip() for p in problems) == [

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import WandbLogger
 
 from ocr.utils.sentinels import clear_sentinels, write_failure, write_success
 
@@ -54,6 +55,6 @@ class RunStatus(Callback):
     @staticmethod
     def _tag_wandb(trainer: L.Trainer, tag: str) -> None:
         for logger in trainer.loggers:
-            run = getattr(logger, "experiment", None) if type(logger).__name__ == "WandbLogger" else None
+            run = logger.experiment if isinstance(logger, WandbLogger) else None
             if run is not None and hasattr(run, "tags"):
                 run.tags = tuple(run.tags or ()) + (tag,)

@@ -57,28 +57,10 @@ class CLEvalMetric(Metric):
     num_skipped: Tensor
     num_images: Tensor
 
-    def __init__(
-        self,
-        *,
-        mode: str,
-        max_detections: int | None,
-        area_precision_threshold: float,
-        recall_granularity_weight: float,
-        precision_granularity_weight: float,
-        vertical_aspect_ratio_threshold: float,
-        case_sensitive: bool,
-    ) -> None:
-        """Options as in configs/metric/cleval.yaml (see :class:`CLEvalOptions`)."""
+    def __init__(self, *, options: CLEvalOptions) -> None:
+        """Score with ``options`` (configs/metric/cleval.yaml builds them)."""
         super().__init__()
-        self.options = CLEvalOptions(
-            mode=mode,  # type: ignore[arg-type]
-            max_detections=max_detections,
-            area_precision_threshold=area_precision_threshold,
-            recall_granularity_weight=recall_granularity_weight,
-            precision_granularity_weight=precision_granularity_weight,
-            vertical_aspect_ratio_threshold=vertical_aspect_ratio_threshold,
-            case_sensitive=case_sensitive,
-        )
+        self.options = options
         for name in (*_SUMMED_FIELDS, "num_images"):
             self.add_state(name, default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 

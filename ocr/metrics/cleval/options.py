@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 Mode = Literal["upstream", "competition"]
 MODES: tuple[str, ...] = ("upstream", "competition")
@@ -32,11 +31,6 @@ class CLEvalOptions:
     precision_granularity_weight: float
     vertical_aspect_ratio_threshold: float
     case_sensitive: bool
-
-    @classmethod
-    def from_config(cls, metric_config: Mapping[str, Any]) -> CLEvalOptions:
-        """Options from a ``configs/metric/cleval.yaml`` mapping (its ``_target_`` is ignored)."""
-        return cls(**{k: v for k, v in metric_config.items() if k != "_target_"})
 
     def __post_init__(self) -> None:
         """Reject values no run can mean."""

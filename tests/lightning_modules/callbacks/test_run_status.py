@@ -5,13 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from lightning.pytorch.loggers import WandbLogger
+
 from ocr.lightning_modules.callbacks.run_status import RunStatus
 from ocr.utils.sentinels import write_failure, write_success
 
 
-class WandbLogger:  # same class name as Lightning's: RunStatus recognises the logger by it
-    def __init__(self) -> None:
-        self.experiment = SimpleNamespace(tags=("receipts",))
+class StubWandbLogger(WandbLogger):
+    """Lightning's WandbLogger type (RunStatus checks isinstance) with a stand-in run: no wandb needed."""
+
+    def __init__(self) -> None:  # Lightning's __init__ would set up wandb
+        self.run = SimpleNamespace(tags=("receipts",))
+
+    @property
+    def experiment(self) -> SimpleNamespace:
+        return self.run
 
 
 def _trainer(**kwargs: object) -> SimpleNamespace:
@@ -41,14 +49,17 @@ def test_success_and_failure_replace_each_other(tmp_path: Path) -> None:
 
 
 def test_callback_marks_the_run_and_tags_wandb(tmp_path: Path) -> None:
-    wandb, csv = WandbLogger(), SimpleNamespace(experiment=None)
-    trainer = _trainer(loggers=[csv, wandb])
+    wandb, csv = StubWandbLogger(), SimpleNamespace(experiment=None)
+    # Another logger's run is not tagged, even one with tags and the same class name.
+    other = type("WandbLogger", (), {"experiment": SimpleNamespace(tags=("other",))})()
+    trainer = _trainer(loggers=[csv, wandb, other])
     callback = RunStatus(run_dir=str(tmp_path / "run"))
     callback.on_fit_end(trainer, None)
     assert "step 40" in (tmp_path / "run" / ".SUCCESS").read_text()
     callback.on_exception(trainer, None, KeyError("image_id"))
     assert "KeyError" in (tmp_path / "run" / ".FAILURE").read_text()
     assert wandb.experiment.tags == ("receipts", "succeeded", "failed")
+    assert other.experiment.tags == ("other",)
     callback.on_test_end(trainer, None)  # a failure is not overwritten by a later test end
     assert not (tmp_path / "run" / ".SUCCESS").exists()
 

@@ -1,0 +1,55 @@
+"""The one place that instantiates the network, loss, metric and the DetectionModule from a run config."""
+
+from __future__ import annotations
+
+import copy
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, open_dict
+from torch import nn
+
+from ocr.lightning_modules.detection_module import DetectionModule
+from ocr.metrics.cleval.metric import CLEvalMetric
+
+__all__ = ["build_metric", "build_module", "build_net_and_loss"]
+
+
+def build_net_and_loss(cfg: DictConfig, *, weights_free: bool = False) -> tuple[nn.Module, nn.Module]:
+    """The network of ``cfg.model`` and the loss of ``cfg.loss``.
+
+    Args:
+        weights_free: build the network with random weights (``model.encoder.pretrained=false``, no
+            ``weights_path``): for a caller that loads a checkpoint's weights or only measures memory,
+            so no hub download or local weights file is needed.
+    """
+    model_cfg = cfg.model
+    if weights_free:
+        model_cfg = copy.deepcopy(model_cfg)
+        with open_dict(model_cfg):
+            model_cfg.encoder.pretrained = False
+            model_cfg.encoder.weights_path = None
+    return instantiate(model_cfg), instantiate(cfg.loss)
+
+
+def build_metric(metric_cfg: DictConfig) -> CLEvalMetric:
+    """CLEval with the options of ``metric_cfg`` (configs/metric/cleval.yaml builds a ``CLEvalOptions``)."""
+    return CLEvalMetric(options=instantiate(metric_cfg))
+
+
+def build_module(cfg: DictConfig, *, weights_free: bool = False) -> DetectionModule:
+    """The DetectionModule of a run config: ``cfg.module`` holds the module's own settings; network, loss,
+    post-processing, metric, optimizer and scheduler come from their config groups.
+
+    Args:
+        weights_free: as in :func:`build_net_and_loss` (test and predict load the checkpoint's weights).
+    """
+    net, loss = build_net_and_loss(cfg, weights_free=weights_free)
+    return instantiate(
+        cfg.module,
+        net=net,
+        loss=loss,
+        postprocess=instantiate(cfg.postprocess),
+        metric=build_metric(cfg.metric),
+        optimizer=instantiate(cfg.optimizer),
+        scheduler=instantiate(cfg.scheduler),
+    )
