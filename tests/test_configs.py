@@ -10,7 +10,9 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+from tests.helpers.paths import REPO_ROOT
+
+CONFIG_DIR = str(REPO_ROOT / "configs")
 Compose = Callable[[str, list[str]], DictConfig]
 
 

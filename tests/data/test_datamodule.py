@@ -13,12 +13,20 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
-from receipt_fixtures import TARGETS, block_words, eval_transform, make_root, train_transform, write_split
 
 from ocr.data.datamodule import ReceiptDataModule
 from ocr.utils.hardware import pick, register_resolvers
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.receipt_fixtures import (
+    TARGETS,
+    block_words,
+    eval_transform,
+    make_root,
+    train_transform,
+    write_split,
+)
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "data"
+CONFIG_DIR = REPO_ROOT / "configs" / "data"
 
 
 def _module(

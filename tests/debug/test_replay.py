@@ -11,8 +11,7 @@ from omegaconf import OmegaConf
 
 from ocr.debug.oom_probe import random_batch
 from ocr.debug.replay import EXIT_CLEAN, EXIT_REPRODUCED, EXIT_UNUSABLE, main
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT
 
 
 def _bundle(
@@ -22,8 +21,8 @@ def _bundle(
     crash.mkdir(parents=True)
     cfg = {
         "seed": 0,
-        "model": OmegaConf.load(REPO / "configs/model/dbnet_resnet18_fpn.yaml"),
-        "loss": OmegaConf.load(REPO / "configs/loss/db.yaml"),
+        "model": OmegaConf.load(REPO_ROOT / "configs/model/dbnet_resnet18_fpn.yaml"),
+        "loss": OmegaConf.load(REPO_ROOT / "configs/loss/db.yaml"),
         "trainer": {"precision": "32-true"},
     }
     if debug is not None:

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,9 @@ from omegaconf import OmegaConf
 from ocr.geometry import letterbox_geometry
 from ocr.lightning_modules.detection_module import TENSOR_KEYS, DetectionModule
 from ocr.lightning_modules.schedule import build_warmup_scheduler
+from tests.helpers.paths import REPO_ROOT
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = REPO_ROOT / "configs"
 
 
 def _module(compile: bool = False) -> DetectionModule:

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +13,9 @@ from ocr.models.decoder import FPNDecoder
 from ocr.models.encoder import TimmEncoder
 from ocr.models.head import DBHead
 from ocr.types import DBOutput
+from tests.helpers.paths import REPO_ROOT
 
-MODEL_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "model"
+MODEL_CONFIGS = REPO_ROOT / "configs" / "model"
 NAMES = ["dbnet_resnet18_fpn", "dbnet_resnet18_unet", "dbnet_resnet50_fpn", "dbnet_mobilenetv3_fpn"]
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "debug_cuda.sh"
+from tests.helpers.paths import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "scripts" / "debug_cuda.sh"
 
 
 def _run(
@@ -19,7 +20,7 @@ def _run(
 ) -> subprocess.CompletedProcess:
     env = {**os.environ, "DEBUG_OUT": str(tmp_path / "debug"), "WANDB_MODE": "offline", **(extra_env or {})}
     return subprocess.run(
-        ["bash", str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+        ["bash", str(SCRIPT), *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
     )
 
 

@@ -10,8 +10,9 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.utils.config_types import ConfigValueTypeError, check_config_types
+from tests.helpers.paths import REPO_ROOT
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = REPO_ROOT / "configs"
 Compose = Callable[[str, list[str], Path], DictConfig]
 
 

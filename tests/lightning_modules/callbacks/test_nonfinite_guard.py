@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
-from triage_tiny import TinyModule, fit_tiny
 
 from ocr.debug.inject import FaultInjector
 from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteGuard, NonFiniteLossError
 from ocr.models.loss import DBLoss
 from ocr.types import DBOutput
+from tests.helpers.triage_tiny import TinyModule, fit_tiny
 
 
 class CudaLossModule(TinyModule):
