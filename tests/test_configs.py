@@ -6,7 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hydra.errors import ConfigCompositionException
+import torch
+from hydra.errors import ConfigCompositionException, InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -31,7 +32,9 @@ def _group_options(group: str) -> list[str]:
     ["data", "model", "hardware", "performance", "logger", "callbacks", "experiment", "debug", "scheduler"],
 )
 def test_every_group_option_composes(group: str, compose: Compose) -> None:
-    for option in _group_options(group):
+    options = _group_options(group)
+    assert options, f"configs/{group}/: expected at least one option (*.yaml), found none"
+    for option in options:
         overrides = [f"{group}={option}"]
         if group in ("experiment",) or option == "receipts":
             overrides.append("data.root=/nonexistent")
@@ -52,12 +55,12 @@ def test_test_and_predict_configs_compose(name: str, extra: list[str], compose: 
 def test_misspelled_override_fails_naming_the_key(compose: Compose) -> None:
     with pytest.raises(ConfigCompositionException) as err:
         compose("train", ["model.encoder.nmae=resnet18"])
-    assert "nmae" in str(err.value) + str(err.value.__cause__)
+    assert "model.encoder.nmae" in str(err.value) + str(err.value.__cause__)
 
 
 def test_unknown_added_key_fails_at_instantiation(compose: Compose) -> None:
     cfg = compose("train", ["+model.decoder.channls=64"])
-    with pytest.raises(Exception, match="channls"):
+    with pytest.raises(InstantiationException, match="channls"):
         instantiate(cfg.model)
 
 
@@ -71,5 +74,17 @@ def test_default_model_loss_postprocess_metric_instantiate(compose: Compose) -> 
         postprocess=instantiate(cfg.postprocess),
         metric=instantiate(cfg.metric),
     )
-    assert module.net is net
-    assert cfg.scheduler.kind in ("poly", "cosine")
+    images = torch.rand(2, 3, 64, 96)
+    output = module(images)
+    assert all(tuple(t.shape) == (2, 1, 64, 96) for t in output)
+    targets = {
+        "prob_map": torch.zeros(2, 1, 64, 96),
+        "prob_mask": torch.ones(2, 1, 64, 96),
+        "thresh_map": torch.full((2, 1, 64, 96), 0.5),
+        "thresh_mask": torch.ones(2, 1, 64, 96),
+        "image_id": ["a", "b"],
+    }
+    loss = module.loss(output, targets)["loss"]
+    assert torch.isfinite(loss) and loss > 0
+    loss.backward()
+    assert all(p.grad is not None for p in net.head.parameters())
