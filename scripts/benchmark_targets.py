@@ -35,7 +35,7 @@ REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "helpers" / "db_refe
 
 
 def load_reference() -> ModuleType:
-    """Import the oracle from tests/helpers/db_reference.py (the repository root is not on a script's path)."""
+    """Import the oracle from tests/helpers/db_reference.py (the repo root is not on a script's path)."""
     spec = importlib.util.spec_from_file_location("db_reference", REFERENCE)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(f"oracle not found: expected {REFERENCE}")
