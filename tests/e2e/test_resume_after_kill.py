@@ -23,6 +23,8 @@ from omegaconf import DictConfig
 from ocr.data.synthetic.generate import generate_dataset
 from tests.helpers.paths import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
+
 STEPS_PER_EPOCH = 3  # 6 training images, batch 2
 
 
@@ -64,7 +66,6 @@ def _config(path: Path) -> dict:
     return config
 
 
-@pytest.mark.slow  # about a minute on 2 cores: three tiny runs, one of them killed
 def test_resume_after_kill_matches_an_uninterrupted_run(
     tmp_path: Path,
     tiny_run: list[str],
