@@ -59,6 +59,7 @@ def test_batch_search_finds_the_boundary() -> None:
     assert len(calls) < 16
 
 
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_probe_cli_on_cpu_with_the_real_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hydra.core.global_hydra import GlobalHydra
 

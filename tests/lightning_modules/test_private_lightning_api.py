@@ -25,8 +25,8 @@ from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
 
 RNG_USERS = (
     "ocr/lightning_modules/detection_module.py (on_save/on_load_checkpoint), callbacks/checkpoint.py, "
+    "callbacks/crash_bundle.py"
 )
-RNG_USERS += "callbacks/crash_bundle.py"
 CHECKPOINT_USER = "ocr/lightning_modules/callbacks/checkpoint.py (RunCheckpoint)"
 
 
@@ -80,7 +80,9 @@ def test_model_checkpoint_private_methods_keep_their_signatures(name: str, param
         CHECKPOINT_USER,
     )
     if name in vars(RunCheckpoint):
-        assert _parameters(getattr(RunCheckpoint, name)) == parameters
+        assert _parameters(getattr(RunCheckpoint, name)) == parameters, (
+            f"RunCheckpoint.{name} overrides ModelCheckpoint.{name}: expected parameters {parameters}"
+        )
 
 
 def test_model_checkpoint_save_does_what_run_checkpoint_repeats() -> None:

@@ -62,6 +62,7 @@ def test_predict_runner_names_a_state_dict_without_run_config(
         runner_module("predict").predict(cfg)
 
 
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_an_old_checkpoint_name_is_accepted_unquoted_on_the_command_line(tmp_path: Path) -> None:
     ckpt = tmp_path / "best-hmean=0.9312-epoch=07.ckpt"  # named as before names lost their "="
     ckpt.write_text("epoch=3 step=120\n")

@@ -33,6 +33,7 @@ def test_help_explains_every_subcommand(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_doctor_without_gpu_says_so(tmp_path: Path) -> None:
     result = _run(["doctor"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -44,6 +45,7 @@ def test_doctor_without_gpu_says_so(tmp_path: Path) -> None:
     assert {"dataloader", "wandb_import", "disk", "wsl"} <= set(checks)
 
 
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_cpu_run_with_injected_exception_leaves_bundle(tmp_path: Path, tiny_run: list[str]) -> None:
     # debug_cuda.sh picks the device, precision and workers itself: pass only the data sizes.
     data = [o for o in tiny_run if o.startswith("data.") and "workers" not in o and "pin_memory" not in o]

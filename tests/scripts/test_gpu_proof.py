@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.paths import REPO_ROOT
 
 
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_cpu_mode_writes_the_proof(tmp_path: Path) -> None:
     steps = "sanitizer_memcheck,sanitizer_bad_index,nan_loss"
     env = {**os.environ, "PYTHON": sys.executable}

@@ -62,6 +62,7 @@ def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
 
 
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_every_shipped_config_passes(compose_cfg: Compose, tmp_path: Path) -> None:
     groups = [
         "data",
