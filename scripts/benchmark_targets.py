@@ -31,11 +31,11 @@ import numpy as np  # noqa: E402
 
 from ocr.data.targets.db import make_db_targets  # noqa: E402
 
-REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data" / "db_reference.py"
+REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "helpers" / "db_reference.py"
 
 
 def load_reference() -> ModuleType:
-    """Import the oracle from tests/data/db_reference.py (tests are not a package)."""
+    """Import the oracle from tests/helpers/db_reference.py (the repo root is not on a script's path)."""
     spec = importlib.util.spec_from_file_location("db_reference", REFERENCE)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(f"oracle not found: expected {REFERENCE}")

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, open_dict
 
 from ocr.debug.gpu_proof import TINY_CPU_RUN
 from ocr.utils import runner
+from tests.helpers.paths import REPO_ROOT
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
@@ -24,7 +25,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Every test starts from the same global RNG state, whatever ran before it; set TEST_SEED to another
 # integer to check that no test passes only by luck of the draw.
 TEST_SEED = int(os.environ.get("TEST_SEED", "0"))
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SROIE_ROOT = REPO_ROOT.parent / "shared" / "datasets" / "sroie-compact"
 
 

@@ -6,14 +6,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hydra.errors import ConfigCompositionException
+import torch
+from hydra.errors import ConfigCompositionException, InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.lightning_modules.build import build_module, build_net_and_loss
 from ocr.metrics.cleval.metric import CLEvalMetric
 from ocr.models.dbnet import DBNet
+from ocr.types import TARGET_KEYS
+from tests.helpers.paths import REPO_ROOT
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+CONFIG_DIR = str(REPO_ROOT / "configs")
 Compose = Callable[[str, list[str]], DictConfig]
 
 
@@ -32,7 +35,9 @@ def _group_options(group: str) -> list[str]:
     ["data", "model", "hardware", "performance", "logger", "callbacks", "experiment", "debug", "scheduler"],
 )
 def test_every_group_option_composes(group: str, compose: Compose) -> None:
-    for option in _group_options(group):
+    options = _group_options(group)
+    assert options, f"configs/{group}/: expected at least one option (*.yaml), found none"
+    for option in options:
         overrides = [f"{group}={option}"]
         if group in ("experiment",) or option == "receipts":
             overrides.append("data.root=/nonexistent")
@@ -53,12 +58,12 @@ def test_test_and_predict_configs_compose(name: str, extra: list[str], compose: 
 def test_misspelled_override_fails_naming_the_key(compose: Compose) -> None:
     with pytest.raises(ConfigCompositionException) as err:
         compose("train", ["model.encoder.nmae=resnet18"])
-    assert "nmae" in str(err.value) + str(err.value.__cause__)
+    assert "model.encoder.nmae" in str(err.value) + str(err.value.__cause__)
 
 
 def test_unknown_added_key_fails_at_instantiation(compose: Compose) -> None:
     cfg = compose("train", ["+model.decoder.channls=64"])
-    with pytest.raises(Exception, match="channls"):
+    with pytest.raises(InstantiationException, match="channls"):
         build_net_and_loss(cfg)
 
 
@@ -70,3 +75,16 @@ def test_default_module_builds_with_the_metric_mode(compose: Compose, mode: str)
     assert module.val_metric.options.mode == module.test_metric.options.mode == mode
     assert module.scheduler_factory.keywords["kind"] == cfg.scheduler.kind == "poly"
     assert module.optimizer_factory.keywords["lr"] == cfg.optimizer.lr
+
+
+def test_default_module_trains_one_step(compose: Compose) -> None:
+    """The default config's module runs forward, loss and backward with gradients reaching the head."""
+    module = build_module(compose("train", []))
+    output = module(torch.rand(2, 3, 64, 96))
+    assert all(tuple(t.shape) == (2, 1, 64, 96) for t in output)
+    targets = {key: torch.full((2, 1, 64, 96), 0.5 if key == "thresh_map" else 1.0) for key in TARGET_KEYS}
+    targets["prob_map"] = torch.zeros(2, 1, 64, 96)
+    loss = module.loss(output, {**targets, "image_id": ["a", "b"]})["loss"]
+    assert torch.isfinite(loss) and loss > 0
+    loss.backward()
+    assert all(p.grad is not None for p in module.net.head.parameters())

@@ -1,6 +1,6 @@
 """Load, validate and save annotation files in the receipt format.
 
-Format (see docs/dataset_format.md)::
+Format (docs/data.md, "The annotation file")::
 
     {"images": {"<file name>": {"words": {"0001": {"points": [[x, y], ...], "text": "...", "ignore": false}},
                                 "img_w": W, "img_h": H}}}

@@ -28,12 +28,14 @@ __all__ = ["ReceiptDataModule", "seed_worker"]
 log = logging.getLogger(__name__)
 
 SYNTHETIC_KEYS = ("num_train", "num_val", "num_test", "seed", "long_side")
+# The datasets each Lightning stage needs; "train", "val" and "test" read the splits named in the config.
+STAGE_DATASETS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
 
 
 def seed_worker(worker_id: int) -> None:
     """DataLoader ``worker_init_fn``: no OpenCV thread pool, and distinct RNG streams per worker.
 
-    OpenCV's pool, once used in the parent before the fork, can hang the workers (see DESIGN.md).
+    OpenCV's pool, once used in the parent before the fork, can hang the workers.
     ``torch.initial_seed()`` differs per worker and per epoch, so augmentations do too.
     """
     cv2.setNumThreads(0)
@@ -102,7 +104,7 @@ class ReceiptDataModule(L.LightningDataModule):
                 f"synthetic: expected exactly the keys {SYNTHETIC_KEYS}, got {sorted(synthetic)}"
             )
         self.root = Path(root)
-        self.splits = {"fit": train_split, "validate": val_split, "test": test_split}
+        self.splits = {"train": train_split, "val": val_split, "test": test_split}  # dataset -> split
         self.predict_image_dir = (
             Path(predict_image_dir) if predict_image_dir else self.root / "images" / test_split
         )
@@ -145,8 +147,7 @@ class ReceiptDataModule(L.LightningDataModule):
             ValueError: the train split has no usable image, or (DDP) an evaluation split has fewer
                 images than the run has ranks.
         """
-        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
-        names = wanted.get(stage or "", ("train", "val", "test"))
+        names = STAGE_DATASETS.get(stage or "", tuple(self.splits))
         for name in names:
             if name not in self.datasets:
                 self.datasets[name] = self._build(name)
@@ -158,9 +159,7 @@ class ReceiptDataModule(L.LightningDataModule):
             dataset = ImageFolderDataset(image_dir=self.predict_image_dir, transform=self.eval_transform)
             log.info("predict: %d images in %s", len(dataset), self.predict_image_dir)
             return dataset
-        split = {"train": self.splits["fit"], "val": self.splits["validate"], "test": self.splits["test"]}[
-            name
-        ]
+        split = self.splits[name]
         transform = self.train_transform if name == "train" else self.eval_transform
         labelled = ReceiptDataset(root=self.root, split=split, transform=transform, **self.dataset_options)
         log.info("%s dataset <data.root=%s>: %s", name, self.root, labelled.report.summary())
@@ -168,7 +167,7 @@ class ReceiptDataModule(L.LightningDataModule):
 
     def _split_name(self, name: str) -> str:
         """How errors name a labelled split: its annotation file, split and config key."""
-        split = self.splits[{"train": "fit", "val": "validate", "test": "test"}[name]]
+        split = self.splits[name]
         return f"{self.root / 'jsons' / f'{split}.json'}: {name} split {split!r} <data.{name}_split={split}>"
 
     def _check_not_empty(self, name: str) -> None:

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from receipt_fixtures import BLOCK, TARGETS, block_image, block_words, eval_transform, make_root, write_split
 
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
@@ -18,6 +17,15 @@ from ocr.data.images import ImageReadError, orientation_matrix
 from ocr.data.transforms import denormalize
 from ocr.geometry import apply_matrix, to_input, to_original
 from ocr.utils import hardware
+from tests.helpers.receipt_fixtures import (
+    BLOCK,
+    TARGETS,
+    block_image,
+    block_words,
+    eval_transform,
+    make_root,
+    write_split,
+)
 
 MEAN, STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import cv2
 import pytest
-from receipt_fixtures import make_root, write_split
 
 from ocr.data.report import format_stats, main, write_report
+from tests.helpers.receipt_fixtures import make_root, write_split
 
 
 def test_write_report_stats_and_pngs(tmp_path: Path) -> None:

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from db_reference import rotated_box
 from shapely.geometry import Polygon as ShapelyPolygon
 
 from ocr.data.sanitize import REASONS, merge_counts, sanitize_polygons
+from tests.helpers.db_reference import rotated_box
 
 W, H = 100, 80
 BOX = [[10, 10], [40, 10], [40, 30], [10, 30]]

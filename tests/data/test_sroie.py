@@ -6,12 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from receipt_fixtures import TARGETS, train_transform
 
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ReceiptDataset
 from ocr.data.transforms import EvalTransform, Transform
 from ocr.geometry import to_input
+from tests.helpers.receipt_fixtures import TARGETS, train_transform
 
 IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from receipt_fixtures import MEAN, NO_AUGMENTATION, STD, train_transform
 
 from ocr.data.transforms import EvalTransform, SourceImage, TrainTransform, denormalize
 from ocr.geometry import to_input, to_original
+from tests.helpers.receipt_fixtures import MEAN, NO_AUGMENTATION, STD, train_transform
 
 RED = np.array([255, 0, 0])
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_sanitizer_and_probe import ASSERT  # a memcheck report of PyTorch's index bounds assert
-
 from ocr.debug.gpu_proof_checks import (
     check_bad_index,
     check_nan_loss,
@@ -16,6 +14,7 @@ from ocr.debug.gpu_proof_checks import (
     markdown_summary,
 )
 from ocr.debug.sanitizer import EXIT_NOT_FOUND
+from tests.helpers.sanitizer_reports import ASSERT  # a memcheck report of PyTorch's index bounds assert
 
 
 def _write(path: Path, payload: dict | str) -> None:

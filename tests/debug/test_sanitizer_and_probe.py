@@ -12,22 +12,7 @@ from omegaconf import OmegaConf
 from ocr.debug import sanitizer
 from ocr.debug.oom_probe import failure_reason, find_largest_batch
 from ocr.debug.run_flags import run_flags
-
-MEMCHECK = """========= COMPUTE-SANITIZER
-epoch 0
-========= Invalid __global__ read of size 4 bytes
-=========     at void gather_kernel<float>(const float *, long *, float *)+0x1c0 in gather.cu:12
-=========     by thread (3,0,0) in block (0,0,0)
-========= ERROR SUMMARY: 1 error
-"""
-ASSERT = """========= COMPUTE-SANITIZER
-/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1422: indexSelectSmallIndex: block: [0,0,0], thread: [0,0,0] \
-Assertion `srcIndex < srcSelectDimSize` failed.
-========= Program hit cudaErrorAssert (error 710) due to "device-side assert triggered" on CUDA API call to \
-cudaStreamSynchronize.
-=========     Saved host backtrace up to driver entry point at error
-========= ERROR SUMMARY: 1 error
-"""
+from tests.helpers.sanitizer_reports import ASSERT, MEMCHECK
 
 
 def test_summary_names_kernel_of_invalid_read() -> None:
@@ -74,6 +59,7 @@ def test_batch_search_finds_the_boundary() -> None:
     assert len(calls) < 16
 
 
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_probe_cli_on_cpu_with_the_real_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hydra.core.global_hydra import GlobalHydra
 

@@ -14,6 +14,8 @@ from ocr.debug import replay
 from ocr.debug.inject import InjectedFaultError
 from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteLossError
 
+pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
+
 EXTRA = [
     "logger=csv",
     "trainer.limit_val_batches=1",

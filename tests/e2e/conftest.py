@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +21,7 @@ def trained_run_output(
     tmp = tmp_path_factory.mktemp("e2e")
     data_root = tmp / "synthetic"
     run = tmp / "train"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "WANDB_MODE": "offline"}
     cmd = [
         sys.executable,
         "runners/train.py",
@@ -34,7 +34,7 @@ def trained_run_output(
         "logger=csv",
         "callbacks.progress_bar.every_n_seconds=0",
     ]
-    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert f"Run directory: {run}" in result.stdout
     return run, data_root, result.stdout

@@ -15,6 +15,8 @@ from ocr.doctor import checks
 from ocr.lightning_modules.callbacks.preflight import PreflightError
 from ocr.utils.io import DiskFullError
 
+pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
+
 Make = Callable[[Path], DictConfig]
 
 

@@ -20,6 +20,8 @@ from omegaconf import DictConfig
 
 from ocr.data.dataset import IMAGE_SUFFIXES
 
+pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
+
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
 PredictCfg = Callable[..., DictConfig]

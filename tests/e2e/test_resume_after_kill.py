@@ -21,8 +21,10 @@ import yaml
 from omegaconf import DictConfig
 
 from ocr.data.synthetic.generate import generate_dataset
+from tests.helpers.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
+
 STEPS_PER_EPOCH = 3  # 6 training images, batch 2
 
 
@@ -64,7 +66,6 @@ def _config(path: Path) -> dict:
     return config
 
 
-@pytest.mark.slow  # about a minute on 2 cores: three tiny runs, one of them killed
 def test_resume_after_kill_matches_an_uninterrupted_run(
     tmp_path: Path,
     tiny_run: list[str],
@@ -75,12 +76,12 @@ def test_resume_after_kill_matches_an_uninterrupted_run(
     overrides = _overrides(tiny_run, tmp_path / "data")
     # Generated once here, so the two concurrent runs do not both write it.
     generate_dataset(tmp_path / "data", num_train=6, num_val=3, num_test=3, seed=0, long_side=96)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "WANDB_MODE": "offline"}
     killed_run = tmp_path / "killed"
     with open(tmp_path / "killed.log", "w") as log:
         process = subprocess.Popen(
             [sys.executable, "runners/train.py", *overrides, f"hydra.run.dir={killed_run}"],
-            cwd=REPO,
+            cwd=REPO_ROOT,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

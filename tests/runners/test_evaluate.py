@@ -12,15 +12,14 @@ from pathlib import Path
 import numpy as np
 
 from ocr.utils.submission import write_submission_csv
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT
 
 
 def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     cmd = [
         sys.executable,
-        str(REPO / "runners" / "evaluate.py"),
+        str(REPO_ROOT / "runners" / "evaluate.py"),
         *overrides,
         f"hydra.run.dir={tmp_path / 'run'}",
     ]
@@ -113,8 +112,8 @@ def test_evaluate_fails_when_no_prediction_name_matches(tmp_path: Path) -> None:
 def test_evaluate_runs_with_the_default_run_dir_and_without_torch(tmp_path: Path) -> None:
     """No ``hydra.run.dir=``: the default run dir uses ``${first_set:}``, which evaluate must register."""
     _one_word_gt(tmp_path, ["a.jpg"])
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, str(REPO / "runners" / "evaluate.py"), "gt=gt.json", "pred=gt.json"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, str(REPO_ROOT / "runners" / "evaluate.py"), "gt=gt.json", "pred=gt.json"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["hmean"] == 1.0
@@ -124,5 +123,5 @@ def test_evaluate_runs_with_the_default_run_dir_and_without_torch(tmp_path: Path
         "import runpy, sys; runpy.run_path(sys.argv[1], run_name='probe'); "
         "sys.exit(1 if 'torch' in sys.modules else 0)"
     )
-    light = subprocess.run([sys.executable, "-c", check, str(REPO / "runners" / "evaluate.py")], env=env)
+    light = subprocess.run([sys.executable, "-c", check, str(REPO_ROOT / "runners" / "evaluate.py")], env=env)
     assert light.returncode == 0, "runners/evaluate.py imports torch"

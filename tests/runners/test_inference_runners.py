@@ -15,9 +15,10 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
+from tests.helpers.paths import REPO_ROOT
+
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _truncated_checkpoint(path: Path) -> Path:
@@ -61,12 +62,13 @@ def test_predict_runner_names_a_state_dict_without_run_config(
         runner_module("predict").predict(cfg)
 
 
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_an_old_checkpoint_name_is_accepted_unquoted_on_the_command_line(tmp_path: Path) -> None:
     ckpt = tmp_path / "best-hmean=0.9312-epoch=07.ckpt"  # named as before names lost their "="
     ckpt.write_text("epoch=3 step=120\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "runners/test.py", f"ckpt={ckpt}", f"hydra.run.dir={tmp_path / 'run'}"]
-    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     # Hydra read the override: the runner got as far as opening the file, and names it.
     assert result.returncode == 1
     assert f"ckpt={ckpt}: a text file, not a PyTorch checkpoint" in result.stderr + result.stdout

@@ -8,15 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT
 
 
 def test_benchmark_targets_prints_both_layouts() -> None:
     # A subprocess: the script refuses to run once torch is imported, as it is in the test process.
     args = ["--boxes", "6", "--size", "64", "--images", "1", "--rounds", "1"]
     result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "benchmark_targets.py"), *args],
-        cwd=REPO,
+        [sys.executable, str(REPO_ROOT / "scripts" / "benchmark_targets.py"), *args],
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=120,
@@ -29,7 +29,9 @@ def test_benchmark_targets_prints_both_layouts() -> None:
 
 
 def test_benchmark_data_reports_every_stage(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("benchmark_data", REPO / "scripts" / "benchmark_data.py")
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_data", REPO_ROOT / "scripts" / "benchmark_data.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     from ocr.data import dataset, transforms

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "debug_cuda.sh"
+from tests.helpers.paths import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "scripts" / "debug_cuda.sh"
 
 
 def _run(
@@ -19,7 +20,7 @@ def _run(
 ) -> subprocess.CompletedProcess:
     env = {**os.environ, "DEBUG_OUT": str(tmp_path / "debug"), "WANDB_MODE": "offline", **(extra_env or {})}
     return subprocess.run(
-        ["bash", str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+        ["bash", str(SCRIPT), *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
     )
 
 
@@ -32,6 +33,7 @@ def test_help_explains_every_subcommand(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_doctor_without_gpu_says_so(tmp_path: Path) -> None:
     result = _run(["doctor"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -43,6 +45,7 @@ def test_doctor_without_gpu_says_so(tmp_path: Path) -> None:
     assert {"dataloader", "wandb_import", "disk", "wsl"} <= set(checks)
 
 
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_cpu_run_with_injected_exception_leaves_bundle(tmp_path: Path, tiny_run: list[str]) -> None:
     # debug_cuda.sh picks the device, precision and workers itself: pass only the data sizes.
     data = [o for o in tiny_run if o.startswith("data.") and "workers" not in o and "pin_memory" not in o]

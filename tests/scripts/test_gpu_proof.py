@@ -10,14 +10,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+import pytest
+
+from tests.helpers.paths import REPO_ROOT
 
 
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_cpu_mode_writes_the_proof(tmp_path: Path) -> None:
     steps = "sanitizer_memcheck,sanitizer_bad_index,nan_loss"
     env = {**os.environ, "PYTHON": sys.executable}
     result = subprocess.run(
-        ["bash", str(REPO / "scripts" / "gpu_proof.sh"), "--cpu", "--steps", steps, "--out", str(tmp_path)],
+        [
+            "bash",
+            str(REPO_ROOT / "scripts" / "gpu_proof.sh"),
+            "--cpu",
+            "--steps",
+            steps,
+            "--out",
+            str(tmp_path),
+        ],
         cwd=tmp_path,  # the script finds the repository itself
         env=env,
         capture_output=True,

@@ -10,8 +10,9 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.utils.config_types import ConfigValueTypeError, check_config_types
+from tests.helpers.paths import REPO_ROOT
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = REPO_ROOT / "configs"
 Compose = Callable[[str, list[str], Path], DictConfig]
 
 
@@ -61,6 +62,7 @@ def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
 
 
+@pytest.mark.slow  # over 20 s on 2 busy cores
 def test_every_shipped_config_passes(compose_cfg: Compose, tmp_path: Path) -> None:
     groups = [
         "data",

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf, open_dict
 
 from ocr.utils.hardware import register_resolvers
 from ocr.utils.resume import Resume, find_checkpoint, resume_from_command_line, resume_run
+from tests.helpers.paths import REPO_ROOT
 
 RUN_CONFIG = {
     "seed": 42,
@@ -164,7 +165,7 @@ def test_data_fingerprint_change_is_refused_unless_allowed(
 def test_the_run_directory_is_the_resumed_run_or_a_new_one(name: str, overrides: list[str]) -> None:
     register_resolvers()
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(Path(__file__).parents[2] / "configs"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
         cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
     expected = "/runs/a" if overrides == ["resume=/runs/a"] else f"outputs/{name}/"
     assert cfg.hydra.run.dir.startswith(expected)

@@ -1,6 +1,6 @@
 """Per-box quantities for upstream-mode CLEval, vectorised over a padded batch of polygons.
 
-Competition mode reads boxes its own way (``cleval_competition``). Conventions (docs/metrics.md):
+Competition mode reads boxes its own way (``ocr.metrics.cleval.competition``). Conventions (docs/metrics.md):
 - A 4-point box is read in its stored order: edges 0-1 and 2-3 are "horizontal", 1-2 and 3-0 "vertical"
   (as the reference package reads quadrilaterals).
 - A GT polygon with an even number K >= 6 of points is a reading-order chain: the first K/2 points are

@@ -5,7 +5,7 @@ That scorer (docs/metrics.md) reads every box as a polygon of float32 coordinate
   convex-hull edge in the order scipy's qhull lists the hull; ties go to the first edge, so an axis-aligned
   rectangle is read along whichever of its sides qhull lists first. That order is reproduced here from
   qhull's initial triangle: the listing starts at its first edge that stays on the hull, in the direction
-  the triangle's orientation gives (checked against scipy in tests/metrics/test_cleval_competition.py);
+  the triangle's orientation gives (checked against scipy in tests/metrics/cleval/test_competition.py);
 - a box that is flat after rounding to integers, or whose hull qhull rejects, gets aspect ratio 0;
 - the float32 arithmetic is kept, so values on a rounding boundary fall the same way;
 - pseudo-character centres interpolate the first half of the points (top edge) and the second half

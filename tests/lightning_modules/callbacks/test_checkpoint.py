@@ -17,7 +17,6 @@ from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
-from triage_tiny import TinyModule, tiny_loader
 
 from ocr.lightning_modules.callbacks import checkpoint as checkpoint_module
 from ocr.lightning_modules.callbacks.checkpoint import (
@@ -26,6 +25,7 @@ from ocr.lightning_modules.callbacks.checkpoint import (
     estimate_checkpoint_bytes,
 )
 from ocr.utils.io import DiskFullError
+from tests.helpers.triage_tiny import TinyModule, tiny_loader
 
 
 class PlateauModule(TinyModule):

@@ -8,10 +8,10 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from triage_tiny import TinyModule, fit_tiny, tiny_loader
 
 from ocr.debug.inject import FaultInjector, InjectedFaultError
 from ocr.lightning_modules.callbacks.crash_bundle import CrashBundle, is_cuda_error, write_crash_bundle
+from tests.helpers.triage_tiny import TinyModule, fit_tiny, tiny_loader
 
 
 def test_bundle_written_on_injected_exception(tmp_path: Path) -> None:

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
-from triage_tiny import TinyModule, fit_tiny
 
 from ocr.debug.inject import FaultInjector
 from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteGuard, NonFiniteLossError
 from ocr.models.loss import DBLoss
 from ocr.types import DBOutput
+from tests.helpers.triage_tiny import TinyModule, fit_tiny
 
 
 class CudaLossModule(TinyModule):
@@ -117,8 +117,21 @@ def test_step_is_the_optimizer_step_under_gradient_accumulation(tmp_path: Path) 
     assert info.value.step == 1  # the third batch, which belongs to optimizer step 1
 
 
-def test_finite_run_passes(tmp_path: Path) -> None:
-    fit_tiny(tmp_path, [NonFiniteGuard(check_every_n_steps=2, check_grads=True)], max_steps=4)
+def test_finite_run_is_checked_and_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every second step the guard reads both flags (loss and gradient norm), finds them finite, goes on."""
+    guard = NonFiniteGuard(check_every_n_steps=2, check_grads=True)
+    seen: list[tuple[int, dict[str, int]]] = []
+    check = guard.check
+
+    def spy(checked_at: int) -> None:
+        seen.append((checked_at, {what: int(first) for what, first in guard._first_bad.items()}))
+        check(checked_at)
+
+    monkeypatch.setattr(guard, "check", spy)
+    fit_tiny(tmp_path, [guard], max_steps=4)
+    assert [checked_at for checked_at, _ in seen][:2] == [1, 3]
+    assert all(flags == {"loss": -1, "gradient norm": -1} for _, flags in seen)
+    assert not (tmp_path / "crash").exists()
 
 
 def test_nan_gradient_detected(tmp_path: Path) -> None:

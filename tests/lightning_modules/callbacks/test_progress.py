@@ -11,9 +11,9 @@ from typing import Any
 import lightning as L
 import pytest
 from lightning.pytorch.callbacks import RichProgressBar
-from triage_tiny import TinyModule, tiny_loader
 
 from ocr.lightning_modules.callbacks.progress import PlainProgress, progress_bar
+from tests.helpers.triage_tiny import TinyModule, tiny_loader
 
 
 class ScoredModule(TinyModule):

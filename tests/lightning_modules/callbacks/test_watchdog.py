@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from triage_tiny import fit_tiny
 
 from ocr.debug.inject import FaultInjector
 from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
+from tests.helpers.triage_tiny import fit_tiny
 
 
 def _wait_for(predicate, limit_s: float = 20.0) -> bool:

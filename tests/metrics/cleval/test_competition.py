@@ -22,11 +22,11 @@ from ocr.metrics.cleval.metric import CLEvalMetric
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.files import evaluate_files
 from ocr.utils.runner import compose_config
+from tests.helpers.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
 HANDMADE_COPY = Path(__file__).resolve().parent / "fixtures" / "cleval_competition_handmade.json"
 HANDMADE = json.loads(HANDMADE_COPY.read_text())["images"]
-SHARED = REPO.parent / "shared" / "fixtures" / "cleval_competition"
+SHARED = REPO_ROOT.parent / "shared" / "fixtures" / "cleval_competition"
 SEED_MEAN_HMEAN = {7: 0.878828, 11: 0.882367}  # the fixture README's dataset figures
 METRIC_CONFIG = compose_config("train").metric
 
@@ -192,7 +192,7 @@ def test_seeded_predictions_match_scorer(seed: int, sroie_root: Path) -> None:
 
 def test_evaluate_files_gives_the_scorer_figure(sroie_root: Path) -> None:
     pred = _shared_or_skip("pred-seed7.json")
-    evaluate_cfg = yaml.safe_load((REPO / "configs" / "evaluate.yaml").read_text())
+    evaluate_cfg = yaml.safe_load((REPO_ROOT / "configs" / "evaluate.yaml").read_text())
     names, result = evaluate_files(
         sroie_root / "jsons" / "test.json", pred, competition_options(), evaluate_cfg["min_polygon_size"]
     )

@@ -3,7 +3,6 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from db_reference import rotated_box
 from shapely.geometry import Polygon as ShapelyPolygon
 
 from ocr.data.targets.geometry import (
@@ -16,6 +15,7 @@ from ocr.data.targets.geometry import (
     offset_polygon,
     shrink_convex,
 )
+from tests.helpers.db_reference import rotated_box
 
 
 def _random_convex(rng: np.random.Generator, k: int) -> np.ndarray:

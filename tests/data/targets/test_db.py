@@ -3,10 +3,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from db_reference import jitter_corners, receipt_word_boxes, reference_db_targets, rotated_box
 
 from ocr.data.targets.db import dilate_polygon, make_db_targets, offset_distance, shrink_polygon
 from ocr.types import TargetParams
+from tests.helpers.db_reference import jitter_corners, receipt_word_boxes, reference_db_targets, rotated_box
 
 KEYS = ("prob_map", "prob_mask", "thresh_map", "thresh_mask")
 
