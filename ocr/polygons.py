@@ -28,6 +28,11 @@ F64 = npt.NDArray[np.float64]
 BoolArr = npt.NDArray[np.bool_]
 
 
+def _following(values: F64) -> F64:
+    """``values`` moved one step back along axis 1 (entry k holds entry k + 1, cyclically)."""
+    return np.concatenate([values[:, 1:], values[:, :1]], axis=1)  # faster than np.roll on small arrays
+
+
 def cross(a: F64, b: F64) -> F64:
     """z of the cross product of (..., 2) vectors: ``a_x b_y - a_y b_x``, shape (...)."""
     return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
@@ -35,20 +40,20 @@ def cross(a: F64, b: F64) -> F64:
 
 def edge_vectors(points: F64) -> F64:
     """(N, K, 2) edge vectors: point k + 1 minus point k, cyclically."""
-    return np.roll(points, -1, axis=1) - points
+    return _following(points) - points
 
 
 def signed_areas(points: F64) -> F64:
     """(N,) shoelace areas, positive for clockwise order on screen; 0 for a segment or a point."""
     x, y = points[..., 0], points[..., 1]
-    return 0.5 * (x * np.roll(y, -1, axis=1) - np.roll(x, -1, axis=1) * y).sum(axis=1)
+    return 0.5 * (x * _following(y) - _following(x) * y).sum(axis=1)
 
 
 def turn_crosses(points: F64) -> F64:
     """(N, K) cross product of edge k and edge k + 1: the turn at point k + 1, of the sign of
     :func:`signed_areas` where the polygon is convex, 0 where the two edges are parallel."""
     edges = edge_vectors(points)
-    return cross(edges, np.roll(edges, -1, axis=1))
+    return cross(edges, _following(edges))
 
 
 def is_convex(points: F64, *, strict: bool) -> BoolArr:
@@ -66,7 +71,7 @@ def is_convex(points: F64, *, strict: bool) -> BoolArr:
 def winds_once(points: F64) -> BoolArr:
     """(N,) whether the edge direction turns through exactly one full circle (within 1e-6 rad)."""
     edges = edge_vectors(points)
-    nxt = np.roll(edges, -1, axis=1)
+    nxt = _following(edges)
     angles = np.arctan2(cross(edges, nxt), (edges * nxt).sum(axis=2))  # (N, K) signed turn angles
     return np.abs(np.abs(angles.sum(axis=1)) - 2 * np.pi) < 1e-6
 
