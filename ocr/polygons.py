@@ -25,7 +25,6 @@ __all__ = [
 ]
 
 F64 = npt.NDArray[np.float64]
-BoolArr = npt.NDArray[np.bool_]
 
 
 def _following(values: F64) -> F64:
@@ -56,7 +55,7 @@ def turn_crosses(points: F64) -> F64:
     return cross(edges, _following(edges))
 
 
-def is_convex(points: F64, *, strict: bool) -> BoolArr:
+def is_convex(points: F64, *, strict: bool) -> npt.NDArray[np.bool_]:
     """(N,) whether every turn has the same sign; ``strict`` also refuses straight and reversing turns.
 
     For K >= 5 a self-intersecting star turns the same way everywhere too: :func:`winds_once` tells it
@@ -68,7 +67,7 @@ def is_convex(points: F64, *, strict: bool) -> BoolArr:
     return (turns >= 0).all(axis=1) | (turns <= 0).all(axis=1)
 
 
-def winds_once(points: F64) -> BoolArr:
+def winds_once(points: F64) -> npt.NDArray[np.bool_]:
     """(N,) whether the edge direction turns through exactly one full circle (within 1e-6 rad)."""
     edges = edge_vectors(points)
     nxt = _following(edges)
