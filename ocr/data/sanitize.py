@@ -34,6 +34,14 @@ from shapely.geometry import MultiPoint, box
 from shapely.geometry import Polygon as ShapelyPolygon
 from shapely.geometry.polygon import orient
 
+from ocr.polygons import (
+    convex_min_rect_short_sides,
+    group_by_point_count,
+    is_convex,
+    signed_areas,
+    winds_once,
+)
+
 if TYPE_CHECKING:
     from ocr.types import Polygon
 
@@ -117,24 +125,25 @@ def _sanitize_each(
         )
     w, h, min_size = float(width), float(height), float(min_size)
     results: list[tuple[Polygon | None, str | None]] = [(None, None)] * len(polygons)
-    raw: dict[int, list[tuple[int, npt.NDArray[np.float64]]]] = {}
+    read, read_at = [], []
     for i, poly in enumerate(polygons):
         pts = None if poly is None else _as_points(poly)
         if pts is None or len(pts) == 0:
             results[i] = (None, "none" if poly is None else "malformed" if pts is None else "empty")
         else:
-            raw.setdefault(len(pts), []).append((i, pts))
-    ready: dict[int, list[tuple[int, npt.NDArray[np.float64]]]] = {}
-    for items in raw.values():
-        for i, pts, reason in _prepare_group(items):
+            read.append(pts)
+            read_at.append(i)
+    ready, ready_at = [], []
+    for rows, stack in group_by_point_count(read):
+        for row, pts, reason in zip(rows.tolist(), *_prepare_group(stack), strict=True):
             if pts is None:
-                results[i] = (None, reason)
+                results[read_at[row]] = (None, reason)
             else:
-                ready.setdefault(len(pts), []).append((i, pts))
-    for items in ready.values():
-        cleaned = _clean_group([pts for _, pts in items], w, h, min_size)
-        for (i, _), result in zip(items, cleaned, strict=True):
-            results[i] = result
+                ready.append(pts)
+                ready_at.append(read_at[row])
+    for rows, stack in group_by_point_count(ready):
+        for row, result in zip(rows.tolist(), _clean_group(stack, w, h, min_size), strict=True):
+            results[ready_at[row]] = result
     return results
 
 
@@ -151,47 +160,51 @@ def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
 
 
 def _prepare_group(
-    items: list[tuple[int, npt.NDArray[np.float64]]],
-) -> list[tuple[int, npt.NDArray[np.float64] | None, str | None]]:
-    """Checks that need no geometry, on polygons with the same point count.
+    stack: npt.NDArray[np.float64],
+) -> tuple[list[npt.NDArray[np.float64] | None], list[str | None]]:
+    """Checks that need no geometry, on (N, K, 2) polygons with the same point count.
 
     Returns:
-        (index, (K >= 3, 2) distinct points or None, removal reason or None) per polygon.
+        Per polygon: (K >= 3, 2) distinct points or None, and the removal reason or None.
     """
-    stack = np.stack([pts for _, pts in items])  # (N, K, 2)
     # numpy's stubs type all/any(axis=...) as bool | array; these are (N,) arrays.
     finite: npt.NDArray[np.bool_] = np.isfinite(stack).all(axis=(1, 2))  # type: ignore[assignment]
     repeats = (stack == np.roll(stack, -1, axis=1)).all(axis=2).any(axis=1)
     huge: npt.NDArray[np.bool_] = (  # type: ignore[assignment]
         np.abs(np.where(np.isfinite(stack), stack, 0.0)) > _COORD_LIMIT
     ).any(axis=(1, 2))
-    out: list[tuple[int, npt.NDArray[np.float64] | None, str | None]] = []
-    for k, (i, pts) in enumerate(items):
+    kept: list[npt.NDArray[np.float64] | None] = []
+    reasons: list[str | None] = []
+    for k, pts in enumerate(stack):
         if not finite[k]:
-            out.append((i, None, "non_finite"))
+            kept.append(None)
+            reasons.append("non_finite")
             continue
         if repeats[k]:
             pts = _drop_repeats(pts)
         if len(pts) < 3:
-            out.append((i, None, "too_few_points"))
+            kept.append(None)
+            reasons.append("too_few_points")
         else:
-            out.append((i, np.clip(pts, -_COORD_LIMIT, _COORD_LIMIT) if huge[k] else pts, None))
-    return out
+            kept.append(np.clip(pts, -_COORD_LIMIT, _COORD_LIMIT) if huge[k] else pts)
+            reasons.append(None)
+    return kept, reasons
 
 
 def _clean_group(
-    group: list[npt.NDArray[np.float64]], width: float, height: float, min_size: float
+    pts: npt.NDArray[np.float64], width: float, height: float, min_size: float
 ) -> list[tuple[Polygon | None, str | None]]:
-    """Sanitise polygons with the same point count: simple convex ones inside the image in one pass."""
-    pts = np.stack(group)  # (N, K, 2)
+    """Sanitise (N, K, 2) polygons with the same point count: simple convex ones inside the image in one
+    pass."""
     inside = (
         (pts.min(axis=(1, 2)) >= 0) & (pts[..., 0].max(axis=1) <= width) & (pts[..., 1].max(axis=1) <= height)
     )
-    fast = inside & _simple_convex(pts)
-    area = np.abs(_signed_area(pts))
-    short = _short_sides(pts)
+    fast = inside & is_convex(pts, strict=True) & winds_once(pts)
+    area = np.abs(signed_areas(pts))
+    short = np.zeros(len(pts))
+    short[fast] = convex_min_rect_short_sides(pts[fast])
     out: list[tuple[Polygon | None, str | None]] = []
-    for k, poly in enumerate(group):
+    for k, poly in enumerate(pts):
         if not fast[k]:
             out.append(_clean_safe(poly, width, height, min_size))
         elif area[k] <= _MIN_AREA:
@@ -256,7 +269,7 @@ def _clean(
     reason = "self_intersecting_repaired" if repaired else None
     if inside and not repaired:
         return pts.astype(np.float32), reason
-    sign = 1.0 if repaired or _signed_area(pts[None])[0] > 0 else -1.0
+    sign = 1.0 if repaired or signed_areas(pts[None])[0] > 0 else -1.0
     oriented = orient(ShapelyPolygon(poly.exterior), sign=sign)
     return np.asarray(oriented.exterior.coords[:-1], dtype=np.float32), reason
 
@@ -280,40 +293,4 @@ def _short_side(poly: ShapelyPolygon) -> float:
     hull = poly.convex_hull
     if not isinstance(hull, ShapelyPolygon):
         return 0.0
-    return float(_short_sides(np.asarray(hull.exterior.coords[:-1])[None])[0])
-
-
-def _signed_area(pts: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Shoelace area of (N, K, 2) polygons; positive for clockwise order in image (y-down) px."""
-    x, y = pts[..., 0], pts[..., 1]
-    return 0.5 * (x * np.roll(y, -1, axis=1) - np.roll(x, -1, axis=1) * y).sum(axis=1)
-
-
-def _simple_convex(pts: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
-    """Whether each (K, 2) polygon of (N, K, 2) is strictly convex and turns around exactly once."""
-    edges = np.roll(pts, -1, axis=1) - pts
-    nxt = np.roll(edges, -1, axis=1)
-    cross = edges[..., 0] * nxt[..., 1] - edges[..., 1] * nxt[..., 0]
-    dot = (edges * nxt).sum(axis=2)
-    same_sign = (cross > 0).all(axis=1) | (cross < 0).all(axis=1)
-    # All turns the same way is not enough for K >= 5 (a pentagram turns twice).
-    once = np.abs(np.abs(np.arctan2(cross, dot).sum(axis=1)) - 2 * np.pi) < 1e-6
-    return same_sign & once
-
-
-def _short_sides(pts: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Shorter side of the minimum-area rectangle of each convex (K, 2) polygon of (N, K, 2).
-
-    Rotating calipers: the minimum-area rectangle of a convex polygon has a side along one of its edges.
-    """
-    edges = np.roll(pts, -1, axis=1) - pts
-    length = np.linalg.norm(edges, axis=2, keepdims=True)
-    u = edges / np.where(length > 0, length, 1.0)  # (N, K, 2) edge directions
-    n = np.stack([-u[..., 1], u[..., 0]], axis=2)
-    along = np.einsum("nkd,njd->nkj", u, pts)  # (N, K edges, K points)
-    across = np.einsum("nkd,njd->nkj", n, pts)
-    extent_u = along.max(axis=2) - along.min(axis=2)
-    extent_n = across.max(axis=2) - across.min(axis=2)
-    best = np.argmin(extent_u * extent_n, axis=1)
-    rows = np.arange(len(pts))
-    return np.minimum(extent_u[rows, best], extent_n[rows, best])
+    return float(convex_min_rect_short_sides(np.asarray(hull.exterior.coords[:-1])[None])[0])

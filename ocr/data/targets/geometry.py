@@ -14,6 +14,16 @@ import numpy as np
 import numpy.typing as npt
 import pyclipper
 
+from ocr.polygons import (
+    convex_min_rect_short_sides,
+    cross,
+    edge_vectors,
+    group_by_point_count,
+    is_convex,
+    signed_areas,
+    turn_crosses,
+)
+
 __all__ = [
     "AXIS_SIN",
     "clip_to_box",
@@ -86,7 +96,7 @@ def measure_polygons(polygons: Sequence[npt.ArrayLike]) -> PolygonMeasures:
     Raises:
         ValueError: when a polygon cannot be read as (K, 2) numbers.
     """
-    inputs = _group_by_point_count(polygons)
+    inputs = _usable_by_point_count(polygons)
     count = sum(len(positions) for positions, _ in inputs)
     area, perimeter, short_side = np.zeros(count), np.zeros(count), np.zeros(count)
     bbox, kind = np.zeros((count, 4)), np.zeros(count, np.int8)
@@ -96,9 +106,9 @@ def measure_polygons(polygons: Sequence[npt.ArrayLike]) -> PolygonMeasures:
         rows = np.arange(start, start + len(stacked))
         start += len(stacked)
         groups.append((rows, stacked))
-        edges = stacked[:, _next(stacked)] - stacked  # (G, K, 2)
+        edges = edge_vectors(stacked)  # (G, K, 2)
         lengths = np.hypot(edges[..., 0], edges[..., 1])  # (G, K)
-        area[rows] = 0.5 * np.abs(_signed_area2(stacked))
+        area[rows] = np.abs(signed_areas(stacked))
         perimeter[rows] = lengths.sum(axis=1)
         bbox[rows] = np.concatenate([stacked.min(axis=1), stacked.max(axis=1)], axis=1)
         rect = _is_rectangle(edges, lengths)
@@ -108,12 +118,12 @@ def measure_polygons(polygons: Sequence[npt.ArrayLike]) -> PolygonMeasures:
             )
             short_side[rows[rect]] = 2 * half[rows[rect]].min(axis=1)
         if not rect.all():
-            short_side[rows[~rect]] = _min_rect_short_side(stacked[~rect], edges[~rect], lengths[~rect])
+            short_side[rows[~rect]] = _min_rect_short_sides(stacked[~rect])
     index = np.concatenate([positions for positions, _ in inputs]) if inputs else np.zeros(0, np.int64)
     return PolygonMeasures(index, groups, area, perimeter, short_side, bbox, kind, center, axis, half)
 
 
-def _group_by_point_count(polygons: Sequence[npt.ArrayLike]) -> list[tuple[np.ndarray, np.ndarray]]:
+def _usable_by_point_count(polygons: Sequence[npt.ArrayLike]) -> list[tuple[np.ndarray, np.ndarray]]:
     """(input positions, (G, K, 2) float64 points) per point count K, usable polygons only."""
     try:
         stacked = np.asarray(polygons, dtype=np.float64)  # one call for the common all-quads case
@@ -124,20 +134,19 @@ def _group_by_point_count(polygons: Sequence[npt.ArrayLike]) -> list[tuple[np.nd
         return (
             [(positions, np.clip(stacked[positions], -_COORD_LIMIT, _COORD_LIMIT))] if len(positions) else []
         )
-    by_count: dict[int, list[tuple[int, np.ndarray]]] = {}
+    usable, where = [], []
     for i, polygon in enumerate(polygons):
         try:
             pts = np.asarray(polygon, dtype=np.float64).reshape(-1, 2)
         except (TypeError, ValueError) as err:
             raise ValueError(f"polygons[{i}]: expected (K, 2) numbers, got {polygon!r}") from err
         if len(pts) >= 3 and np.isfinite(pts).all():
-            by_count.setdefault(len(pts), []).append((i, pts))
+            usable.append(pts)
+            where.append(i)
+    positions = np.array(where, dtype=np.int64)
     return [
-        (
-            np.array([i for i, _ in members]),
-            np.clip(np.stack([pts for _, pts in members]), -_COORD_LIMIT, _COORD_LIMIT),
-        )
-        for members in by_count.values()
+        (positions[rows], np.clip(stacked, -_COORD_LIMIT, _COORD_LIMIT))
+        for rows, stacked in group_by_point_count(usable)
     ]
 
 
@@ -151,32 +160,11 @@ def _prev(stacked: np.ndarray) -> np.ndarray:
     return (np.arange(stacked.shape[1]) - 1) % stacked.shape[1]
 
 
-def _signed_area2(stacked: np.ndarray) -> np.ndarray:
-    """Twice the signed shoelace area of (G, K, 2) polygons; returns (G,)."""
-    x, y = stacked[..., 0], stacked[..., 1]
-    nxt = _next(stacked)
-    return (x * y[:, nxt] - x[:, nxt] * y).sum(axis=1)
-
-
-def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
-
-
-def _min_rect_short_side(stacked: np.ndarray, edges: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Short side of the minimum-area rectangle, (G,): calipers on the edges of convex polygons,
-    ``cv2.minAreaRect`` for the others."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        along = edges / lengths[..., None]  # (G, K, 2) unit edge directions, NaN for zero-length edges
-    normal = np.stack([-along[..., 1], along[..., 0]], axis=-1)
-    extent_a = np.ptp(np.einsum("gkd,gjd->gkj", along, stacked), axis=2)  # (G, K directions)
-    extent_n = np.ptp(np.einsum("gkd,gjd->gkj", normal, stacked), axis=2)
-    rect_area = extent_a * extent_n
-    rect_area[~np.isfinite(rect_area)] = np.inf
-    best = np.argmin(rect_area, axis=1)[:, None]
-    short = np.take_along_axis(np.fmin(extent_a, extent_n), best, axis=1)[:, 0]
-    turns = _cross(edges, edges[:, _next(edges)])  # (G, K)
-    convex = (turns >= 0).all(axis=1) | (turns <= 0).all(axis=1)
-    for g in np.flatnonzero(~convex | ~np.isfinite(short)):
+def _min_rect_short_sides(stacked: np.ndarray) -> np.ndarray:
+    """Short side of the minimum-area rectangle, (G,): calipers on convex polygons, ``cv2.minAreaRect``
+    for the others."""
+    short = convex_min_rect_short_sides(stacked)
+    for g in np.flatnonzero(~is_convex(stacked, strict=False) | ~np.isfinite(short)):
         _, (w, h), _ = cv2.minAreaRect(stacked[g].astype(np.float32))
         short[g] = min(w, h)
     return short
@@ -229,18 +217,18 @@ def shrink_convex(stacked: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray,
     nxt = pts[:, _next(pts)]
     edges = nxt - pts  # (G, K, 2)
     lengths = np.hypot(edges[..., 0], edges[..., 1])
-    orientation = np.sign(_signed_area2(pts))[:, None]  # (G, 1): +1 when the interior is on the left
+    orientation = np.sign(signed_areas(pts))[:, None]  # (G, 1): +1 when the interior is on the left
     with np.errstate(invalid="ignore", divide="ignore"):
         scale = orientation * offsets[:, None] / lengths  # (G, K)
         inward = np.stack([-edges[..., 1], edges[..., 0]], axis=-1) * scale[..., None]
         start, end = np.round(pts + inward), np.round(nxt + inward)  # moved edges
         direction = end - start
         prev_start, prev_dir = start[:, _prev(start)], direction[:, _prev(start)]
-        denom = _cross(prev_dir, direction)  # (G, K)
-        t = _cross(start - prev_start, direction) / denom
+        denom = cross(prev_dir, direction)  # (G, K)
+        t = cross(start - prev_start, direction) / denom
         vertices = np.round(prev_start + t[..., None] * prev_dir)  # vertex k = moved edge k-1 x moved edge k
-    new_edges = vertices[:, _next(vertices)] - vertices
-    turns = _cross(edges, edges[:, _next(edges)])
+    new_edges = edge_vectors(vertices)
+    turns = turn_crosses(pts)
     with np.errstate(invalid="ignore", divide="ignore"):
         turn_sin = turns / (lengths * lengths[:, _next(lengths)])
     ok = (
@@ -248,7 +236,7 @@ def shrink_convex(stacked: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray,
         & (np.abs(turn_sin) * offsets[:, None] >= 1).all(axis=1)  # else pyclipper keeps a single point
         & ((turns * orientation) >= 0).all(axis=1)
         & ((new_edges * edges).sum(axis=2) > 0).all(axis=1)
-        & (_signed_area2(vertices) * orientation[:, 0] > 0)
+        & (signed_areas(vertices) * orientation[:, 0] > 0)
         & np.isfinite(vertices).all(axis=(1, 2))
     )
     vertices[~ok] = 0

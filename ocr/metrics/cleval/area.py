@@ -11,10 +11,10 @@ import numpy as np
 import numpy.typing as npt
 import shapely
 
+from ocr.polygons import edge_vectors, is_convex, signed_areas
+
 __all__ = [
     "QuadSet",
-    "quad_areas",
-    "convex_quads",
     "axis_aligned",
     "convex_intersection_areas",
     "intersection_areas",
@@ -28,24 +28,9 @@ BoolArr = npt.NDArray[np.bool_]
 _NEXT = np.array([1, 2, 3, 0])
 
 
-def quad_areas(quads: F64) -> F64:
-    """(N,) signed shoelace areas of (N, 4, 2) quads (positive when clockwise on screen)."""
-    x, y = quads[..., 0], quads[..., 1]
-    return (x * y[:, _NEXT] - x[:, _NEXT] * y).sum(axis=1) / 2
-
-
-def convex_quads(quads: F64) -> BoolArr:
-    """(N,) quads whose turns all have the same sign (collinear corners allowed)."""
-    edges = quads[:, _NEXT] - quads
-    nxt = edges[:, _NEXT]
-    turns = edges[..., 0] * nxt[..., 1] - edges[..., 1] * nxt[..., 0]  # (N, 4)
-    # numpy's stubs type all(axis=...) as bool | array.
-    return (turns >= 0).all(axis=1) | (turns <= 0).all(axis=1)  # type: ignore[return-value]
-
-
 def axis_aligned(quads: F64) -> BoolArr:
     """(N,) quads whose edges alternate horizontal and vertical (axis-aligned rectangles)."""
-    flat = (quads[:, _NEXT] - quads) == 0  # (N, 4, 2) zero x / y steps
+    flat = edge_vectors(quads) == 0  # (N, 4, 2) zero x / y steps
     return (flat[:, 0::2, 1].all(1) & flat[:, 1::2, 0].all(1)) | (
         flat[:, 0::2, 0].all(1) & flat[:, 1::2, 1].all(1)
     )
@@ -60,8 +45,8 @@ class QuadSet:
         n = len(verts)
         self.quads = verts[:, :4] if verts.shape[1] >= 4 else np.zeros((n, 4, 2))
         is_quad = counts == 4
-        signed = quad_areas(self.quads)
-        convex = is_quad & convex_quads(self.quads)
+        signed = signed_areas(self.quads)
+        convex = is_quad & is_convex(self.quads, strict=False)
         self.fast = convex & (signed != 0)  # convex quads with area
         self.rect = self.fast & axis_aligned(self.quads)
         self._shapes: npt.NDArray[np.object_] | None = None
@@ -99,8 +84,8 @@ def convex_intersection_areas(p: F64, q: F64) -> F64:
     """
     origin = p[:, :1]
     p, q = p - origin, q - origin
-    p = np.where((quad_areas(p) < 0)[:, None, None], p[:, ::-1], p)  # counter-clockwise (math axes)
-    q = np.where((quad_areas(q) < 0)[:, None, None], q[:, ::-1], q)
+    p = np.where((signed_areas(p) < 0)[:, None, None], p[:, ::-1], p)  # counter-clockwise (math axes)
+    q = np.where((signed_areas(q) < 0)[:, None, None], q[:, ::-1], q)
     a = np.stack([p, q], axis=1)  # (n, 2, 4, 2) edges to clip: p's, then q's
     c = a[:, ::-1]  # (n, 2, 4, 2) the quad clipping them
     d = a[:, :, _NEXT] - a  # edge vectors

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import shapely
 
-from ocr.metrics.cleval.area import quad_areas
+from ocr.polygons import edge_vectors, signed_areas
 
 __all__ = [
     "UPSTREAM_MAX_PSEUDO_CHARS",
@@ -106,9 +106,9 @@ def _rect_quads(verts: F64, counts: IntArr) -> F64:
             lo, hi = verts[i, : counts[i]].min(axis=0), verts[i, : counts[i]].max(axis=0)
             coords = np.array([lo, [hi[0], lo[1]], hi, [lo[0], hi[1]]])
         quads[i] = coords[:4]
-    ccw = quad_areas(quads) < 0
+    ccw = signed_areas(quads) < 0
     quads[ccw] = quads[ccw, ::-1]  # clockwise in image coordinates (y down)
-    edges = np.roll(quads, -1, axis=1) - quads
+    edges = edge_vectors(quads)
     lengths = np.maximum(np.hypot(edges[..., 0], edges[..., 1]), 1e-12)
     start = np.argmax(edges[..., 0] / lengths, axis=1)
     order = (start[:, None] + np.arange(4)[None, :]) % 4

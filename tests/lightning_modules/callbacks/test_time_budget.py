@@ -8,11 +8,11 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from triage_tiny import TinyModule, tiny_loader
 
 from ocr.lightning_modules.callbacks import time_budget
 from ocr.lightning_modules.callbacks.time_budget import BudgetPlan, TimeBudget, plan_epochs
 from ocr.lightning_modules.schedule import WarmupDecay, build_warmup_scheduler
+from tests.helpers.triage_tiny import TinyModule, tiny_loader
 
 SECONDS_PER_STEP = 1.0
 

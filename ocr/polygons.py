@@ -1,0 +1,115 @@
+"""Vectorised measurements of polygons stacked as (N, K, 2) float64 arrays: N polygons of K points each.
+
+Points are x, y in image pixels (y down); edge k runs from point k to point k + 1, and from the last
+point back to the first. Signs follow the shoelace formula in those axes: a positive area or turn is
+clockwise as the image is shown (counter-clockwise in y-up math axes). The functions only measure;
+what counts as too small, degenerate or convex enough is each caller's decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "convex_min_rect_short_sides",
+    "cross",
+    "edge_vectors",
+    "group_by_point_count",
+    "is_convex",
+    "signed_areas",
+    "turn_crosses",
+    "winds_once",
+]
+
+F64 = npt.NDArray[np.float64]
+
+
+def _following(values: F64) -> F64:
+    """``values`` moved one step back along axis 1 (entry k holds entry k + 1, cyclically)."""
+    return np.concatenate([values[:, 1:], values[:, :1]], axis=1)  # faster than np.roll on small arrays
+
+
+def cross(a: F64, b: F64) -> F64:
+    """z of the cross product of (..., 2) vectors: ``a_x b_y - a_y b_x``, shape (...)."""
+    return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+
+
+def edge_vectors(points: F64) -> F64:
+    """(N, K, 2) edge vectors: point k + 1 minus point k, cyclically."""
+    return _following(points) - points
+
+
+def signed_areas(points: F64) -> F64:
+    """(N,) shoelace areas, positive for clockwise order on screen; 0 for a segment or a point."""
+    x, y = points[..., 0], points[..., 1]
+    return 0.5 * (x * _following(y) - _following(x) * y).sum(axis=1)
+
+
+def turn_crosses(points: F64) -> F64:
+    """(N, K) cross product of edge k and edge k + 1: the turn at point k + 1, of the sign of
+    :func:`signed_areas` where the polygon is convex, 0 where the two edges are parallel."""
+    edges = edge_vectors(points)
+    return cross(edges, _following(edges))
+
+
+def is_convex(points: F64, *, strict: bool) -> npt.NDArray[np.bool_]:
+    """(N,) whether every turn has the same sign; ``strict`` also refuses straight and reversing turns.
+
+    For K >= 5 a self-intersecting star turns the same way everywhere too: :func:`winds_once` tells it
+    apart. For K <= 4 same-signed turns (strict) make a simple convex polygon.
+    """
+    turns = turn_crosses(points)
+    # numpy's stubs type all(axis=...) as bool | array; these are (N,) arrays.
+    if strict:
+        return (turns > 0).all(axis=1) | (turns < 0).all(axis=1)  # type: ignore[return-value]
+    return (turns >= 0).all(axis=1) | (turns <= 0).all(axis=1)  # type: ignore[return-value]
+
+
+def winds_once(points: F64) -> npt.NDArray[np.bool_]:
+    """(N,) whether the edge direction turns through exactly one full circle (within 1e-6 rad)."""
+    edges = edge_vectors(points)
+    nxt = _following(edges)
+    angles = np.arctan2(cross(edges, nxt), (edges * nxt).sum(axis=2))  # (N, K) signed turn angles
+    return np.abs(np.abs(angles.sum(axis=1)) - 2 * np.pi) < 1e-6
+
+
+def convex_min_rect_short_sides(points: F64) -> F64:
+    """(N,) shorter side of the minimum-area rectangle of each convex polygon (rotating calipers), px.
+
+    The minimum-area rectangle of a convex polygon has a side along one of its edges; zero-length edges
+    give no direction, and a polygon with none of nonzero length gets NaN. For a polygon that is not
+    convex the result is not its minimum-area rectangle: callers check (:func:`is_convex`) and use
+    ``cv2.minAreaRect`` there.
+    """
+    edges = edge_vectors(points)
+    lengths = np.hypot(edges[..., 0], edges[..., 1])  # (N, K)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        along = edges / lengths[..., None]  # (N, K, 2) unit edge directions, NaN for zero-length edges
+    normal = np.stack([-along[..., 1], along[..., 0]], axis=-1)
+    extent_a = np.ptp(np.einsum("nkd,njd->nkj", along, points), axis=2)  # (N, K directions)
+    extent_n = np.ptp(np.einsum("nkd,njd->nkj", normal, points), axis=2)
+    rect_area = extent_a * extent_n
+    rect_area[~np.isfinite(rect_area)] = np.inf
+    best = np.argmin(rect_area, axis=1)[:, None]
+    return np.take_along_axis(np.fmin(extent_a, extent_n), best, axis=1)[:, 0]
+
+
+def group_by_point_count(
+    polygons: Sequence[F64],
+) -> list[tuple[npt.NDArray[np.int64], F64]]:
+    """Stack (K, 2) float64 polygons of equal K.
+
+    Returns:
+        Per point count, in order of first appearance: the (G,) positions in ``polygons`` and the
+        (G, K, 2) stacked points, in input order.
+    """
+    by_count: dict[int, list[int]] = {}
+    for i, pts in enumerate(polygons):
+        by_count.setdefault(len(pts), []).append(i)
+    return [
+        (np.array(positions, dtype=np.int64), np.stack([polygons[i] for i in positions]))
+        for positions in by_count.values()
+    ]
