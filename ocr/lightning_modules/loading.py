@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ocr.lightning_modules.detection_module import DetectionModule
 
 __all__ = [
+    "inference_trainer",
     "load_checkpoint",
     "module_from_checkpoint",
     "restore_for_inference",
@@ -134,8 +135,12 @@ def restore_for_inference(cfg: DictConfig, metric: Any | None) -> tuple[Detectio
         channels_last=cfg.module.channels_last,
     )
     warn_data_mismatch(module.run_config, cfg.data)
-    trainer = instantiate(cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False)
-    return module, trainer
+    return module, inference_trainer(cfg.trainer)
+
+
+def inference_trainer(trainer_cfg: DictConfig, **overrides: Any) -> L.Trainer:
+    """A trainer from ``trainer_cfg`` (and ``overrides``) without loggers, callbacks or checkpointing."""
+    return instantiate(trainer_cfg, logger=False, callbacks=[], enable_checkpointing=False, **overrides)
 
 
 def warn_data_mismatch(run_config: dict[str, Any], data_cfg: DictConfig) -> list[str]:
