@@ -89,7 +89,7 @@ def time_predict(cfg: DictConfig, passes: int) -> list[float]:
 
 
 def main(argv: Sequence[str] | None = None) -> str:
-    """Run the benchmark; returns (and logs) the Markdown table."""
+    """Run the benchmark; logs each row of the Markdown table when measured and returns the table."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -149,8 +149,8 @@ def main(argv: Sequence[str] | None = None) -> str:
                 rows.append(
                     f"| {backend} | {device} | {batch} | {args.long_side} | {len(names)} | {per_pass} |"
                 )
+                log.info("%s", rows[-1])  # each row as soon as it is measured
     table = "\n".join(rows)
-    log.info("%s", table)
     return table
 
 

@@ -96,6 +96,8 @@ class OnnxProbabilityMap:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads is not None:
             options.intra_op_num_threads = threads
+        # Idle pool threads sleep instead of spinning: the DataLoader workers decode on the same cores.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.model_path = Path(model_path)
         self.session = ort.InferenceSession(
             os.fspath(self.model_path), options, providers=["CPUExecutionProvider"]
