@@ -1,6 +1,10 @@
 """Predict a folder of images: submission CSV (one row per image), predictions JSON, optional overlays.
 
 uv run runners/predict.py ckpt=outputs/train/<run>/checkpoints/last.ckpt image_dir=path/to/images
+uv run runners/predict.py backend=onnx onnx_model=outputs/export/<run>/model.onnx image_dir=path/to/images
+
+``backend=onnx`` runs the network exported by ``runners/export.py`` with ONNX Runtime on the CPU; the data
+pipeline, post-processing and outputs are the same.
 
 A folder without image files is an error (exit 1) that names it and the extensions looked for. An
 unreadable image gets an empty row and no overlay. Under DDP, rank 0 gathers and writes everything.
@@ -9,6 +13,7 @@ unreadable image gets an empty row and no overlay. Under DDP, rank 0 gathers and
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import hydra
 from hydra.utils import instantiate
@@ -22,26 +27,37 @@ from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapp
 register_resolvers()
 quiet_third_party()
 
+BACKENDS = ("torch", "onnx")
 
-@task_wrapper
-def predict(cfg: DictConfig) -> dict[str, str]:
-    """Run the checkpoint over ``image_dir``; returns the paths written (empty on ranks other than 0)."""
+
+def prepare(cfg: DictConfig) -> tuple[Any, Any, Any]:
+    """(datamodule, module, trainer) for ``cfg``: what ``trainer.predict`` runs, for either backend
+    (``scripts/benchmark_predict.py`` times the same objects)."""
     from ocr.lightning_modules.loading import restore_for_inference
-    from ocr.lightning_modules.prediction_io import (
-        gather_predictions,
-        require_images,
-        save_overlays,
-        save_predictions,
-    )
+    from ocr.lightning_modules.prediction_io import require_images
 
-    check_config_types(cfg)
-    directory = run_dir(cfg)
-    save_config(cfg, directory)
+    if cfg.backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {cfg.backend!r}")
     # No synthetic generation when predicting; root is read first, as it may interpolate data.synthetic.
     datamodule = instantiate(cfg.data, root=cfg.data.root, predict_image_dir=cfg.image_dir, synthetic=None)
     datamodule.setup("predict")
     require_images(datamodule.datasets["predict"])
-    module, trainer = restore_for_inference(cfg)
+    if cfg.backend == "onnx":
+        from ocr.inference.onnx_runtime import onnx_for_inference
+
+        return (datamodule, *onnx_for_inference(cfg))
+    return (datamodule, *restore_for_inference(cfg))
+
+
+@task_wrapper
+def predict(cfg: DictConfig) -> dict[str, str]:
+    """Run the checkpoint over ``image_dir``; returns the paths written (empty on ranks other than 0)."""
+    from ocr.lightning_modules.prediction_io import gather_predictions, save_overlays, save_predictions
+
+    check_config_types(cfg)
+    directory = run_dir(cfg)
+    save_config(cfg, directory)
+    datamodule, module, trainer = prepare(cfg)
     # Under DDP each rank predicts its share of the images; rank 0 writes them all, once.
     batches = trainer.predict(module, datamodule=datamodule, return_predictions=True) or []  # never None here
     predictions = gather_predictions([p for batch in batches for p in batch])

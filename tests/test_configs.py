@@ -48,7 +48,8 @@ def test_every_group_option_composes(group: str, compose: Compose) -> None:
 
 
 @pytest.mark.parametrize(
-    "name,extra", [("test", ["ckpt=x.ckpt"]), ("predict", ["ckpt=x.ckpt", "image_dir=d"])]
+    "name,extra",
+    [("test", ["ckpt=x.ckpt"]), ("predict", ["ckpt=x.ckpt", "image_dir=d"]), ("export", ["ckpt=x.ckpt"])],
 )
 def test_test_and_predict_configs_compose(name: str, extra: list[str], compose: Compose) -> None:
     cfg = compose(name, extra)

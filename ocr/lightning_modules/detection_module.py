@@ -19,9 +19,19 @@ from torch.optim.lr_scheduler import LRScheduler
 from ocr.debug.gpu_probe import sync_allowed
 from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput, Polygon, Prediction
 
-__all__ = ["DetectionModule"]
+__all__ = ["DetectionModule", "to_predictions"]
 
 log = logging.getLogger(__name__)
+
+
+def to_predictions(prob_map: Tensor, batch: Batch, postprocess: Callable[..., Any]) -> list[Prediction]:
+    """One prediction per image of ``batch`` from its (B, 1, H, W) float32 probability map (any device);
+    shared by the PyTorch and ONNX Runtime backends."""
+    results = postprocess(prob_map, batch["geometry"])
+    return [
+        Prediction(image_id=image_id, polygons=polygons, scores=scores)
+        for image_id, (polygons, scores) in zip(batch["image_id"], results, strict=True)
+    ]
 
 
 class DetectionModule(LightningModule):
@@ -167,11 +177,7 @@ class DetectionModule(LightningModule):
 
     def predict_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:
         output = self(batch["images"])
-        results = self.postprocess(torch.sigmoid(output.prob_logits.float()), batch["geometry"])
-        return [
-            Prediction(image_id=image_id, polygons=polygons, scores=scores)
-            for image_id, (polygons, scores) in zip(batch["image_id"], results, strict=True)
-        ]
+        return to_predictions(torch.sigmoid(output.prob_logits.float()), batch, self.postprocess)
 
     def _evaluate_step(self, batch: Batch, stage: str, metric: Any) -> None:
         output = self(batch["images"])

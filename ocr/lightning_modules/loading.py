@@ -16,6 +16,7 @@ from ocr.lightning_modules.detection_module import DetectionModule
 from ocr.lightning_modules.legacy import upgrade_run_config
 
 __all__ = [
+    "inference_trainer",
     "load_checkpoint",
     "module_from_checkpoint",
     "restore_for_inference",
@@ -119,8 +120,12 @@ def restore_for_inference(cfg: DictConfig) -> tuple[DetectionModule, L.Trainer]:
     without loggers, callbacks or checkpointing."""
     module = module_from_checkpoint(cfg.ckpt, cfg)
     warn_data_mismatch(module.run_config, cfg.data)
-    trainer = instantiate(cfg.trainer, logger=False, callbacks=[], enable_checkpointing=False)
-    return module, trainer
+    return module, inference_trainer(cfg.trainer)
+
+
+def inference_trainer(trainer_cfg: DictConfig, **overrides: Any) -> L.Trainer:
+    """A trainer from ``trainer_cfg`` (and ``overrides``) without loggers, callbacks or checkpointing."""
+    return instantiate(trainer_cfg, logger=False, callbacks=[], enable_checkpointing=False, **overrides)
 
 
 def warn_data_mismatch(run_config: dict[str, Any] | None, data_cfg: DictConfig) -> list[str]:

@@ -56,3 +56,28 @@ def test_benchmark_data_reports_every_stage(tmp_path: Path) -> None:
     stage_ms = [float(m) for m in re.findall(r"^\| (?!total)[^|]+ \| (-?[\d.]+) \|", text, re.M)]
     assert sum(stage_ms) > 0
     assert (dataset.load_source, dataset.make_db_targets, transforms.TrainTransform.__call__) == originals
+
+
+def test_benchmark_predict_times_both_backends_at_both_batch_sizes(
+    tmp_path: Path, tiny_run: list[str]
+) -> None:
+    import cv2
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_predict", REPO_ROOT / "scripts" / "benchmark_predict.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    images = tmp_path / "images"
+    images.mkdir()
+    for i in range(3):
+        image = np.full((80, 60 + 20 * i, 3), 255, np.uint8)
+        cv2.rectangle(image, (5, 10), (50, 18), (0, 0, 0), -1)
+        cv2.imwrite(str(images / f"r{i}.png"), image)
+    args = ["--images", str(images), "--num-images", "2", "--long-side", "64", "--batches", "2,1"]
+    overrides = [o for o in tiny_run if not o.startswith("data.eval_transform.long_side=")]
+    table = module.main([*args, "--passes", "1", "--workers", "0", *overrides])
+    for backend in ("torch", "onnx"):
+        for batch in (2, 1):
+            assert re.search(rf"^\| {backend} \| cpu \| {batch} \| 64 \| 2 \| [\d.]+ \|$", table, re.M), table

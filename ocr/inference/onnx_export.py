@@ -1,0 +1,223 @@
+"""Export a checkpoint's probability-map network to ONNX, with a parity check against PyTorch.
+
+The exported graph is the inference branch only: normalised (B, 3, H, W) float32 images -> (B, 1, H, W)
+float32 probabilities, batch, height and width dynamic (torch.onnx's dynamo exporter). A JSON sidecar
+(``<model>.onnx.json``) holds what prediction needs and what the parity check measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ocr.data.collate import collate_batch
+from ocr.data.dataset import ImageFolderDataset
+from ocr.data.transforms import EvalTransform
+from ocr.inference.onnx_runtime import INPUT_NAME, OUTPUT_NAME, OnnxProbabilityMap, sidecar_path
+from ocr.types import Batch, Polygon
+from ocr.utils.io import atomic_write_bytes, atomic_write_json
+
+__all__ = [
+    "OPSET",
+    "ParityError",
+    "ParityReport",
+    "ProbabilityMapNet",
+    "check_parity",
+    "export_onnx",
+    "parity_batch",
+    "write_sidecar",
+]
+
+# Opset 18: what the dynamo exporter targets natively (no version conversion), read by ONNX Runtime >= 1.14.
+OPSET = 18
+SIDECAR_FORMAT = "ocr-dbnet-prob-map"
+
+log = logging.getLogger(__name__)
+
+
+class ParityError(RuntimeError):
+    """The exported model's output differs from PyTorch's by more than the tolerance."""
+
+
+class ProbabilityMapNet(nn.Module):
+    """The inference branch of a DBNet: (B, 3, H, W) normalised images -> (B, 1, H, W) probabilities."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, images: Tensor) -> Tensor:
+        logits = self.net(images).prob_logits.float()
+        # The export traces the head at one size, where it needs no resize; at a size the encoder stride
+        # does not divide the head overshoots, and this matches (H, W) as the head itself would.
+        logits = F.interpolate(logits, size=images.shape[-2:], mode="bilinear", align_corners=False)
+        return torch.sigmoid(logits)
+
+
+def export_onnx(net: nn.Module, path: str | Path, *, sample_size: int, opset: int = OPSET) -> Path:
+    """Write ``net``'s probability-map branch to ``path`` (atomically, directory created first).
+
+    Args:
+        net: a DBNet (float32, CPU), put in eval mode here.
+        path: the ``.onnx`` file.
+        sample_size: side of the square sample input traced (batch, height and width stay dynamic).
+        opset: ONNX opset version.
+    """
+    wrapper = ProbabilityMapNet(net.eval().float().cpu()).eval()
+    sample = torch.zeros(1, 3, sample_size, sample_size)
+    dynamic = torch.export.Dim.DYNAMIC
+    with torch.no_grad():
+        program = torch.onnx.export(
+            wrapper,
+            (sample,),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            opset_version=opset,
+            dynamo=True,
+            dynamic_shapes={"images": {0: dynamic, 2: dynamic, 3: dynamic}},
+            verbose=False,
+        )
+    if program is None:
+        raise RuntimeError(f"{path}: torch.onnx.export returned no program (dynamo exporter expected)")
+    path = atomic_write_bytes(path, program.model_proto.SerializeToString())
+    log.info("Exported %s (opset %d, %.1f MiB)", path, opset, path.stat().st_size / 2**20)
+    return path
+
+
+def parity_batch(image_dir: str | Path, transform: EvalTransform, num_images: int) -> Batch:
+    """The first ``num_images`` images of ``image_dir`` (sorted names), letterboxed as predict does.
+
+    Raises:
+        FileNotFoundError: the folder is missing or holds no images.
+    """
+    dataset = ImageFolderDataset(image_dir=image_dir, transform=transform)
+    if len(dataset) == 0:
+        raise FileNotFoundError(f"parity.image_dir={image_dir}: no images to check the export on")
+    return collate_batch([dataset[i] for i in range(min(num_images, len(dataset)))])
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    """PyTorch vs ONNX Runtime on the same batch.
+
+    Attributes:
+        images: image ids compared.
+        prob_max_abs_diff: largest absolute difference of the probability maps.
+        polygons_torch: polygons found from PyTorch's maps (all images).
+        polygons_onnx: polygons found from ONNX Runtime's maps.
+        polygon_max_dist_px: largest distance (original px) from a point of one polygon to the nearest
+            point of its counterpart (nearest centroid), both ways; inf when the counts differ.
+        prob_tol: tolerance on ``prob_max_abs_diff``.
+        polygon_tol_px: tolerance on ``polygon_max_dist_px``.
+    """
+
+    images: list[str]
+    prob_max_abs_diff: float
+    polygons_torch: int
+    polygons_onnx: int
+    polygon_max_dist_px: float
+    prob_tol: float
+    polygon_tol_px: float
+
+    @property
+    def ok(self) -> bool:
+        """Both figures within their tolerances."""
+        return self.prob_max_abs_diff <= self.prob_tol and self.polygon_max_dist_px <= self.polygon_tol_px
+
+    def summary(self) -> str:
+        """One line for logs and errors."""
+        return (
+            f"{len(self.images)} images: prob max |diff| {self.prob_max_abs_diff:.2e} (tol {self.prob_tol}), "
+            f"polygons {self.polygons_torch} (PyTorch) vs {self.polygons_onnx} (ONNX), max point distance "
+            f"{self.polygon_max_dist_px:.3f} px (tol {self.polygon_tol_px})"
+        )
+
+
+def _polygon_distance(first: list[Polygon], second: list[Polygon]) -> float:
+    """Largest point distance between polygons paired by nearest centroid; inf when the counts differ."""
+    if len(first) != len(second):
+        return math.inf
+    if not first:
+        return 0.0
+    centroids = np.array([p.mean(axis=0) for p in second])
+    worst = 0.0
+    for polygon in first:
+        match = second[int(np.argmin(np.linalg.norm(centroids - polygon.mean(axis=0), axis=1)))]
+        distances = np.linalg.norm(polygon[:, None, :] - match[None, :, :], axis=2)
+        worst = max(worst, float(distances.min(axis=1).max()), float(distances.min(axis=0).max()))
+    return worst
+
+
+def check_parity(
+    net: nn.Module,
+    model_path: str | Path,
+    batch: Batch,
+    postprocess: Callable[[Tensor, list[Any]], list[tuple[list[Polygon], list[float]]]],
+    *,
+    prob_tol: float,
+    polygon_tol_px: float,
+) -> ParityReport:
+    """Run ``batch`` through ``net`` (PyTorch, float32) and the exported model; compare maps and polygons."""
+    with torch.no_grad():
+        expected = ProbabilityMapNet(net.eval().float().cpu())(batch["images"])
+    actual = OnnxProbabilityMap(model_path)(batch["images"])
+    torch_results = postprocess(expected, batch["geometry"])
+    onnx_results = postprocess(actual, batch["geometry"])
+    return ParityReport(
+        images=list(batch["image_id"]),
+        prob_max_abs_diff=float((expected - actual).abs().max()),
+        polygons_torch=sum(len(polygons) for polygons, _ in torch_results),
+        polygons_onnx=sum(len(polygons) for polygons, _ in onnx_results),
+        polygon_max_dist_px=max(
+            _polygon_distance(ours, theirs)
+            for (ours, _), (theirs, _) in zip(torch_results, onnx_results, strict=True)
+        ),
+        prob_tol=prob_tol,
+        polygon_tol_px=polygon_tol_px,
+    )
+
+
+def write_sidecar(
+    model_path: str | Path,
+    *,
+    transform: EvalTransform,
+    postprocess: Mapping[str, Any],
+    checkpoint: str,
+    parity: ParityReport,
+    opset: int,
+) -> Path:
+    """Write ``<model>.onnx.json``: the input rule, normalisation, post-process settings the parity check
+    ran with, the source checkpoint and the parity figures. ``data.eval_transform`` has the layout of a
+    run config's, so prediction compares it to its own data settings the same way."""
+    record = {
+        "format": SIDECAR_FORMAT,
+        "opset": opset,
+        "input": {
+            "name": INPUT_NAME,
+            "layout": "NCHW float32, RGB normalised with mean/std, dynamic batch, height and width",
+            "size_rule": "letterbox: the long side scaled to long_side, padded bottom/right to a square",
+        },
+        "output": {"name": OUTPUT_NAME, "layout": "N1HW float32 text probability"},
+        "data": {
+            "eval_transform": {
+                "long_side": transform.long_side,
+                "mean": list(transform.mean),
+                "std": list(transform.std),
+                "fill": transform.fill,
+            }
+        },
+        "postprocess": dict(postprocess),
+        "source": {"checkpoint": checkpoint},
+        "parity": {**asdict(parity), "ok": parity.ok},
+        "torch": torch.__version__,
+    }
+    return atomic_write_json(sidecar_path(model_path), record)

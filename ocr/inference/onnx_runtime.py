@@ -1,0 +1,155 @@
+"""Prediction with ONNX Runtime: the exported probability-map network behind ``runners/predict.py``.
+
+The ONNX backend only replaces the network: the same data module (decode, letterbox, normalisation),
+post-processor and writers as the PyTorch path run around it (``backend=onnx`` in configs/predict.yaml).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from lightning import LightningModule
+from omegaconf import DictConfig
+from torch import Tensor
+
+from ocr.lightning_modules.detection_module import Prediction, to_predictions
+from ocr.lightning_modules.loading import inference_trainer, warn_data_mismatch
+from ocr.types import Batch
+
+__all__ = [
+    "INPUT_NAME",
+    "OUTPUT_NAME",
+    "OnnxPredictModule",
+    "OnnxProbabilityMap",
+    "import_onnxruntime",
+    "onnx_for_inference",
+    "read_sidecar",
+    "sidecar_path",
+]
+
+INPUT_NAME = "images"
+OUTPUT_NAME = "prob_map"
+
+log = logging.getLogger(__name__)
+
+
+def import_onnxruntime() -> Any:
+    """The ``onnxruntime`` module.
+
+    Raises:
+        ModuleNotFoundError: it is not installed, with the command that installs it.
+    """
+    try:
+        import onnxruntime  # type: ignore[import-untyped]  # ships no type information
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            "backend=onnx needs ONNX Runtime, which is not installed in this environment: install the "
+            "optional dependency group with `uv sync --group onnx` (or `pip install onnxruntime`)"
+        ) from None
+    return onnxruntime
+
+
+def sidecar_path(model_path: str | Path) -> Path:
+    """The JSON written next to an exported model: ``model.onnx`` -> ``model.onnx.json``."""
+    return Path(f"{model_path}.json")
+
+
+def read_sidecar(model_path: str | Path) -> dict[str, Any]:
+    """The export record of ``model_path`` (input size rule, mean/std, post-process, source, parity).
+
+    Raises:
+        FileNotFoundError: the model or its sidecar is missing (both are written by runners/export.py).
+    """
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise FileNotFoundError(
+            f"onnx_model={model_path}: expected an .onnx file written by runners/export.py"
+        )
+    path = sidecar_path(model_path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"onnx_model={model_path}: its sidecar {path.name} is missing (runners/export.py writes both; "
+            "export the checkpoint again)"
+        )
+    return json.loads(path.read_text())
+
+
+class OnnxProbabilityMap:
+    """An exported network in an ONNX Runtime CPU session: normalised images -> probability map.
+
+    Args:
+        model_path: ``.onnx`` file from runners/export.py (input ``images``, output ``prob_map``).
+        threads: intra-op threads; None = ONNX Runtime's default (one per physical core).
+    """
+
+    def __init__(self, model_path: str | Path, *, threads: int | None = None) -> None:
+        ort = import_onnxruntime()
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        # Idle pool threads sleep instead of spinning: the DataLoader workers decode on the same cores.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.model_path = Path(model_path)
+        self.session = ort.InferenceSession(
+            os.fspath(self.model_path), options, providers=["CPUExecutionProvider"]
+        )
+
+    def __call__(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) float32 normalised images, any device -> (B, 1, H, W) float32 probabilities (CPU)."""
+        array = np.ascontiguousarray(images.detach().float().cpu().numpy())
+        (prob_map,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: array})
+        return torch.from_numpy(prob_map)
+
+
+class OnnxPredictModule(LightningModule):
+    """``trainer.predict`` with an ONNX Runtime network: the same ``predict_step`` outputs as
+    :class:`~ocr.lightning_modules.detection_module.DetectionModule`.
+
+    Args:
+        model_path: ``.onnx`` file from runners/export.py.
+        postprocess: ``postprocess(prob_map, geometry) -> [(polygons, scores), ...]`` in original px.
+    """
+
+    def __init__(self, *, model_path: str | Path, postprocess: Any) -> None:
+        super().__init__()
+        self.network = OnnxProbabilityMap(model_path)
+        self.postprocess = postprocess
+        log.info("ONNX Runtime session for %s", model_path)
+
+    def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
+        return batch  # ONNX Runtime reads host memory
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:
+        return to_predictions(self.network(batch["images"]), batch, self.postprocess)
+
+
+def onnx_for_inference(cfg: DictConfig) -> tuple[OnnxPredictModule, L.Trainer]:
+    """What predict starts from with ``backend=onnx``: the module of ``cfg.onnx_model`` (post-processing from
+    ``cfg``, a warning for each data setting that differs from the export's) and a single-process CPU
+    trainer (ONNX Runtime runs on the host; ``cfg.trainer``'s device and precision do not apply).
+
+    Raises:
+        ModuleNotFoundError: ONNX Runtime is not installed (the message says how to install it).
+        ValueError: ``model`` is not set.
+        FileNotFoundError: the model or its sidecar is missing.
+    """
+    import_onnxruntime()
+    if cfg.onnx_model is None:
+        raise ValueError(
+            "backend=onnx: expected onnx_model=<file.onnx> (written by runners/export.py), got null"
+        )
+    warn_data_mismatch(read_sidecar(cfg.onnx_model), cfg.data)
+    module = OnnxPredictModule(model_path=cfg.onnx_model, postprocess=instantiate(cfg.postprocess))
+    trainer = inference_trainer(
+        cfg.trainer, accelerator="cpu", devices=1, strategy="auto", precision="32-true"
+    )
+    return module, trainer

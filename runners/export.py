@@ -1,0 +1,93 @@
+"""Export a checkpoint to ONNX and check it against PyTorch (probability maps and polygons).
+
+uv run runners/export.py ckpt=outputs/train/<run>/checkpoints/best.ckpt [format=onnx] [long_side=1024]
+
+Writes ``model.onnx`` (dynamic batch, height and width) and ``model.onnx.json`` into the run directory;
+``runners/predict.py backend=onnx onnx_model=<file.onnx>`` predicts with it. A failed parity check removes
+the model and exits 1 with the figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import hydra
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from ocr.utils.commands import accept_unquoted_paths
+from ocr.utils.config_types import check_config_types
+from ocr.utils.hardware import register_resolvers
+from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
+
+register_resolvers()
+quiet_third_party()
+
+FORMATS = ("onnx",)
+log = logging.getLogger(__name__)
+
+
+@task_wrapper
+def export(cfg: DictConfig) -> dict[str, str]:
+    """Export ``cfg.ckpt``; returns the paths written (model, sidecar)."""
+    from ocr.data.transforms import EvalTransform
+    from ocr.inference.onnx_export import ParityError, check_parity, export_onnx, parity_batch, write_sidecar
+    from ocr.lightning_modules.loading import module_from_checkpoint
+
+    check_config_types(cfg)
+    if cfg.format not in FORMATS:
+        raise ValueError(f"format: expected one of {FORMATS}, got {cfg.format!r}")
+    save_config(cfg, run_dir(cfg))
+    postprocess = instantiate(cfg.postprocess)
+    # ONNX takes the network in the default memory format, without compile.
+    module = module_from_checkpoint(
+        cfg.ckpt, OmegaConf.create({"postprocess": cfg.postprocess, "module": {"channels_last": False}})
+    )
+    data = OmegaConf.create(module.run_config or {}).data
+    eval_cfg = data.eval_transform
+    transform = EvalTransform(
+        long_side=cfg.long_side or eval_cfg.long_side,
+        mean=eval_cfg.mean,
+        std=eval_cfg.std,
+        fill=eval_cfg.fill,
+    )
+    image_dir = cfg.parity.image_dir or str(Path(data.root) / "images" / data.test_split)
+    model_path = export_onnx(module.net, cfg.output, sample_size=transform.long_side, opset=cfg.opset)
+    report = check_parity(
+        module.net,
+        model_path,
+        parity_batch(image_dir, transform, cfg.parity.num_images),
+        postprocess,
+        prob_tol=cfg.parity.prob_tol,
+        polygon_tol_px=cfg.parity.polygon_tol_px,
+    )
+    if not report.ok:
+        model_path.unlink()
+        raise ParityError(
+            f"{model_path}: ONNX output differs from PyTorch's, model removed: {report.summary()}"
+        )
+    log.info("Parity: %s", report.summary())
+    sidecar = write_sidecar(
+        model_path,
+        transform=transform,
+        postprocess=cast(dict[str, Any], OmegaConf.to_container(cfg.postprocess, resolve=True)),
+        checkpoint=str(Path(cfg.ckpt).resolve()),
+        parity=report,
+        opset=cfg.opset,
+    )
+    print(f"parity: {report.summary()}")
+    print(f"model: {model_path}\nsidecar: {sidecar}")
+    return {"model": str(model_path), "sidecar": str(sidecar)}
+
+
+@hydra.main(config_path="../configs", config_name="export", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    export(cfg)
+
+
+if __name__ == "__main__":
+    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
+    main()
