@@ -33,6 +33,8 @@ def predict(cfg: DictConfig) -> dict[str, str]:
         save_overlays,
         save_predictions,
     )
+    from ocr.reporting.collect import attach_report_collector
+    from ocr.reporting.html import write_report
 
     check_config_types(cfg)
     directory = run_dir(cfg)
@@ -42,9 +44,11 @@ def predict(cfg: DictConfig) -> dict[str, str]:
     datamodule.setup("predict")
     require_images(datamodule.datasets["predict"])
     module, trainer = restore_for_inference(cfg, metric=None)
+    collector = attach_report_collector(trainer, cfg.report.prob_long_side) if cfg.report.enabled else None
     # Under DDP each rank predicts its share of the images; rank 0 writes them all, once.
     batches = trainer.predict(module, datamodule=datamodule, return_predictions=True)
     predictions = gather_predictions([p for batch in batches for p in batch])
+    records = collector.records() if collector is not None else None
     if predictions is None:
         return {}
     paths = save_predictions(predictions, directory)
@@ -52,6 +56,10 @@ def predict(cfg: DictConfig) -> dict[str, str]:
         report = save_overlays(predictions, cfg.image_dir, directory / "overlays", cfg.max_overlays)
         paths["overlays"] = str(report.directory)
         print(f"overlays: {report.written} written, {len(report.unreadable)} images unreadable")
+    if records is not None:
+        paths["report"] = str(
+            write_report(directory, records, cfg.image_dir, None, f"Predictions: {cfg.ckpt}")
+        )
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     print(f"Run directory: {directory}")
