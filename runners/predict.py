@@ -1,4 +1,4 @@
-"""Predict a folder of images: submission CSV (one row per image), predictions JSON, optional overlays.
+"""Predict a folder of images: submission CSV (one row per image), predictions JSON, report.html, overlays.
 
 uv run runners/predict.py ckpt=outputs/train/<run>/checkpoints/last.ckpt image_dir=path/to/images
 

@@ -1,4 +1,4 @@
-"""Score a checkpoint with CLEval on a labelled split; writes metrics.json into the run directory.
+"""Score a checkpoint with CLEval on a labelled split; writes metrics.json and report.html to the run dir.
 
 uv run runners/test.py ckpt=outputs/train/<run>/checkpoints/last.ckpt [split=val|test]
 (pass the data config the run was trained with, e.g. data=receipts data.root=...)

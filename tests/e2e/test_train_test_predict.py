@@ -14,9 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import torch
 import yaml
 from omegaconf import DictConfig
+
+from tests.reporting.report_cases import report_data
 
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
@@ -37,6 +40,7 @@ def test_train_leaves_checkpoints_metadata_and_success(trained_run: tuple[Path, 
     metrics = (run / "csv" / "metrics.csv").read_text()
     assert "train/loss" in metrics and "val/hmean" in metrics and "lr-AdamW" in metrics
     assert json.loads((run / "metrics.json").read_text())["metrics"]["test/hmean"] >= 0.0
+    assert (run / "curves.png").stat().st_size > 0
 
 
 def test_a_redirected_run_prints_plain_progress_lines(trained_run_output: tuple[Path, Path, str]) -> None:
@@ -80,6 +84,10 @@ def test_test_runner_scores_the_checkpoint(
     metrics = runner_module("test").evaluate(cfg)
     assert set(metrics) >= {"test/hmean", "test/precision", "test/recall"}
     assert json.loads((tmp_path / "metrics.json").read_text())["metrics"] == metrics
+    report = report_data((tmp_path / "report.html").read_text())
+    assert len(report["cards"]) == len(list((data_root / "images" / "test").iterdir()))
+    assert report["totals"]["hmean"] == pytest.approx(metrics["test/hmean"], abs=1e-6)
+    assert all((tmp_path / c["prob"]).is_file() for c in report["cards"])
 
 
 def test_predict_runner_writes_a_row_per_image(
@@ -109,6 +117,7 @@ def test_predict_runner_writes_a_row_per_image(
     predictions = json.loads(Path(paths["predictions"]).read_text())
     assert set(predictions["images"]) == {r["filename"] for r in rows}
     assert len(list((tmp_path / "overlays").glob("*.png"))) == len(rows)
+    assert len(report_data(Path(paths["report"]).read_text())["cards"]) == len(rows)
 
 
 def test_resume_continues_from_the_saved_step_with_the_run_config(
