@@ -41,7 +41,7 @@ JPEG_QUALITY = 80
 def write_report(
     directory: Path,
     records: Sequence[Mapping[str, Any]],
-    image_dir: Path,
+    image_dir: str | Path,
     options: CLEvalOptions | None,
     title: str,
     inline_max_bytes: int = 24 * 1024,
@@ -64,7 +64,7 @@ def write_report(
     cards, results, unreadable = [], [], []
     for index, record in enumerate(records):
         card, result = _card(index, record, options if labelled else None)
-        image, size = _thumbnail(image_dir / record["image_id"])
+        image, size = _thumbnail(Path(image_dir) / record["image_id"])
         if image is None:
             unreadable.append(record["image_id"])
         else:
