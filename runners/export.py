@@ -42,10 +42,7 @@ def export(cfg: DictConfig) -> dict[str, str]:
         raise ValueError(f"format: expected one of {FORMATS}, got {cfg.format!r}")
     save_config(cfg, run_dir(cfg))
     postprocess = instantiate(cfg.postprocess)
-    # ONNX takes the network in the default memory format, without compile.
-    module = module_from_checkpoint(
-        cfg.ckpt, OmegaConf.create({"postprocess": cfg.postprocess, "module": {"channels_last": False}})
-    )
+    module = module_from_checkpoint(cfg.ckpt)
     data = OmegaConf.create(module.run_config or {}).data
     eval_cfg = data.eval_transform
     transform = EvalTransform(

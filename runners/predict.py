@@ -1,4 +1,4 @@
-"""Predict a folder of images: submission CSV (one row per image), predictions JSON, optional overlays.
+"""Predict a folder of images: submission CSV (one row per image), predictions JSON, report.html, overlays.
 
 uv run runners/predict.py ckpt=outputs/train/<run>/checkpoints/last.ckpt image_dir=path/to/images
 uv run runners/predict.py backend=onnx onnx_model=outputs/export/<run>/model.onnx image_dir=path/to/images
@@ -53,14 +53,18 @@ def prepare(cfg: DictConfig) -> tuple[Any, Any, Any]:
 def predict(cfg: DictConfig) -> dict[str, str]:
     """Run the checkpoint over ``image_dir``; returns the paths written (empty on ranks other than 0)."""
     from ocr.lightning_modules.prediction_io import gather_predictions, save_overlays, save_predictions
+    from ocr.reporting.collect import attach_report_collector
+    from ocr.reporting.html import write_report
 
     check_config_types(cfg)
     directory = run_dir(cfg)
     save_config(cfg, directory)
     datamodule, module, trainer = prepare(cfg)
+    collector = attach_report_collector(trainer, cfg.report.prob_long_side) if cfg.report.enabled else None
     # Under DDP each rank predicts its share of the images; rank 0 writes them all, once.
     batches = trainer.predict(module, datamodule=datamodule, return_predictions=True) or []  # never None here
     predictions = gather_predictions([p for batch in batches for p in batch])
+    records = collector.records() if collector is not None else None
     if predictions is None:
         return {}
     paths = save_predictions(predictions, directory)
@@ -68,6 +72,10 @@ def predict(cfg: DictConfig) -> dict[str, str]:
         report = save_overlays(predictions, cfg.image_dir, directory / "overlays", cfg.max_overlays)
         paths["overlays"] = str(report.directory)
         print(f"overlays: {report.written} written, {len(report.unreadable)} images unreadable")
+    if records is not None:
+        paths["report"] = str(
+            write_report(directory, records, cfg.image_dir, None, f"Predictions: {cfg.ckpt}")
+        )
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     print(f"Run directory: {directory}")

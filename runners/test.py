@@ -1,4 +1,4 @@
-"""Score a checkpoint with CLEval on a labelled split; writes metrics.json into the run directory.
+"""Score a checkpoint with CLEval on a labelled split; writes metrics.json and report.html to the run dir.
 
 uv run runners/test.py ckpt=outputs/train/<run>/checkpoints/last.ckpt [split=val|test]
 (pass the data config the run was trained with, e.g. data=receipts data.root=...)
@@ -25,6 +25,8 @@ quiet_third_party()
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test (``split=test``) or validate (``split=val``) the checkpoint; returns the metrics."""
     from ocr.lightning_modules.loading import restore_for_inference
+    from ocr.reporting.collect import attach_report_collector
+    from ocr.reporting.html import write_report
     from ocr.utils.io import atomic_write_json
 
     check_config_types(cfg)
@@ -33,6 +35,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     directory = run_dir(cfg)
     save_config(cfg, directory)
     module, trainer = restore_for_inference(cfg)
+    collector = attach_report_collector(trainer, cfg.report.prob_long_side) if cfg.report.enabled else None
     datamodule = instantiate(cfg.data)
     run = trainer.test if cfg.split == "test" else trainer.validate
     results = run(module, datamodule=datamodule)[0]
@@ -40,7 +43,13 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     atomic_write_json(
         directory / "metrics.json", {"ckpt": str(cfg.ckpt), "split": cfg.split, "metrics": metrics}
     )
-    print(format_metrics(metrics, f"CLEval on split '{cfg.split}' ({cfg.metric.mode} mode)"))
+    title = f"CLEval on split '{cfg.split}' ({cfg.metric.mode} mode)"
+    records = collector.records() if collector is not None else None
+    if records is not None:
+        image_dir = datamodule.datasets[cfg.split].image_dir
+        options = module.test_metric.options
+        print(f"report: {write_report(directory, records, image_dir, options, f'{title}: {cfg.ckpt}')}")
+    print(format_metrics(metrics, title))
     print(f"Run directory: {directory}")
     return metrics
 

@@ -163,23 +163,30 @@ class DetectionModule(LightningModule):
         self._crops_with_text = count if self._crops_with_text is None else self._crops_with_text + count
         self._crops_seen += int(trainable.shape[0])
 
-    def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate_step(batch, "val", self.val_metric)
+    # Lightning hands a step's output to callbacks (the report collector reads the predictions); its
+    # STEP_OUTPUT annotation is narrower than what it accepts.
+    def validation_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:  # type: ignore[override]
+        return self._evaluate_step(batch, "val", self.val_metric)
 
     def on_validation_epoch_end(self) -> None:
         self._log_metric("val", self.val_metric)
 
-    def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate_step(batch, "test", self.test_metric)
+    def test_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:  # type: ignore[override]
+        return self._evaluate_step(batch, "test", self.test_metric)
 
     def on_test_epoch_end(self) -> None:
         self._log_metric("test", self.test_metric)
 
     def predict_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:
         output = self(batch["images"])
+        return self._predictions(output, batch)
+
+    def _predictions(self, output: DBOutput, batch: Batch) -> list[Prediction]:
+        """Polygons and scores in original px, one record per image of the batch."""
         return to_predictions(torch.sigmoid(output.prob_logits.float()), batch, self.postprocess)
 
-    def _evaluate_step(self, batch: Batch, stage: str, metric: Any) -> None:
+    def _evaluate_step(self, batch: Batch, stage: str, metric: Any) -> list[Prediction]:
+        """Loss and metric update; returns the predictions (the results page collects them)."""
         output = self(batch["images"])
         losses = self.loss(output, batch)
         self.log(
@@ -189,9 +196,10 @@ class DetectionModule(LightningModule):
             sync_dist=True,
             batch_size=batch["images"].shape[0],
         )
-        results = self.postprocess(torch.sigmoid(output.prob_logits.float()), batch["geometry"])
-        pred_polygons: list[list[Polygon]] = [polygons for polygons, _ in results]
+        predictions = self._predictions(output, batch)
+        pred_polygons: list[list[Polygon]] = [p["polygons"] for p in predictions]
         metric.update(pred_polygons, batch["polygons"], batch["ignore"], batch["texts"])
+        return predictions
 
     def _log_metric(self, stage: str, metric: Any) -> None:
         scores: Mapping[str, Tensor] = metric.compute()

@@ -95,17 +95,18 @@ def _not_a_run_checkpoint(checkpoint: object) -> str | None:
     return f"a dict without 'state_dict' and 'ocr_config' (keys: {sorted(map(str, checkpoint))[:10]})"
 
 
-def module_from_checkpoint(path: str | Path, cfg: DictConfig) -> DetectionModule:
+def module_from_checkpoint(path: str | Path, cfg: DictConfig | None = None) -> DetectionModule:
     """The checkpoint's network and weights, with what this test or predict invocation (``cfg``) decides:
     post-processing, the metric (where ``cfg`` has one; else the run's), ``module.channels_last``; no
-    compile."""
+    compile. Without ``cfg`` (ONNX export), the run's own settings in the default memory format."""
     checkpoint = load_checkpoint(path)
     run_cfg = OmegaConf.create(checkpoint["ocr_config"])
     with open_dict(run_cfg):
-        run_cfg.postprocess = OmegaConf.to_container(cfg.postprocess, resolve=True)
-        if "metric" in cfg:
-            run_cfg.metric = OmegaConf.to_container(cfg.metric, resolve=True)
-        run_cfg.module.channels_last = cfg.module.channels_last
+        if cfg is not None:
+            run_cfg.postprocess = OmegaConf.to_container(cfg.postprocess, resolve=True)
+            if "metric" in cfg:
+                run_cfg.metric = OmegaConf.to_container(cfg.metric, resolve=True)
+        run_cfg.module.channels_last = cfg.module.channels_last if cfg is not None else False
         run_cfg.module.compile = False
     module = build_module(run_cfg, weights_free=True)
     module.load_state_dict(checkpoint["state_dict"])

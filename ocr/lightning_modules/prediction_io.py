@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import cv2
 import torch.distributed as dist
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# Predictions, or the report's richer records: anything keyed by image_id.
+_Record = TypeVar("_Record", bound=Mapping[str, Any])
 
 
 def to_records(predictions: Sequence[Prediction]) -> dict[str, ImageRecord]:
@@ -77,13 +81,14 @@ def require_images(dataset: ImageFolderDataset) -> None:
         )
 
 
-def gather_predictions(predictions: list[Prediction]) -> list[Prediction] | None:
-    """Every rank's predictions on global rank 0, in image-name order (the order of a single-process
-    run); None on the other ranks. Without a process group, ``predictions`` as they are."""
+def gather_predictions(predictions: list[_Record]) -> list[_Record] | None:
+    """Every rank's predictions (or any records keyed by ``image_id``) on global rank 0, in image-name
+    order (the order of a single-process run); None on the other ranks. Without a process group,
+    ``predictions`` as they are."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return predictions
     rank, world = dist.get_rank(), dist.get_world_size()
-    shards: list[list[Prediction] | None] | None = [None] * world if rank == 0 else None
+    shards: list[list[_Record] | None] | None = [None] * world if rank == 0 else None
     dist.gather_object(predictions, shards, dst=0)
     if rank != 0:
         return None

@@ -19,6 +19,7 @@ import torch.multiprocessing as mp
 from omegaconf import DictConfig
 
 from ocr.data.dataset import IMAGE_SUFFIXES
+from tests.reporting.report_cases import report_data
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
 
@@ -133,4 +134,6 @@ def test_predict_under_ddp_writes_every_image_once_on_rank_zero(
     predictions = json.loads((tmp_path / "ddp" / "predictions.json").read_text())
     assert set(predictions["images"]) == set(expected)
     on_rank = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
-    assert on_rank[1] == {} and set(on_rank[0]) == {"submission", "predictions", "overlays"}
+    assert on_rank[1] == {} and set(on_rank[0]) == {"submission", "predictions", "overlays", "report"}
+    cards = report_data((tmp_path / "ddp" / "report.html").read_text())["cards"]
+    assert [c["name"] for c in cards] == list(expected)  # every rank's images, once, in order

@@ -20,6 +20,7 @@ import yaml
 from omegaconf import DictConfig
 
 from tests.helpers.paths import REPO_ROOT
+from tests.reporting.report_cases import report_data
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
 
@@ -43,6 +44,7 @@ def test_train_leaves_checkpoints_metadata_and_success(trained_run: tuple[Path, 
     assert "train/loss" in metrics and "val/hmean" in metrics and "lr-AdamW" in metrics
     scores = json.loads((run / "metrics.json").read_text())["metrics"]
     assert all(0.0 <= scores[key] <= 1.0 for key in SCORES), scores
+    assert (run / "curves.png").stat().st_size > 0
 
 
 def test_a_redirected_run_prints_plain_progress_lines(trained_run_output: tuple[Path, Path, str]) -> None:
@@ -89,6 +91,10 @@ def test_test_runner_scores_the_checkpoint(
     assert {key: metrics[key] for key in SCORES} == pytest.approx(
         {key: after_training[key] for key in SCORES}
     )
+    report = report_data((tmp_path / "report.html").read_text())
+    assert len(report["cards"]) == len(list((data_root / "images" / "test").iterdir()))
+    assert report["totals"]["hmean"] == pytest.approx(metrics["test/hmean"], abs=1e-6)
+    assert all((tmp_path / c["prob"]).is_file() for c in report["cards"])
 
 
 def test_predict_runner_writes_a_row_per_image(
@@ -118,6 +124,7 @@ def test_predict_runner_writes_a_row_per_image(
     predictions = json.loads(Path(paths["predictions"]).read_text())
     assert set(predictions["images"]) == {r["filename"] for r in rows}
     assert len(list((tmp_path / "overlays").glob("*.png"))) == len(rows)
+    assert len(report_data(Path(paths["report"]).read_text())["cards"]) == len(rows)
 
 
 def test_resume_continues_from_the_saved_step_with_the_run_config(

@@ -42,7 +42,7 @@ def test_export_writes_the_model_and_a_sidecar_with_the_parity_figures(exported:
 
 
 def test_the_exported_model_takes_any_batch_height_and_width(exported: Path, tiny_checkpoint: Path) -> None:
-    net = module_from_checkpoint(tiny_checkpoint, postprocess=None, metric=None, channels_last=False).net
+    net = module_from_checkpoint(tiny_checkpoint).net
     images = torch.randn(2, 3, 64, 160)
     with torch.no_grad():
         expected = ProbabilityMapNet(net.eval())(images)
@@ -117,7 +117,7 @@ def test_onnx_matches_pytorch_on_real_receipts(
     postprocess = DBPostProcessor(
         thresh=0.3, box_thresh=0.5, unclip_ratio=1.5, max_candidates=1000, min_size=3, output="box"
     )
-    net = module_from_checkpoint(tiny_checkpoint, postprocess=None, metric=None, channels_last=False).net
+    net = module_from_checkpoint(tiny_checkpoint).net
     transform = EvalTransform(long_side=256, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), fill=0)
     batch = parity_batch(sroie_root / "images" / "test", transform, 3)
     report = check_parity(net, exported, batch, postprocess, prob_tol=1e-3, polygon_tol_px=1.0)

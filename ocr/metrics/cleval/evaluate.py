@@ -22,10 +22,12 @@ from ocr.metrics.cleval.match import PairTables, count_chars, dont_care_detectio
 from ocr.metrics.cleval.options import MODES, CLEvalOptions, Mode
 
 __all__ = [
+    "ImageMatch",
     "ImageResult",
     "DatasetResult",
     "evaluate_image",
     "evaluate_images",
+    "match_image",
     "evaluate_dataset",
     "summarise",
     "scores_from_counts",
@@ -63,6 +65,28 @@ class ImageResult:
 
 
 @dataclass(frozen=True)
+class ImageMatch:
+    """One image's score with the pairing it came from (what per-box outcomes are read from).
+
+    Attributes:
+        result: the image's counts and scores.
+        match: (G, D) matched GT x detection pairs over the scored boxes.
+        gt_dc: (G,) don't-care ground truth among the scored boxes.
+        det_dc: (D,) detections left out as lying on don't-care regions.
+        gt_index: (G,) index of each scored GT in the caller's list (competition mode skips some).
+        det_index: (D,) index of each scored detection in the caller's list (``max_detections`` and
+            competition mode leave some out).
+    """
+
+    result: ImageResult
+    match: npt.NDArray[np.bool_]
+    gt_dc: npt.NDArray[np.bool_]
+    det_dc: npt.NDArray[np.bool_]
+    gt_index: npt.NDArray[np.intp]
+    det_index: npt.NDArray[np.intp]
+
+
+@dataclass(frozen=True)
 class DatasetResult:
     """Per-image results and the dataset scores of the chosen mode."""
 
@@ -89,7 +113,18 @@ def evaluate_image(
     gt_texts: Sequence[str | None] | None,
     options: CLEvalOptions,
 ) -> ImageResult:
-    """Score one image.
+    """Score one image (:func:`match_image` without the pairing)."""
+    return match_image(pred_polygons, gt_polygons, gt_ignore, gt_texts, options).result
+
+
+def match_image(
+    pred_polygons: Sequence[npt.ArrayLike],
+    gt_polygons: Sequence[npt.ArrayLike],
+    gt_ignore: Sequence[bool],
+    gt_texts: Sequence[str | None] | None,
+    options: CLEvalOptions,
+) -> ImageMatch:
+    """Score one image and keep the pairing.
 
     Args:
         pred_polygons: detections, each (K, 2) with K >= 3, in the same pixel frame as the GT.
@@ -122,23 +157,29 @@ def evaluate_image(
     gt_verts, gt_counts = pad_polygons(gt_polygons, "gt_polygons", drop_closing=not competition)
     det_verts, det_counts = pad_polygons(pred_polygons, "pred_polygons", drop_closing=not competition)
     skipped = 0
+    gt_index = np.arange(len(gt_counts), dtype=np.intp)
+    det_index = np.arange(len(det_counts), dtype=np.intp)
     if competition:
         keep_gt, keep_det = gt_counts >= COMPETITION_MIN_POINTS, det_counts >= COMPETITION_MIN_POINTS
         if not keep_gt.all():
             gt_verts, gt_counts, gt_dc = gt_verts[keep_gt], gt_counts[keep_gt], gt_dc[keep_gt]
             texts = [t for t, keep in zip(texts, keep_gt, strict=True) if keep]
+            gt_index = gt_index[keep_gt]
         if not keep_det.all():
             det_verts, det_counts = det_verts[keep_det], det_counts[keep_det]
+            det_index = det_index[keep_det]
         skipped = len(keep_gt) + len(keep_det) - len(gt_counts) - len(det_counts)
         gt_verts = gt_verts.astype(np.float32).astype(np.float64)
         det_verts = det_verts.astype(np.float32).astype(np.float64)
     geo = measure_image(det_verts, det_counts, gt_verts, gt_counts, gt_dc, texts, options)
-    return _score(geo, gt_dc, options, dropped, skipped)
+    result, match, det_dc = _score(geo, gt_dc, options, dropped, skipped)
+    return ImageMatch(result, match, gt_dc, det_dc, gt_index, det_index)
 
 
 def _score(
     geo: ImageGeometry, gt_dc: npt.NDArray[np.bool_], options: CLEvalOptions, dropped: int, skipped: int
-) -> ImageResult:
+) -> tuple[ImageResult, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """The image's result, its (G, D) match matrix and its (D,) don't-care detections."""
     tables = PairTables(geo.area_precision, geo.pcc_count, gt_dc, options.area_precision_threshold)
     det_dc = dont_care_detections(tables)
     det_valid = ~det_dc
@@ -158,7 +199,7 @@ def _score(
     precision, recall, hmean = scores_from_counts(
         counts.tp, counts.recall_penalty, counts.precision_penalty, num_gt_chars, num_det_chars
     )
-    return ImageResult(
+    result = ImageResult(
         num_gt_chars=num_gt_chars,
         num_det_chars=num_det_chars,
         tp_chars=counts.tp,
@@ -177,6 +218,7 @@ def _score(
         recall=recall,
         hmean=hmean,
     )
+    return result, match, det_dc
 
 
 def summarise(images: Sequence[ImageResult], mode: Mode) -> DatasetResult:

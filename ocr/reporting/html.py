@@ -1,0 +1,179 @@
+"""The results page: ``report.html`` in the run directory, one card per image, opened from the file system.
+
+Each card shows the image with the predicted polygons and (when labelled) the ground truth, coloured by
+CLEval outcome (:mod:`ocr.metrics.cleval.outcomes`), the image's P/R/H and counts, and the probability map
+on demand. Thumbnails up to ``inline_max_bytes`` are inlined; larger ones, and the probability maps, are
+files in ``report_files/`` beside the page, loaded lazily.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from ocr.data.images import ImageReadError, read_image
+from ocr.metrics.cleval.evaluate import ImageResult, match_image, summarise
+from ocr.metrics.cleval.options import CLEvalOptions
+from ocr.metrics.cleval.outcomes import OUTCOMES, box_outcomes, count_outcomes
+from ocr.utils.io import atomic_write_bytes, atomic_write_text
+from ocr.utils.visualize import colorize_map
+
+__all__ = ["REPORT_NAME", "write_report"]
+
+log = logging.getLogger(__name__)
+
+REPORT_NAME = "report.html"
+FILES_DIR = "report_files"
+THUMB_LONG_SIDE = 1000
+JPEG_QUALITY = 80
+
+
+def write_report(
+    directory: Path,
+    records: Sequence[Mapping[str, Any]],
+    image_dir: str | Path,
+    options: CLEvalOptions | None,
+    title: str,
+    inline_max_bytes: int = 24 * 1024,
+) -> Path:
+    """Write ``directory/report.html`` (and ``directory/report_files/``); returns the page's path.
+
+    Args:
+        records: per image, ``image_id`` (path under ``image_dir``), ``polygons`` (list of (K, 2) in
+            original px) and ``scores``; labelled ones add ``gt_polygons``, ``gt_ignore``, ``gt_texts``;
+            ``prob_map`` (uint8 (h, w), original frame) when kept.
+        options: CLEval options the page scores labelled images with (None for unlabelled records).
+        inline_max_bytes: thumbnails up to this size are inlined, larger ones referenced.
+
+    Raises:
+        ValueError: labelled records without ``options``.
+    """
+    labelled = bool(records) and "gt_polygons" in records[0]
+    if labelled and options is None:
+        raise ValueError(f"{directory / REPORT_NAME}: labelled records need CLEval options, got None")
+    cards, results, unreadable = [], [], []
+    for index, record in enumerate(records):
+        card, result = _card(index, record, options if labelled else None)
+        image, size = _thumbnail(Path(image_dir) / record["image_id"])
+        if image is None:
+            unreadable.append(record["image_id"])
+        else:
+            card["src"] = _source(directory, f"img{index:05d}.jpg", image, "image/jpeg", inline_max_bytes)
+        card["size"] = size or _size_from_prob(record)
+        if record.get("prob_map") is not None:
+            card["prob"] = _source(directory, f"prob{index:05d}.png", _png(record["prob_map"]), "", 0)
+        cards.append(card)
+        if result is not None:
+            results.append(result)
+    if unreadable:
+        log.warning("report: %d images could not be read: %s", len(unreadable), ", ".join(unreadable[:10]))
+    data = {"title": title, "labelled": labelled, "outcomes": OUTCOMES, "cards": cards}
+    if labelled and options is not None:
+        dataset = summarise(results, options.mode)
+        data["totals"] = {
+            "mode": options.mode,
+            "precision": dataset.precision,
+            "recall": dataset.recall,
+            "hmean": dataset.hmean,
+        }
+    template = files("ocr.reporting").joinpath("report_template.html").read_text(encoding="utf-8")
+    # "</" inside the JSON would end the <script> element early.
+    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    page = template.replace("__TITLE__", html.escape(title)).replace("__REPORT_DATA__", payload)
+    path = atomic_write_text(directory / REPORT_NAME, page)
+    log.info("Wrote %s (%d images)", path, len(cards))
+    return path
+
+
+def _card(
+    index: int, record: Mapping[str, Any], options: CLEvalOptions | None
+) -> tuple[dict[str, Any], ImageResult | None]:
+    """The card's data (boxes as flat integer coordinates) and, when labelled, the image's result."""
+    preds = [np.asarray(p, dtype=np.float64) for p in record["polygons"]]
+    card: dict[str, Any] = {
+        "id": index,
+        "name": record["image_id"],
+        "det": [_flat(p) for p in preds],
+        "scores": [round(float(s), 3) for s in record["scores"]],
+    }
+    if options is None:
+        card["det_outcome"] = ["unlabelled"] * len(preds)
+        return card, None
+    gts = [np.asarray(p, dtype=np.float64) for p in record["gt_polygons"]]
+    image = match_image(preds, gts, record["gt_ignore"], record["gt_texts"], options)
+    outcomes = box_outcomes(image, len(gts), len(preds))
+    result = image.result
+    gt_counts, det_counts = count_outcomes(outcomes.gt), count_outcomes(outcomes.det)
+    card |= {
+        "gt": [_flat(p) for p in gts],
+        "gt_outcome": outcomes.gt,
+        "det_outcome": outcomes.det,
+        "precision": result.precision,
+        "recall": result.recall,
+        "hmean": result.hmean,
+        "counts": {
+            "gt": result.num_gt,
+            "det": result.num_det,
+            "matched": gt_counts["matched"],
+            "split": result.num_split,
+            "merged": result.num_merged,
+            "missed": gt_counts["missed"],
+            "false_positive": det_counts["false_positive"],
+        },
+    }
+    return card, result
+
+
+def _flat(polygon: npt.NDArray[np.float64]) -> list[float]:
+    return [round(float(v), 1) for v in polygon.reshape(-1)]
+
+
+def _thumbnail(path: Path) -> tuple[bytes | None, list[int] | None]:
+    """JPEG bytes of the upright image at long side <= THUMB_LONG_SIDE and its original [w, h]."""
+    try:
+        decoded = read_image(path, min_long_side=THUMB_LONG_SIDE)
+    except (ImageReadError, OSError):
+        return None, None
+    image, width, height = decoded.image, decoded.orig_width, decoded.orig_height
+    scale = THUMB_LONG_SIDE / max(image.shape[:2])
+    if scale < 1:
+        # cv2 stubs carry no dtype.
+        image = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)  # type: ignore[assignment]
+    ok, jpeg = cv2.imencode(
+        ".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY]
+    )
+    if not ok:
+        raise ValueError(f"{path}: OpenCV could not encode its report thumbnail as JPEG")
+    return jpeg.tobytes(), [int(width), int(height)]
+
+
+def _size_from_prob(record: Mapping[str, Any]) -> list[int]:
+    """A frame for an unreadable image: the probability map's shape, else a unit square."""
+    prob = record.get("prob_map")
+    return [int(prob.shape[1]), int(prob.shape[0])] if prob is not None else [1, 1]
+
+
+def _png(prob: npt.NDArray[np.uint8]) -> bytes:
+    heat = colorize_map(prob.astype(np.float32) / 255.0)
+    ok, png = cv2.imencode(".png", cv2.cvtColor(heat, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise ValueError("report: OpenCV could not encode a probability map as PNG")
+    return png.tobytes()
+
+
+def _source(directory: Path, name: str, data: bytes, mime: str, inline_max_bytes: int) -> str:
+    """A data URI for small data, else the path of the file written under report_files/."""
+    if len(data) <= inline_max_bytes:
+        return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+    atomic_write_bytes(directory / FILES_DIR / name, data)
+    return f"{FILES_DIR}/{name}"

@@ -1,0 +1,55 @@
+"""report.html rendered by a headless Chromium: the cards and outcome counts in the DOM, no script error."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ocr.reporting.html import write_report
+from tests.reporting.report_cases import OPTIONS, labelled_records, report_data
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def _browser() -> str:
+    for name in BROWSERS:
+        if path := shutil.which(name):
+            return path
+    pytest.skip(f"no headless browser on PATH (looked for {', '.join(BROWSERS)}; apt-get install chromium)")
+
+
+def _chromium(browser: str, *args: str) -> subprocess.CompletedProcess[str]:
+    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000"]
+    return subprocess.run([browser, *flags, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_rendered_page_shows_every_card_and_the_metric_counts(tmp_path: Path) -> None:
+    browser = _browser()
+    images = tmp_path / "images"
+    images.mkdir()
+    records = labelled_records(images, num_images=5)
+    page = write_report(tmp_path / "run", records, images, OPTIONS, "browser test", inline_max_bytes=0)
+    data = report_data(page.read_text())
+    dom = _chromium(browser, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    body = re.search(r"<body([^>]*)>", dom.stdout)
+    assert body is not None, dom.stdout[:2000]
+    assert 'data-status="rendered"' in body.group(1), body.group(1)
+    assert "data-error" not in body.group(1)
+    assert len(re.findall(r'<div class="card"', dom.stdout)) == len(records)
+    totals = dict(re.findall(r'<span data-total="(\w+)">[^<]*<b>([^<]*)</b>', dom.stdout))
+    cards = data["cards"]
+    for name in ("split", "merged", "missed", "false_positive", "gt", "det"):
+        assert int(totals[name]) == sum(c["counts"][name] for c in cards), name
+    assert int(totals["split"]) == sum(c["gt_outcome"].count("split") for c in cards) > 0
+    assert totals["hmean"] == f"{100 * data['totals']['hmean']:.1f}"
+    # Cards in view get their image and polygons, coloured by outcome (the first card has every kind).
+    drawn = re.findall(r'<polygon[^>]*data-outcome="(\w+)"', dom.stdout)
+    assert {"matched", "split", "merged", "missed", "ignored"} <= set(drawn)
+    shot = tmp_path / "shot.png"
+    result = _chromium(browser, f"--screenshot={shot}", "--window-size=1200,900", page.as_uri())
+    assert result.returncode == 0 and shot.stat().st_size > 10_000, result.stderr[-2000:]
