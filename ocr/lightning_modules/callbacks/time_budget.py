@@ -161,6 +161,23 @@ class TimeBudget(Callback):
         seconds_per_validation = self.eval_cost * seconds_per_image * val_images
         seconds_after_fit = self.reserve_seconds + (seconds_per_validation if self.test_after_fit else 0.0)
         seconds_left = minutes * 60 - (time.time() - self._started)
+        max_steps, val_every = trainer.max_steps, trainer.check_val_every_n_epoch or 1
+        if max_steps >= 0:
+            validations = max(1, max_steps // steps_per_epoch // val_every)
+            configured = (max_steps - trainer.global_step) * seconds_per_step + (
+                validations * seconds_per_validation + seconds_after_fit
+            )
+            if configured <= seconds_left:
+                log.info(
+                    "time budget %.1f min: %.2f s/step measured; the configured %d steps fit "
+                    "(about %.0f s of %.0f s left)",
+                    minutes,
+                    seconds_per_step,
+                    max_steps,
+                    configured,
+                    seconds_left,
+                )
+                return BudgetPlan(max_steps, val_every=val_every, seconds_per_step=seconds_per_step)
         epochs, every, fits = plan_epochs(
             seconds_left=seconds_left,
             seconds_per_step=seconds_per_step,
@@ -168,12 +185,12 @@ class TimeBudget(Callback):
             steps_per_epoch=steps_per_epoch,
             seconds_per_validation=seconds_per_validation,
             seconds_after_fit=seconds_after_fit,
-            max_steps=trainer.max_steps,
-            val_every=trainer.check_val_every_n_epoch or 1,
+            max_steps=max_steps,
+            val_every=val_every,
         )
-        plan = BudgetPlan(
-            max_steps=epochs * steps_per_epoch, val_every=every, seconds_per_step=seconds_per_step
-        )
+        # Never more than the configured steps (a max_steps shorter than one epoch stays as it is).
+        steps = epochs * steps_per_epoch if max_steps < 0 else min(epochs * steps_per_epoch, max_steps)
+        plan = BudgetPlan(steps, val_every=every, seconds_per_step=seconds_per_step)
         log.info(
             "time budget %.1f min: %.2f s/step measured, %.0f s left; training %d steps (%d epochs), "
             "validating every %d epochs (about %.0f s each)",

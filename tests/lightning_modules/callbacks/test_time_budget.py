@@ -147,3 +147,18 @@ def test_budget_rejects_bad_settings() -> None:
         TimeBudget(minutes=0, test_after_fit=True)
     with pytest.raises(ValueError, match="measure_steps"):
         TimeBudget(minutes=5, test_after_fit=True, measure_steps=0)
+
+
+def test_a_run_that_fits_keeps_its_configured_steps(tmp_path: Path, clock: SimpleNamespace) -> None:
+    # 10 steps (not a whole number of 4-step epochs) at 1 s, two 6 s validations: far inside 5 minutes.
+    callback = TimeBudget(minutes=5.0, test_after_fit=True, measure_steps=2, skip_steps=1)
+    trainer = _fit(tmp_path, callback, _ScheduledTiny(clock), max_steps=10)
+    assert callback.plan == BudgetPlan(10, val_every=1, seconds_per_step=1.0)
+    assert trainer.global_step == 10
+
+
+def test_a_budget_never_adds_steps(tmp_path: Path, clock: SimpleNamespace) -> None:
+    # max_steps shorter than an epoch and a budget too small for it: still 3 steps, not a whole epoch.
+    callback = TimeBudget(minutes=0.3, test_after_fit=True, measure_steps=1, skip_steps=0)
+    trainer = _fit(tmp_path, callback, _ScheduledTiny(clock), max_steps=3)
+    assert callback.plan is not None and callback.plan.max_steps == 3 and trainer.global_step == 3
