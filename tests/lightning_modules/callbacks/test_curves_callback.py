@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ocr.lightning_modules.callbacks.curves import TrainingCurves
-from tests.lightning_modules.callbacks.triage_tiny import TinyModule, fit_tiny
+from tests.helpers.triage_tiny import TinyModule, fit_tiny
 
 
 class LoggingModule(TinyModule):
