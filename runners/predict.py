@@ -49,6 +49,11 @@ def prepare(cfg: DictConfig) -> tuple[Any, Any, Any]:
     return (datamodule, *restore_for_inference(cfg))
 
 
+def model_name(cfg: DictConfig) -> str:
+    """What predicted: the ONNX model or the checkpoint."""
+    return str(cfg.onnx_model if cfg.backend == "onnx" else cfg.ckpt)
+
+
 @task_wrapper
 def predict(cfg: DictConfig) -> dict[str, str]:
     """Run the checkpoint over ``image_dir``; returns the paths written (empty on ranks other than 0)."""
@@ -74,7 +79,7 @@ def predict(cfg: DictConfig) -> dict[str, str]:
         print(f"overlays: {report.written} written, {len(report.unreadable)} images unreadable")
     if records is not None:
         paths["report"] = str(
-            write_report(directory, records, cfg.image_dir, None, f"Predictions: {cfg.ckpt}")
+            write_report(directory, records, cfg.image_dir, None, f"Predictions: {model_name(cfg)}")
         )
     for kind, path in paths.items():
         print(f"{kind}: {path}")

@@ -25,12 +25,10 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ocr.utils.hardware import register_resolvers
+from ocr.lightning_modules.build import build_module
+from ocr.utils import runner
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "sroie-compact" / "images" / "test"
@@ -48,10 +46,7 @@ def load_runner(name: str) -> ModuleType:
 
 def compose_config(name: str, overrides: Sequence[str], output_dir: Path) -> DictConfig:
     """``configs/<name>.yaml`` with ``overrides``, as the runner composes it, writing under ``output_dir``."""
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name=name, overrides=list(overrides))
+    cfg = runner.compose_config(name, overrides)
     with open_dict(cfg):
         cfg.paths.output_dir = str(output_dir)
     return cfg
@@ -60,13 +55,7 @@ def compose_config(name: str, overrides: Sequence[str], output_dir: Path) -> Dic
 def random_checkpoint(path: Path, overrides: Sequence[str]) -> Path:
     """A run checkpoint with random weights of the train config's network (``overrides`` on top)."""
     cfg = compose_config("train", overrides, path.parent)
-    module = instantiate(
-        cfg.module,
-        net=instantiate(cfg.model),
-        loss=instantiate(cfg.loss),
-        postprocess=instantiate(cfg.postprocess),
-        metric=instantiate(cfg.metric),
-    )
+    module = build_module(cfg)
     torch.save(
         {"state_dict": module.state_dict(), "ocr_config": OmegaConf.to_container(cfg, resolve=True)}, path
     )

@@ -25,7 +25,7 @@ def test_cards_counts_and_totals_equal_the_metric(tmp_path: Path, images: Path) 
     path = write_report(tmp_path / "run", records, images, OPTIONS, "test")
     data = report_data(path.read_text())
     assert [c["name"] for c in data["cards"]] == [r["image_id"] for r in records]
-    metric = CLEvalMetric(**{k: getattr(OPTIONS, k) for k in OPTIONS.__dataclass_fields__})
+    metric = CLEvalMetric(options=OPTIONS)
     for card, record in zip(data["cards"], records, strict=True):
         args = (record["polygons"], record["gt_polygons"], record["gt_ignore"], record["gt_texts"])
         result = evaluate_image(*args, OPTIONS)

@@ -124,10 +124,13 @@ class TimeBudget(Callback):
         self._started = process_started()
         self._first_step: int | None = None
         self._timed_from: tuple[int, float] | None = None  # (steps done, perf_counter) where timing starts
+        self._configured = (-1, 1)  # (optimizer steps, validation interval) as configured
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.minutes is None:
             return
+        total = trainer.estimated_stepping_batches  # max_steps or max_epochs, whichever ends first
+        self._configured = (int(total) if math.isfinite(total) else -1, trainer.check_val_every_n_epoch or 1)
         if self.plan is not None:
             self._apply(trainer, self.plan)
             log.info("time budget: resumed with the saved plan of %d steps", self.plan.max_steps)
@@ -161,7 +164,7 @@ class TimeBudget(Callback):
         seconds_per_validation = self.eval_cost * seconds_per_image * val_images
         seconds_after_fit = self.reserve_seconds + (seconds_per_validation if self.test_after_fit else 0.0)
         seconds_left = minutes * 60 - (time.time() - self._started)
-        max_steps, val_every = trainer.max_steps, trainer.check_val_every_n_epoch or 1
+        max_steps, val_every = self._configured
         if max_steps >= 0:
             validations = max(1, max_steps // steps_per_epoch // val_every)
             configured = (max_steps - trainer.global_step) * seconds_per_step + (
@@ -213,6 +216,8 @@ class TimeBudget(Callback):
 
     def _apply(self, trainer: L.Trainer, plan: BudgetPlan) -> None:
         self.plan = plan
+        if (plan.max_steps, plan.val_every) == self._configured:
+            return  # the configured run fits: nothing changes, the schedule included
         trainer.fit_loop.epoch_loop.max_steps = plan.max_steps
         trainer.check_val_every_n_epoch = plan.val_every
         if not resize_schedules([c.scheduler for c in trainer.lr_scheduler_configs], plan.max_steps):

@@ -162,3 +162,12 @@ def test_a_budget_never_adds_steps(tmp_path: Path, clock: SimpleNamespace) -> No
     callback = TimeBudget(minutes=0.3, test_after_fit=True, measure_steps=1, skip_steps=0)
     trainer = _fit(tmp_path, callback, _ScheduledTiny(clock), max_steps=3)
     assert callback.plan is not None and callback.plan.max_steps == 3 and trainer.global_step == 3
+
+
+def test_a_run_bounded_by_epochs_that_fits_keeps_its_schedule(tmp_path: Path, clock: SimpleNamespace) -> None:
+    """max_steps=-1 with max_epochs: the configured length is the epochs' steps, and nothing is resized."""
+    callback = TimeBudget(minutes=5.0, test_after_fit=True, measure_steps=2, skip_steps=1)
+    trainer = _fit(tmp_path, callback, _ScheduledTiny(clock), max_steps=-1, max_epochs=3)
+    assert callback.plan == BudgetPlan(12, val_every=1, seconds_per_step=1.0) and trainer.global_step == 12
+    [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
+    assert factor.total_steps == 12 and trainer.max_steps == -1
