@@ -160,7 +160,7 @@ class TimeBudget(Callback):
         steps_per_epoch = max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
         images_per_step = _images_in(batch) * trainer.accumulate_grad_batches
         seconds_per_image = seconds_per_step / max(1, images_per_step)
-        val_images = sum(_loader_images(trainer, i, n) for i, n in enumerate(trainer.num_val_batches))
+        val_images = _val_images(trainer)
         seconds_per_validation = self.eval_cost * seconds_per_image * val_images
         seconds_after_fit = self.reserve_seconds + (seconds_per_validation if self.test_after_fit else 0.0)
         seconds_left = minutes * 60 - (time.time() - self._started)
@@ -234,6 +234,19 @@ class TimeBudget(Callback):
 def _images_in(batch: Any) -> int:
     images = batch.get("images") if isinstance(batch, dict) else None
     return int(images.shape[0]) if images is not None else 1
+
+
+def _val_images(trainer: L.Trainer) -> int:
+    """Images one validation scores. Lightning loads the validation data at the first validation, after
+    the budget is planned: until then, count the datamodule's validation set."""
+    counted = sum(_loader_images(trainer, i, n) for i, n in enumerate(trainer.num_val_batches or []))
+    if counted:
+        return counted
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is None or trainer.limit_val_batches == 0:
+        return 0
+    dataset = getattr(datamodule.val_dataloader(), "dataset", None)
+    return len(dataset) if isinstance(dataset, Sized) else 0
 
 
 def _loader_images(trainer: L.Trainer, index: int, batches: int | float) -> int:

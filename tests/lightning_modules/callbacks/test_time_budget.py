@@ -171,3 +171,11 @@ def test_a_run_bounded_by_epochs_that_fits_keeps_its_schedule(tmp_path: Path, cl
     assert callback.plan == BudgetPlan(12, val_every=1, seconds_per_step=1.0) and trainer.global_step == 12
     [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
     assert factor.total_steps == 12 and trainer.max_steps == -1
+
+
+def test_validation_size_comes_from_the_datamodule_before_the_first_validation() -> None:
+    """Lightning loads validation data at the first validation; the plan is made before that."""
+    datamodule = SimpleNamespace(val_dataloader=lambda: tiny_loader(num=8))
+    trainer = SimpleNamespace(num_val_batches=[], datamodule=datamodule, limit_val_batches=1.0)
+    assert time_budget._val_images(trainer) == 8
+    assert time_budget._val_images(SimpleNamespace(**{**vars(trainer), "limit_val_batches": 0})) == 0
