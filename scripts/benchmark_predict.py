@@ -15,17 +15,15 @@ the PyTorch backend uses ``hardware=auto`` (bf16 autocast where the GPU has it, 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import os
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from ocr.lightning_modules.build import build_module
 from ocr.utils import runner
@@ -36,25 +34,9 @@ DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "sroie-compact" / "images
 log = logging.getLogger("benchmark_predict")
 
 
-def load_runner(name: str) -> ModuleType:
-    """Import ``runners/<name>.py`` (runners are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(f"runner_{name}", REPO / "runners" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def compose_config(name: str, overrides: Sequence[str], output_dir: Path) -> DictConfig:
-    """``configs/<name>.yaml`` with ``overrides``, as the runner composes it, writing under ``output_dir``."""
-    cfg = runner.compose_config(name, overrides)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(output_dir)
-    return cfg
-
-
 def random_checkpoint(path: Path, overrides: Sequence[str]) -> Path:
     """A run checkpoint with random weights of the train config's network (``overrides`` on top)."""
-    cfg = compose_config("train", overrides, path.parent)
+    cfg = runner.compose_config("train", overrides, path.parent)
     module = build_module(cfg)
     torch.save(
         {"state_dict": module.state_dict(), "ocr_config": OmegaConf.to_container(cfg, resolve=True)}, path
@@ -64,7 +46,7 @@ def random_checkpoint(path: Path, overrides: Sequence[str]) -> Path:
 
 def time_predict(cfg: DictConfig, passes: int) -> list[float]:
     """Images per second of each timed pass of ``trainer.predict`` (after one warm-up pass)."""
-    datamodule, module, trainer = load_runner("predict").prepare(cfg)
+    datamodule, module, trainer = runner.load_runner("predict").prepare(cfg)
     count = len(datamodule.datasets["predict"])
     rates = []
     for index in range(passes + 1):
@@ -114,12 +96,12 @@ def main(argv: Sequence[str] | None = None) -> str:
         for backend in args.backends.split(","):
             model = []
             if backend == "onnx":
-                export_cfg = compose_config(
+                export_cfg = runner.compose_config(
                     "export",
                     [f"ckpt={ckpt}", f"long_side={args.long_side}", f"parity.image_dir={images}"],
                     work / "export",
                 )
-                model = [f"onnx_model={load_runner('export').export(export_cfg)['model']}"]
+                model = [f"onnx_model={runner.load_runner('export').export(export_cfg)['model']}"]
             for batch in (int(b) for b in args.batches.split(",")):
                 overrides = [
                     hardware,
@@ -131,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> str:
                     *model,
                     *args.overrides,
                 ]
-                cfg = compose_config("predict", overrides, work / f"{backend}_{batch}")
+                cfg = runner.compose_config("predict", overrides, work / f"{backend}_{batch}")
                 rates = time_predict(cfg, args.passes)
                 device = "cpu" if backend == "onnx" else args.device
                 per_pass = ", ".join(f"{r:.2f}" for r in rates)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 import torch
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from ocr.debug.gpu_proof import TINY_CPU_RUN
 from ocr.utils import runner
@@ -48,22 +47,6 @@ def sroie_root() -> Path:
 TINY_RUN = list(TINY_CPU_RUN)
 
 
-def load_runner(name: str) -> ModuleType:
-    """Import ``runners/<name>.py`` (runners are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(f"runner_{name}", REPO_ROOT / "runners" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def compose_config(name: str, overrides: list[str], output_dir: Path) -> DictConfig:
-    """Compose ``configs/<name>.yaml`` as the runner would, with ``paths.output_dir`` set."""
-    cfg = runner.compose_config(name, overrides)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(output_dir)
-    return cfg
-
-
 @pytest.fixture(scope="session")
 def tiny_run() -> list[str]:
     """Overrides for a tiny synthetic CPU run (add ``data.root=`` and the trainer budget)."""
@@ -73,10 +56,10 @@ def tiny_run() -> list[str]:
 @pytest.fixture(scope="session")
 def runner_module() -> Callable[[str], ModuleType]:
     """``runner_module("train")`` imports ``runners/train.py``."""
-    return load_runner
+    return runner.load_runner
 
 
 @pytest.fixture(scope="session")
 def compose_cfg() -> Callable[[str, list[str], Path], DictConfig]:
-    """``compose_cfg(name, overrides, output_dir)`` composes a runner config."""
-    return compose_config
+    """``compose_cfg(name, overrides, output_dir)`` composes a runner config with that output directory."""
+    return runner.compose_config

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import os
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ocr.utils.io import atomic_write_text
 from ocr.utils.resume import ResumeRefusedError
@@ -21,6 +23,7 @@ from ocr.utils.sentinels import failure_written, write_failure
 __all__ = [
     "compose_config",
     "instantiate_all",
+    "load_runner",
     "save_config",
     "task_wrapper",
     "format_metrics",
@@ -32,11 +35,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+RUNNERS_DIR = CONFIG_DIR.parent / "runners"
 
 
-def compose_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
+def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | None = None) -> DictConfig:
     """Compose ``configs/<name>.yaml`` with ``overrides`` outside a Hydra run, as the runners see it (defaults
-    lists applied, hardware resolvers registered); ``paths.output_dir`` stays the Hydra run directory."""
+    lists applied, hardware resolvers registered); ``paths.output_dir`` is ``output_dir`` when given, else
+    the Hydra run directory."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -45,7 +50,21 @@ def compose_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
     register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name=name, overrides=list(overrides))
+        cfg = compose(config_name=name, overrides=list(overrides))
+    if output_dir is not None:
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(output_dir)
+    return cfg
+
+
+def load_runner(name: str) -> ModuleType:
+    """Import ``runners/<name>.py`` (runners are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"runner_{name}", RUNNERS_DIR / f"{name}.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"runners/{name}.py: expected a runner script, found none at {RUNNERS_DIR}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_dir(cfg: DictConfig) -> Path:

@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from omegaconf import DictConfig
 
 from ocr.data.dataset import IMAGE_SUFFIXES
-from tests.reporting.report_cases import report_data
+from tests.helpers.report_cases import report_data
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
 

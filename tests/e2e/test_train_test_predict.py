@@ -20,7 +20,7 @@ import yaml
 from omegaconf import DictConfig
 
 from tests.helpers.paths import REPO_ROOT
-from tests.reporting.report_cases import report_data
+from tests.helpers.report_cases import report_data
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ocr.reporting.html import write_report
-from tests.reporting.report_cases import OPTIONS, labelled_records, report_data
+from tests.helpers.report_cases import OPTIONS, labelled_records, report_data
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 

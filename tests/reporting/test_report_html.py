@@ -10,7 +10,7 @@ import pytest
 from ocr.metrics.cleval.evaluate import evaluate_image
 from ocr.metrics.cleval.metric import CLEvalMetric
 from ocr.reporting.html import write_report
-from tests.reporting.report_cases import OPTIONS, labelled_records, report_data
+from tests.helpers.report_cases import OPTIONS, labelled_records, report_data
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import numpy as np
 
 from ocr.metrics.cleval.evaluate import match_image
 from ocr.metrics.cleval.outcomes import box_outcomes, count_outcomes
-from tests.metrics.cleval.test_evaluate import WORD, options, rect
+from tests.helpers.cleval_cases import WORD, options, rect
 
 
 def outcomes(preds: list, gts: list, ignore: list | None = None, max_detections: int | None = 500):

@@ -10,21 +10,9 @@ from typing import Any
 import cv2
 import numpy as np
 
-from ocr.metrics.cleval.options import CLEvalOptions
+from tests.helpers.cleval_cases import options, rect
 
-OPTIONS = CLEvalOptions(
-    mode="competition",
-    max_detections=500,
-    area_precision_threshold=0.3,
-    recall_granularity_weight=1.0,
-    precision_granularity_weight=1.0,
-    vertical_aspect_ratio_threshold=0.5,
-    case_sensitive=True,
-)
-
-
-def rect(x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
-    return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], dtype=np.float32)
+OPTIONS = options()
 
 
 def labelled_records(image_dir: Path, num_images: int = 4) -> list[dict[str, Any]]:
