@@ -14,6 +14,7 @@ from ocr.lightning_modules.build import build_module, build_net_and_loss
 from ocr.metrics.cleval.metric import CLEvalMetric
 from ocr.models.dbnet import DBNet
 from ocr.types import TARGET_KEYS
+from ocr.utils import hardware
 from tests.helpers.paths import REPO_ROOT
 
 CONFIG_DIR = str(REPO_ROOT / "configs")
@@ -89,3 +90,21 @@ def test_default_module_trains_one_step(compose: Compose) -> None:
     assert torch.isfinite(loss) and loss > 0
     loss.backward()
     assert all(p.grad is not None for p in module.net.head.parameters())
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_default_run_is_the_five_minute_recipe_on_a_cpu_only(
+    compose: Compose, monkeypatch: pytest.MonkeyPatch, gpu: bool
+) -> None:
+    """On a CPU: a 5-minute budget, 160 px crops and an FPN of 128 channels; a GPU keeps the full recipe."""
+    monkeypatch.setattr(hardware, "has_cuda", lambda: gpu)
+    cfg = compose("train", [])
+    expected = (None, 256, 640, -1) if gpu else (5, 128, 160, 200)
+    found = (
+        cfg.time_budget_minutes,
+        cfg.model.decoder.channels,
+        cfg.data.train_transform.crop_size,
+        cfg.trainer.max_steps,
+    )
+    assert found == expected
+    assert cfg.callbacks.time_budget.minutes == expected[0]

@@ -28,7 +28,10 @@ def old_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
     old = yaml.safe_load(OLD_RUN_CONFIG.read_text())
     assert old["metric"]["_target_"] == "ocr.metrics.metric.CLEvalMetric"
     assert {"optimizer", "scheduler"} <= set(old["module"])
-    state_dict = build_module(compose_config("train", ["hardware=cpu"])).state_dict()
+    # The old run config's FPN has 256 channels (today's CPU default is 128).
+    state_dict = build_module(
+        compose_config("train", ["hardware=cpu", "model.decoder.channels=256"])
+    ).state_dict()
     path = tmp_path_factory.mktemp("old") / "best.ckpt"
     torch.save({"state_dict": state_dict, "ocr_config": old, "epoch": 3, "global_step": 40}, path)
     return path, state_dict

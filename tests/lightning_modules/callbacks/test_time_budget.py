@@ -116,6 +116,8 @@ def test_budget_sets_steps_schedule_and_validation(tmp_path: Path, clock: Simple
     assert isinstance(factor, WarmupDecay) and factor.total_steps == 16
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-9)  # decayed to the end
     assert any("training 16 steps (4 epochs)" in r.getMessage() for r in caplog.records)
+    [cut] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "training 16 of the configured 200 steps" in cut.getMessage()
 
 
 def test_budget_reserves_the_test_after_fit(tmp_path: Path, clock: SimpleNamespace) -> None:
@@ -140,6 +142,17 @@ def test_resumed_run_keeps_the_saved_plan(tmp_path: Path, clock: SimpleNamespace
     assert trainer.global_step == 8 and module.validations == 1
     [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
     assert factor.total_steps == 8
+
+
+@pytest.mark.parametrize(("age", "counts_from"), [(30.0, 970.0), (600.0, 1000.0)])
+def test_the_budget_counts_from_the_runner_start_or_from_now_in_a_long_lived_process(
+    monkeypatch: pytest.MonkeyPatch, age: float, counts_from: float
+) -> None:
+    # A runner 30 s after its start (imports) counts from its start; pytest or a notebook, started
+    # 10 minutes before this run, counts from now.
+    monkeypatch.setattr(time_budget, "time", SimpleNamespace(time=lambda: 1000.0))
+    monkeypatch.setattr(time_budget, "process_started", lambda: 1000.0 - age)
+    assert time_budget.run_started(max_startup_seconds=120.0) == counts_from
 
 
 def test_budget_rejects_bad_settings() -> None:
