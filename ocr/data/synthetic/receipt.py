@@ -294,7 +294,7 @@ def receipt_rows(rng: np.random.Generator, count: int) -> list[Row]:
     tail = [rule, *_totals(rng, currency), rule, *_footer(rng, rng.random() < 0.35)]
     room = count - len(head) - len(table_head) - len(tail)
     per_item = 2 if layout == 1 else 1
-    items = _items(rng, max(1, room // per_item), layout)
+    items = _items(rng, max(3, room // per_item), layout)
     return [*head, *table_head, *items, *tail]
 
 
