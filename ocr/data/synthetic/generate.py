@@ -161,10 +161,10 @@ def _thermal_paper(rng: np.random.Generator, page: DensePage, scanned: bool) -> 
 def _creases(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     """Multiplicative shading (h, w) float32 of 0-3 folds: a dark line with a lit side."""
     shade = np.ones((h, w), np.float32)
-    ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
+    ys, xs = np.arange(h, dtype=np.float32)[:, None], np.arange(w, dtype=np.float32)[None, :]
     for _ in range(int(rng.integers(0, 4))):
         angle = np.deg2rad(rng.uniform(-15, 15) + (90.0 if rng.random() < 0.25 else 0.0))
-        cx, cy = rng.uniform(0, w), rng.uniform(0, h)
+        cx, cy = _uniform(rng, 0, w), _uniform(rng, 0, h)
         dist = (xs - cx) * float(np.sin(angle)) - (ys - cy) * float(np.cos(angle))
         width = _uniform(rng, 1.0, 4.0)
         shade *= 1.0 - _uniform(rng, 0.05, 0.25) * np.exp(-((dist / width) ** 2))
@@ -386,9 +386,9 @@ def _write_split(root: Path, split: str, count: int, settings: dict[str, Any], w
     ]
     images: dict[str, Any] = {}
     # every image has its own seed, so the files do not depend on the worker count
-    with (
-        multiprocessing.get_context("spawn").Pool(workers) if workers > 1 and count > 1 else _Serial() as pool
-    ):
+    # spawn, not fork: a forked OpenCV thread pool can hang; one OpenCV thread per worker process
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(workers, cv2.setNumThreads, (1,)) if workers > 1 and count > 1 else _Serial() as pool:
         for i, (data, entry) in enumerate(pool.imap(_encode, jobs, chunksize=4)):
             name = f"{split}_{i:05d}.jpg"
             atomic_write_bytes(root / "images" / split / name, data)
