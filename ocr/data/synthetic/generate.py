@@ -208,6 +208,10 @@ def _scan(
     sigma = _uniform(rng, 0.5, 2.5)
     # cv2's stubs type images as MatLike, without a dtype.
     image += cv2.merge([_noise(rng, height, width) * sigma + offset for _ in range(3)])  # type: ignore[arg-type]
+    if rng.random() < 0.15:  # a binarised scan with speckle, as in part of SROIE; faded print stays black
+        grey = image.mean(axis=2) + _noise(rng, height, width) * _uniform(rng, 8, 25)
+        level = np.where(grey < _uniform(rng, 200, 215), _uniform(rng, 0, 40), 255.0).astype(np.float32)
+        image = cv2.merge([level, level, level])
     return np.clip(image, 0, 255, out=image).astype(np.uint8)
 
 
