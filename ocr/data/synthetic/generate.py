@@ -1,9 +1,12 @@
 """Synthetic receipts, the project's built-in dataset: deterministic from a seed, in the annotation format.
 
-Each image is a receipt (layout and word ink from :mod:`ocr.data.synthetic.layout`) on textured paper,
-warped by a slight rotation and perspective onto a background, then lit, blurred and noised. Word
-polygons are the tight ink boxes mapped by the same warp. Image ``i`` of a split is drawn from its own
-seed ``(seed, split, i)``, so adding training images changes neither validation nor test.
+Style ``basic``: a short receipt (layout and word ink from :mod:`ocr.data.synthetic.layout`) on
+textured paper, warped by a slight rotation and perspective onto a background, then lit, blurred and
+noised. Style ``receipt``: a dense page (:mod:`ocr.data.synthetic.receipt`) on faded, creased thermal
+paper, either scanned flat on white or photographed like ``basic`` with a cast shadow. Word polygons
+are the tight ink boxes mapped by the same homography as the pixels (granularity ``line`` joins each
+cell's words first). Image ``i`` of a split is drawn from its own seed ``(seed, split, i)``, so adding
+training images changes neither validation nor test, and the worker count changes nothing.
 """
 
 from __future__ import annotations
