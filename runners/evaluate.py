@@ -1,6 +1,6 @@
 """Score a submission CSV or predictions JSON against an annotation file with CLEval.
 
-    uv run runners/evaluate.py gt=data/generated/synthetic_512/jsons/test.json \
+    uv run runners/evaluate.py gt=data/generated/synthetic_basic_word_512/jsons/test.json \
         pred=outputs/predict/<run>/submission.csv [mode=upstream] [out_dir=...]
 
 The last stdout line is ``{"precision": ..., "recall": ..., "hmean": ..., "num_images": ...}``; per-image

@@ -20,14 +20,13 @@ from torch.utils.data import DataLoader
 
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
-from ocr.data.synthetic.generate import generate_dataset
+from ocr.data.synthetic.generate import generate_dataset, synthetic_settings
 from ocr.data.transforms import Transform
 
 __all__ = ["ReceiptDataModule", "seed_worker"]
 
 log = logging.getLogger(__name__)
 
-SYNTHETIC_KEYS = ("num_train", "num_val", "num_test", "seed", "long_side")
 # The datasets each Lightning stage needs; "train", "val" and "test" read the splits named in the config.
 STAGE_DATASETS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
 
@@ -73,7 +72,7 @@ class ReceiptDataModule(L.LightningDataModule):
         num_workers: int,
         pin_memory: bool,
         persistent_workers: bool,
-        synthetic: Mapping[str, int] | None,
+        synthetic: Mapping[str, int | str] | None,
     ) -> None:
         """Store the config; datasets are built in ``setup``.
 
@@ -95,14 +94,10 @@ class ReceiptDataModule(L.LightningDataModule):
             num_workers: DataLoader worker processes.
             pin_memory: pin batches for faster host-to-GPU copies.
             persistent_workers: keep workers between epochs (only used when ``num_workers > 0``).
-            synthetic: generator settings (num_train, num_val, num_test, seed, long_side); when given,
+            synthetic: generator settings (counts, seed, long_side, style, granularity); when given,
                 ``prepare_data`` generates the synthetic set into ``root`` (idempotent).
         """
         super().__init__()
-        if synthetic is not None and set(synthetic) != set(SYNTHETIC_KEYS):
-            raise ValueError(
-                f"synthetic: expected exactly the keys {SYNTHETIC_KEYS}, got {sorted(synthetic)}"
-            )
         self.root = Path(root)
         self.splits = {"train": train_split, "val": val_split, "test": test_split}  # dataset -> split
         self.predict_image_dir = (
@@ -119,7 +114,7 @@ class ReceiptDataModule(L.LightningDataModule):
         self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
         self.num_workers, self.pin_memory = int(num_workers), bool(pin_memory)
         self.persistent_workers = bool(persistent_workers) and self.num_workers > 0
-        self.synthetic = None if synthetic is None else {k: int(synthetic[k]) for k in SYNTHETIC_KEYS}
+        self.synthetic = None if synthetic is None else synthetic_settings(synthetic)
         self.datasets: dict[str, ReceiptDataset | ImageFolderDataset] = {}
         self.no_validation_reason: str | None = None  # set by setup when the val split is empty
 

@@ -97,7 +97,16 @@ def test_workers_draw_different_augmentations(tmp_path: Path) -> None:
 def test_synthetic_data_is_generated_on_first_use(tmp_path: Path) -> None:
     root = tmp_path / "generated"
     module = _module(
-        root, synthetic={"num_train": 2, "num_val": 1, "num_test": 1, "seed": 0, "long_side": 128}
+        root,
+        synthetic={
+            "num_train": 2,
+            "num_val": 1,
+            "num_test": 1,
+            "seed": 0,
+            "long_side": 128,
+            "style": "basic",
+            "granularity": "word",
+        },
     )
     module.prepare_data()
     module.setup("fit")

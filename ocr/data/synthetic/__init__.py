@@ -1,2 +1,3 @@
-"""The built-in synthetic receipts: ``content`` (text), ``layout`` (fonts, word ink) and ``generate``
-(pages, files, the command line)."""
+"""The built-in synthetic receipts: ``content`` (basic-style text), ``receipt`` (the dense style),
+``layout`` (packaged fonts, word ink), ``marks`` (ink without boxes) and ``generate`` (pages, files,
+the command line; ``python -m ocr.data.synthetic``)."""

@@ -1,4 +1,4 @@
-"""Receipt text for the synthetic generator: header, item lines with prices, totals and footer."""
+"""Receipt text of the ``basic`` style: header, item lines with prices, totals and footer."""
 
 from __future__ import annotations
 

@@ -1,9 +1,12 @@
 """Synthetic receipts, the project's built-in dataset: deterministic from a seed, in the annotation format.
 
-Each image is a receipt (layout and word ink from :mod:`ocr.data.synthetic.layout`) on textured paper,
-warped by a slight rotation and perspective onto a background, then lit, blurred and noised. Word
-polygons are the tight ink boxes mapped by the same warp. Image ``i`` of a split is drawn from its own
-seed ``(seed, split, i)``, so adding training images changes neither validation nor test.
+Style ``basic``: a short receipt (layout and word ink from :mod:`ocr.data.synthetic.layout`) on
+textured paper, warped by a slight rotation and perspective onto a background, then lit, blurred and
+noised. Style ``receipt``: a dense page (:mod:`ocr.data.synthetic.receipt`) on faded, creased thermal
+paper, either scanned flat on white or photographed like ``basic`` with a cast shadow. Word polygons
+are the tight ink boxes mapped by the same homography as the pixels (granularity ``line`` joins each
+cell's words first). Image ``i`` of a split is drawn from its own seed ``(seed, split, i)``, so adding
+training images changes neither validation nor test, and the worker count changes nothing.
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ import argparse
 import functools
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,15 +30,39 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.data.synthetic.layout import PaperWord, available_fonts, layout_receipt
+from ocr.data.synthetic.layout import (
+    FONT_PACKAGE,
+    PaperWord,
+    available_fonts,
+    font_package_version,
+    layout_receipt,
+    merge_groups,
+)
+from ocr.data.synthetic.receipt import DensePage, layout_dense, receipt_rows
 from ocr.utils.io import atomic_write_bytes, atomic_write_json
 
-__all__ = ["GENERATOR_VERSION", "SPLITS", "SyntheticReceipt", "render_receipt", "generate_dataset", "main"]
+__all__ = [
+    "GENERATOR_VERSION",
+    "GRANULARITIES",
+    "SPLITS",
+    "STYLES",
+    "SYNTHETIC_KEYS",
+    "SyntheticReceipt",
+    "generate_dataset",
+    "main",
+    "render_receipt",
+    "synthetic_settings",
+]
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: fonts from the font package, styles and granularity
 SPLITS = ("train", "val", "test")
+STYLES = ("basic", "receipt")
+GRANULARITIES = ("line", "word")
+# data.synthetic keys: counts and sizes are integers, style and granularity names
+SYNTHETIC_KEYS = ("num_train", "num_val", "num_test", "seed", "long_side", "style", "granularity")
 _GENERATOR = "ocr.data.synthetic"  # the manifest's identity, kept across the package move
 _MANIFEST = "manifest.json"
+_DENSE_CAP_PX = 14.0  # median body cap height at long side 1024, before fitting the page
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +76,33 @@ class SyntheticReceipt:
     jpeg_quality: int
 
 
-def render_receipt(seed: int | Sequence[int], long_side: int = 512) -> SyntheticReceipt:
-    """Render one receipt photo whose long (vertical) side is ``long_side`` px."""
+def render_receipt(
+    seed: int | Sequence[int], long_side: int = 512, style: str = "basic", granularity: str = "word"
+) -> SyntheticReceipt:
+    """Render one receipt image whose long (vertical) side is ``long_side`` px.
+
+    ``style`` is ``basic`` (a short receipt photo, large text) or ``receipt`` (dense, scanned or
+    photographed); ``granularity`` ``word`` gives a box per word, ``line`` one per line segment.
+    """
+    _check_choice("style", style, STYLES)
+    _check_choice("granularity", granularity, GRANULARITIES)
     rng = np.random.default_rng(seed)
+    render = _render_basic if style == "basic" else _render_dense
+    image, words, matrix = render(rng, long_side)
+    if granularity == "line":
+        words = merge_groups(words)
+    bounds = np.array([image.shape[1], image.shape[0]], np.float32)
+    placed = [PaperWord(_warp_points(w.points, matrix, bounds), w.text, w.ignore, w.group) for w in words]
+    return SyntheticReceipt(image, placed, int(rng.integers(80, 96)))
+
+
+def _check_choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"data.synthetic.{key}: expected one of {allowed}, got {value!r}")
+
+
+def _render_basic(rng: np.random.Generator, long_side: int) -> tuple[np.ndarray, list[PaperWord], np.ndarray]:
+    """The basic style: image (H, W, 3) uint8, words in paper px, paper px -> image px homography."""
     scale = long_side / 512.0
     paper_h = int(long_side * rng.uniform(0.72, 0.9))
     paper_w = int(paper_h / rng.uniform(1.3, 2.5))
@@ -59,10 +111,123 @@ def render_receipt(seed: int | Sequence[int], long_side: int = 512) -> Synthetic
     paper = _paper(rng, alpha)
     matrix = _placement(rng, paper_w, paper_h, width, long_side)
     planes = _composite(rng, paper, matrix, width, long_side)
-    image = _camera_effects(rng, planes)
-    bounds = np.array([width, long_side], np.float32)
-    placed = [PaperWord(_warp_points(w.points, matrix, bounds), w.text, w.ignore) for w in words]
-    return SyntheticReceipt(image, placed, int(rng.integers(80, 96)))
+    return _camera_effects(rng, planes), words, matrix
+
+
+def _render_dense(rng: np.random.Generator, long_side: int) -> tuple[np.ndarray, list[PaperWord], np.ndarray]:
+    """The receipt style: 20-80 rows; scanned (flat, white) or photographed (perspective, background)."""
+    scanned = rng.random() < 0.55
+    fill = _uniform(rng, 0.8, 0.98) if scanned else _uniform(rng, 0.65, 0.92)
+    # cap height spread like the SROIE train boxes (median box short side 16 px at long side 1024)
+    cap = float(np.clip(rng.lognormal(np.log(_DENSE_CAP_PX), 0.33), 6.0, 28.0)) * long_side / 1024
+    body_h = max(4.0, round(cap * 4.0) / 4.0)
+    # a row pitch is about 2.4 cap heights (ascenders, descenders, leading, marks); the rest is scaled
+    count = int(np.clip(fill * long_side / (body_h * 2.4), 20, 80))
+    squeeze = _uniform(rng, 0.72, 0.95) if rng.random() < 0.3 else 1.0
+    page = layout_dense(rng, receipt_rows(rng, count), body_h, int(rng.integers(30, 49)), squeeze)
+    paper = _thermal_paper(rng, page, scanned)
+    paper_h, paper_w = page.ink.shape
+    if scanned:
+        matrix, width = _scan_placement(rng, paper_w, paper_h, long_side)
+        return _scan(rng, paper, matrix, width, long_side), page.words, matrix
+    fit = min(1.0, long_side * 0.95 / paper_h)
+    width = min(long_side, int(round(paper_w * fit / rng.uniform(0.55, 0.85))))
+    matrix = _placement(rng, paper_w, paper_h, width, long_side)
+    planes = _cast_shadow(rng, _composite(rng, paper, matrix, width, long_side))
+    return _camera_effects(rng, planes), page.words, matrix
+
+
+def _thermal_paper(rng: np.random.Generator, page: DensePage, scanned: bool) -> list[np.ndarray]:
+    """Thermal paper with faded, uneven print, pen ink and creases: R, G, B planes (h, w) float32."""
+    h, w = page.ink.shape
+    base = _colour(rng, 238, 255, 3) if scanned else _colour(rng, 215, 250, 6)
+    ink = _colour(rng, 10, 90, 10)
+    if rng.random() < 0.3:  # bluish or purple thermal print, common in scanned receipts
+        ink[2] += _uniform(rng, 40, 110)
+        ink[0] += _uniform(rng, 0, 50)
+    pens = ([30.0, 50.0, 160.0], [180.0, 40.0, 50.0], [90.0, 40.0, 140.0])
+    pen = pens[int(rng.integers(len(pens)))]
+    fade = _uniform(rng, 0.0, 0.3) * (1.0 + _low_freq(rng, h, w, int(rng.integers(2, 6))))
+    streaks = np.maximum(_low_freq(rng, 1, w, int(rng.integers(8, 40))), 0) * _uniform(rng, 0, 0.35)
+    strength = np.clip(_uniform(rng, 0.6, 1.0) - fade - streaks, 0.3, 1.0)
+    a = page.ink * strength
+    p = page.pen * _uniform(rng, 0.45, 0.9)
+    texture = _low_freq(rng, h, w, int(rng.integers(3, 8))) * _uniform(rng, 1, 6)
+    texture += _noise(rng, h, w) * _uniform(rng, 0.5, 3)
+    shade = _creases(rng, h, w)
+    return [
+        ((t * (1.0 - a) + a * i) * (1.0 - p) + p * q) * shade
+        for t, i, q in zip((texture + b for b in base), ink, pen, strict=True)
+    ]
+
+
+def _creases(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """Multiplicative shading (h, w) float32 of 0-3 folds: a dark line with a lit side."""
+    shade = np.ones((h, w), np.float32)
+    ys, xs = np.arange(h, dtype=np.float32)[:, None], np.arange(w, dtype=np.float32)[None, :]
+    for _ in range(int(rng.integers(0, 4))):
+        angle = np.deg2rad(rng.uniform(-15, 15) + (90.0 if rng.random() < 0.25 else 0.0))
+        cx, cy = _uniform(rng, 0, w), _uniform(rng, 0, h)
+        dist = (xs - cx) * float(np.sin(angle)) - (ys - cy) * float(np.cos(angle))
+        width = _uniform(rng, 1.0, 4.0)
+        shade *= 1.0 - _uniform(rng, 0.05, 0.25) * np.exp(-((dist / width) ** 2))
+        shade *= 1.0 + _uniform(rng, 0.0, 0.06) * np.exp(-np.abs(dist) / (8 * width)) * (dist > 0)
+    return shade
+
+
+def _scan_placement(
+    rng: np.random.Generator, paper_w: int, paper_h: int, long_side: int
+) -> tuple[np.ndarray, int]:
+    """Flatbed scan: paper px -> image px (rotation within +-1.2 deg, scaled to fit), and the image width."""
+    theta = np.deg2rad(rng.uniform(-1.2, 1.2))
+    rot = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
+    src = np.array([[0, 0], [paper_w, 0], [paper_w, paper_h], [0, paper_h]], np.float64)
+    corners = src @ rot.T
+    extent = corners.max(axis=0) - corners.min(axis=0)
+    corners *= min(1.0, (long_side - 2.0) / float(extent.max()))
+    lo, hi = corners.min(axis=0), corners.max(axis=0)
+    width = min(long_side, int(np.ceil((hi - lo)[0] * rng.uniform(1.0, 1.12))) + 2)
+    room = np.array([width - 2.0, long_side - 2.0]) - (hi - lo)
+    offset = 1.0 - lo + room * (rng.uniform(0.2, 0.8), rng.uniform(0.0, 0.3))
+    return cv2.getPerspectiveTransform(src.astype(np.float32), (corners + offset).astype(np.float32)), width
+
+
+def _scan(
+    rng: np.random.Generator, paper: list[np.ndarray], matrix: np.ndarray, width: int, height: int
+) -> npt.NDArray[np.uint8]:
+    """Paper on a flat white scanner lid, mild blur and noise: (height, width, 3) uint8 RGB."""
+    ones = np.ones(paper[0].shape, np.float32)
+    mask = cv2.warpPerspective(ones, matrix, (width, height), flags=cv2.INTER_LINEAR)
+    white = _uniform(rng, 245, 255)
+    gain, offset = _uniform(rng, 0.95, 1.04), _uniform(rng, -6, 4)
+    planes = [
+        (cv2.warpPerspective(p, matrix, (width, height), flags=cv2.INTER_LINEAR) + (1.0 - mask) * white)
+        * gain
+        for p in paper
+    ]
+    image = cv2.merge(planes)
+    if rng.random() < 0.5:
+        image = cv2.GaussianBlur(image, (0, 0), _uniform(rng, 0.3, 0.7))
+    sigma = _uniform(rng, 0.5, 2.5)
+    # cv2's stubs type images as MatLike, without a dtype.
+    image += cv2.merge([_noise(rng, height, width) * sigma + offset for _ in range(3)])  # type: ignore[arg-type]
+    if rng.random() < 0.15:  # a binarised scan with speckle, as in part of SROIE; faded print stays black
+        grey = image.mean(axis=2) + _noise(rng, height, width) * _uniform(rng, 8, 25)
+        level = np.where(grey < _uniform(rng, 200, 215), _uniform(rng, 0, 40), 255.0).astype(np.float32)
+        image = cv2.merge([level, level, level])
+    return np.clip(image, 0, 255, out=image).astype(np.uint8)
+
+
+def _cast_shadow(rng: np.random.Generator, planes: list[np.ndarray]) -> list[np.ndarray]:
+    """Sometimes a soft-edged shadow (a hand, a phone) over part of the photo."""
+    if rng.random() >= 0.35:
+        return planes
+    h, w = planes[0].shape
+    angle = rng.uniform(0, 2 * np.pi)
+    ys, xs = np.linspace(-0.5, 0.5, h, dtype=np.float32), np.linspace(-0.5, 0.5, w, dtype=np.float32)
+    side = xs[None, :] * float(np.cos(angle)) + ys[:, None] * float(np.sin(angle)) - _uniform(rng, 0.1, 0.45)
+    dark = 1.0 - _uniform(rng, 0.2, 0.5) / (1.0 + np.exp(-side / _uniform(rng, 0.01, 0.08)))
+    return [p * dark for p in planes]
 
 
 def _body_height(rng: np.random.Generator, scale: float) -> float:
@@ -188,27 +353,84 @@ def _image_seed(seed: int, split: str, index: int) -> list[int]:
     return [seed % 2**63, SPLITS.index(split), index]
 
 
-def _write_split(root: Path, split: str, count: int, seed: int, long_side: int) -> None:
-    images: dict[str, Any] = {}
-    for i in range(count):
-        name = f"{split}_{i:05d}.jpg"
-        receipt = render_receipt(_image_seed(seed, split, i), long_side)
-        bgr = cv2.cvtColor(receipt.image, cv2.COLOR_RGB2BGR)
-        ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, receipt.jpeg_quality])
-        if not ok:
-            raise OSError(f"{root / 'images' / split / name}: JPEG encoding failed")
-        atomic_write_bytes(root / "images" / split / name, data.tobytes())
-        words = {
-            f"{k + 1:04d}": {
-                "points": np.round(w.points.astype(np.float64), 2).tolist(),
-                "text": w.text,
-                "ignore": w.ignore,
-            }
-            for k, w in enumerate(receipt.words)
+@dataclass(frozen=True)
+class _Job:
+    """What one image needs; a picklable record, so worker processes can render it."""
+
+    seed: list[int]
+    long_side: int
+    style: str
+    granularity: str
+
+
+def _encode(job: _Job) -> tuple[bytes, dict[str, Any]]:
+    """Render one image: its JPEG bytes and its annotation entry."""
+    receipt = render_receipt(job.seed, job.long_side, job.style, job.granularity)
+    bgr = cv2.cvtColor(receipt.image, cv2.COLOR_RGB2BGR)
+    ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, receipt.jpeg_quality])
+    if not ok:
+        raise OSError(f"image seed {job.seed}: JPEG encoding failed")
+    words = {
+        f"{k + 1:04d}": {
+            "points": np.round(w.points.astype(np.float64), 2).tolist(),
+            "text": w.text,
+            "ignore": w.ignore,
         }
-        images[name] = {"words": words, "img_w": receipt.image.shape[1], "img_h": receipt.image.shape[0]}
+        for k, w in enumerate(receipt.words)
+    }
+    return data.tobytes(), {"words": words, "img_w": receipt.image.shape[1], "img_h": receipt.image.shape[0]}
+
+
+def _write_split(root: Path, split: str, count: int, settings: dict[str, Any], workers: int) -> None:
+    jobs = [
+        _Job(
+            _image_seed(settings["seed"], split, i),
+            settings["long_side"],
+            settings["style"],
+            settings["granularity"],
+        )
+        for i in range(count)
+    ]
+    images: dict[str, Any] = {}
+    # every image has its own seed, so the files do not depend on the worker count
+    # spawn, not fork: a forked OpenCV thread pool can hang; one OpenCV thread per worker process
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(workers, cv2.setNumThreads, (1,)) if workers > 1 and count > 1 else _Serial() as pool:
+        for i, (data, entry) in enumerate(pool.imap(_encode, jobs, chunksize=4)):
+            name = f"{split}_{i:05d}.jpg"
+            atomic_write_bytes(root / "images" / split / name, data)
+            images[name] = entry
     (root / "images" / split).mkdir(parents=True, exist_ok=True)
     atomic_write_json(root / "jsons" / f"{split}.json", {"images": images}, indent=None)
+
+
+class _Serial:
+    """In-process stand-in for a ``multiprocessing.Pool`` (``imap`` and the context manager only)."""
+
+    def __enter__(self) -> _Serial:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def imap(self, fn: Any, jobs: Sequence[_Job], chunksize: int) -> Any:
+        return map(fn, jobs)
+
+
+def synthetic_settings(synthetic: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ``data.synthetic`` and return it typed: counts, seed and long side as int, names as str.
+
+    Raises:
+        ValueError: a missing or unknown key, or a style or granularity that does not exist.
+    """
+    if set(synthetic) != set(SYNTHETIC_KEYS):
+        raise ValueError(
+            f"data.synthetic: expected exactly the keys {SYNTHETIC_KEYS}, got {sorted(synthetic)}"
+        )
+    settings: dict[str, Any] = {k: int(synthetic[k]) for k in SYNTHETIC_KEYS[:5]}
+    _check_choice("style", synthetic["style"], STYLES)
+    _check_choice("granularity", synthetic["granularity"], GRANULARITIES)
+    return {**settings, "style": str(synthetic["style"]), "granularity": str(synthetic["granularity"])}
 
 
 def _read_manifest(out: Path) -> dict[str, Any] | None:
@@ -244,32 +466,49 @@ def _swap_into_place(tmp: Path, out: Path, manifest: dict[str, Any]) -> None:
 
 
 def generate_dataset(
-    out_dir: str | Path, num_train: int, num_val: int, num_test: int, seed: int, long_side: int = 512
+    out_dir: str | Path,
+    num_train: int,
+    num_val: int,
+    num_test: int,
+    seed: int,
+    long_side: int = 512,
+    style: str = "basic",
+    granularity: str = "word",
+    workers: int = 1,
 ) -> Path:
     """Write the synthetic set to ``out_dir`` unless it already holds exactly this one.
 
     Writes ``images/{train,val,test}/*.jpg``, ``jsons/{train,val,test}.json`` and ``manifest.json``
     into a temporary folder beside ``out_dir`` and renames it into place, so readers never see a
-    partial set. The manifest holds the parameters, :data:`GENERATOR_VERSION` and the fonts found on
-    this system (a TrueType font is used only where one is installed); a folder with the same manifest
-    is left untouched, a different one is replaced.
+    partial set. The manifest holds the parameters, :data:`GENERATOR_VERSION`, the fonts and the font
+    package's version; a folder with the same manifest is left untouched, a different one is replaced.
+    ``workers`` > 1 renders in that many processes; the files are the same for any worker count.
 
     Raises:
-        ValueError: a negative count or ``long_side`` < 64.
+        ValueError: a negative count, ``long_side`` < 64, ``workers`` < 1, an unknown style or granularity.
         FileExistsError: ``out_dir`` holds something this generator did not write.
     """
     counts = {"train": num_train, "val": num_val, "test": num_test}
-    if min(counts.values()) < 0 or long_side < 64:
-        raise ValueError(f"expected counts >= 0 and long_side >= 64, got {counts} and long_side={long_side}")
+    if min(counts.values()) < 0 or long_side < 64 or workers < 1:
+        raise ValueError(
+            f"expected counts >= 0, long_side >= 64 and workers >= 1, got {counts}, "
+            f"long_side={long_side} and workers={workers}"
+        )
+    settings = synthetic_settings(
+        {**{f"num_{k}": v for k, v in counts.items()}, "seed": seed, "long_side": long_side}
+        | {"style": style, "granularity": granularity}
+    )
     out = Path(out_dir)
-    fonts = [f.name for f in available_fonts()]
     manifest = {
         "generator": _GENERATOR,
         "version": GENERATOR_VERSION,
         "seed": seed,
         "long_side": long_side,
+        "style": style,
+        "granularity": granularity,
         "num_images": counts,
-        "fonts": fonts,
+        "fonts": [f.name for f in available_fonts()],
+        "font_package": f"{FONT_PACKAGE}=={font_package_version()}",
     }
     if _read_manifest(out) == manifest:
         log.info("synthetic dataset at %s is up to date", out)
@@ -278,10 +517,12 @@ def generate_dataset(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     start = time.perf_counter()
-    log.info("generating %d synthetic receipts into %s", sum(counts.values()), out)
+    log.info(
+        "generating %d synthetic receipts (%s, %s) into %s", sum(counts.values()), style, granularity, out
+    )
     try:
         for split, count in counts.items():
-            _write_split(tmp, split, count, seed, long_side)
+            _write_split(tmp, split, count, settings, workers)
         atomic_write_json(tmp / _MANIFEST, manifest)
         _swap_into_place(tmp, out, manifest)
     except BaseException:
@@ -299,10 +540,10 @@ def generate_dataset(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: ``python -m ocr.data.synthetic.generate --out DIR --num-train N --num-val M [--num-test K]
-    --seed S``."""
+    """CLI: ``python -m ocr.data.synthetic --out DIR --num-train N --num-val M [--num-test K] --seed S
+    [--long-side L] [--style basic|receipt] [--granularity line|word] [--workers W]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m ocr.data.synthetic.generate", description="Generate the synthetic receipt dataset."
+        prog="python -m ocr.data.synthetic", description="Generate the synthetic receipt dataset."
     )
     parser.add_argument("--out", required=True, type=Path, help="dataset root to create")
     parser.add_argument("--num-train", required=True, type=int)
@@ -310,9 +551,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num-test", default=0, type=int)
     parser.add_argument("--seed", required=True, type=int)
     parser.add_argument("--long-side", default=512, type=int, help="long side of every image in px")
+    parser.add_argument("--style", default="basic", choices=STYLES)
+    parser.add_argument(
+        "--granularity", default="word", choices=GRANULARITIES, help="one box per word or line"
+    )
+    parser.add_argument("--workers", default=1, type=int, help="processes; the output does not depend on it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    generate_dataset(args.out, args.num_train, args.num_val, args.num_test, args.seed, args.long_side)
+    generate_dataset(
+        args.out,
+        args.num_train,
+        args.num_val,
+        args.num_test,
+        args.seed,
+        args.long_side,
+        args.style,
+        args.granularity,
+        args.workers,
+    )
     return 0
 
 

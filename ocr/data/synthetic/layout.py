@@ -8,6 +8,9 @@ by the layout rather than by a font's spacing. That keeps shrunk DB regions of n
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import importlib.util
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,8 +20,17 @@ import numpy.typing as npt
 from PIL import Image, ImageDraw, ImageFont
 
 from ocr.data.synthetic.content import Line, receipt_lines
+from ocr.data.synthetic.marks import draw_barcode, draw_rule
 
-__all__ = ["Font", "PaperWord", "available_fonts", "layout_receipt"]
+__all__ = [
+    "FONT_PACKAGE",
+    "Font",
+    "PaperWord",
+    "available_fonts",
+    "font_package_version",
+    "layout_receipt",
+    "merge_groups",
+]
 
 _HERSHEY = {
     "hershey_simplex": cv2.FONT_HERSHEY_SIMPLEX,
@@ -27,19 +39,40 @@ _HERSHEY = {
     "hershey_triplex": cv2.FONT_HERSHEY_TRIPLEX,
     "hershey_plain": cv2.FONT_HERSHEY_PLAIN,
 }
-_TTF_NAMES = ("DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSans.ttf", "LiberationMono-Regular.ttf")
-_TTF_DIRS = ("/usr/share/fonts", "/usr/local/share/fonts")
+# Fonts come from a pinned package (pyproject.toml), never from the machine, so a seed gives the same
+# images everywhere. matplotlib ships DejaVu (Latin, Greek, Cyrillic), STIX and Computer Modern faces.
+FONT_PACKAGE = "matplotlib"
+_FONT_FOLDER = ("mpl-data", "fonts", "ttf")
+# file -> whether it covers Greek and Cyrillic; the first four are the basic style's faces
+_TTF_FILES = {
+    "DejaVuSansMono.ttf": True,
+    "DejaVuSansMono-Bold.ttf": True,
+    "DejaVuSans.ttf": True,
+    "cmtt10.ttf": False,
+    "DejaVuSans-Bold.ttf": True,
+    "DejaVuSansMono-Oblique.ttf": True,
+    "DejaVuSerif.ttf": True,
+    "DejaVuSerif-Bold.ttf": True,
+    "STIXGeneral.ttf": True,
+    "STIXGeneralBol.ttf": True,
+    "cmb10.ttf": False,
+}
+_BASIC_TTF = 4
 _REFERENCE = "Hgjy(|$"  # tallest ascender and deepest descender of the generator's character set
 _INK_THRESHOLD = 64  # alpha (0-255) counted as ink for the word box; fainter anti-aliasing is not
 
 
 @dataclass(frozen=True)
 class Font:
-    """A font the generator can draw with: an OpenCV Hershey face, or a TrueType file when one exists."""
+    """A font the generator can draw with: an OpenCV Hershey face or a packaged TrueType file.
+
+    ``wide`` marks faces that also cover Greek and Cyrillic.
+    """
 
     name: str
     hershey: int | None = None
     path: str | None = None
+    wide: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,41 +82,52 @@ class PaperWord:
     points: npt.NDArray[np.float32]
     text: str
     ignore: bool
+    group: int = 0  # the words of one group make one box at line granularity
 
 
 @dataclass(frozen=True)
-class _Ink:
+class Ink:
     alpha: npt.NDArray[np.float32]  # (h, w) in [0, 1]
     top: int  # patch row 0 relative to the baseline (negative: above it)
     box: tuple[int, int, int, int]  # ink x0, y0, x1, y1 (exclusive) inside the patch
 
 
-_Word = tuple[str, _Ink, bool]  # text, ink, ignore
+InkWord = tuple[str, Ink, bool]  # text, ink, ignore
 
 
 @dataclass
-class _Style:
+class PageStyle:
     font: Font
     header_font: Font
     body_h: float
     gap_x: float  # horizontal gap between words, in body heights
     gap_y: float  # vertical gap between lines, in body heights
     words: list[PaperWord] = field(default_factory=list)
+    groups: int = 0  # groups placed so far (one per ``place_words`` call)
 
 
 def available_fonts() -> tuple[Font, ...]:
-    """Hershey faces plus the whitelisted TrueType files present on this system (sorted, stable)."""
+    """Hershey faces, then the packaged TrueType faces, in a fixed order (never the machine's fonts)."""
     return tuple(Font(name, hershey=face) for name, face in _HERSHEY.items()) + _ttf_fonts()
+
+
+def font_package_version() -> str:
+    """Version of the installed font package (the generated pixels depend on it)."""
+    return importlib.metadata.version(FONT_PACKAGE)
 
 
 @functools.cache
 def _ttf_fonts() -> tuple[Font, ...]:
-    found: dict[str, str] = {}
-    for root in _TTF_DIRS:
-        for path in sorted(Path(root).rglob("*.ttf")) if Path(root).is_dir() else []:
-            if path.name in _TTF_NAMES and path.name not in found:
-                found[path.name] = str(path)
-    return tuple(Font(name, path=found[name]) for name in _TTF_NAMES if name in found)
+    # find_spec locates the package without importing it (importing matplotlib is slow)
+    spec = importlib.util.find_spec(FONT_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise FileNotFoundError(f"font package {FONT_PACKAGE!r} is not installed; run `uv sync`")
+    folder = Path(locations[0]).joinpath(*_FONT_FOLDER)
+    missing = [name for name in _TTF_FILES if not (folder / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{folder}: expected the {FONT_PACKAGE} font files {missing}, not found")
+    return tuple(Font(name, path=str(folder / name), wide=wide) for name, wide in _TTF_FILES.items())
 
 
 @functools.cache
@@ -120,23 +164,28 @@ def _render_ttf(text: str, path: str, height: float) -> tuple[np.ndarray, int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _render(text: str, font: Font, height: float, bold: bool) -> _Ink | None:
+def render_ink(text: str, font: Font, height: float, bold: bool, squeeze: float = 1.0) -> Ink | None:
+    """Ink of ``text`` with cap height ``height`` px, its width scaled by ``squeeze`` (condensed < 1)."""
     if font.hershey is not None:
         img, baseline = _render_hershey(text, font.hershey, height, bold)
     else:
         img, baseline = _render_ttf(text, str(font.path), height)
+    if squeeze != 1.0:
+        img = cv2.resize(
+            img, (max(1, round(img.shape[1] * squeeze)), img.shape[0]), interpolation=cv2.INTER_AREA
+        )
     strong = img >= _INK_THRESHOLD
     rows, cols = np.flatnonzero(strong.any(axis=1)), np.flatnonzero(strong.any(axis=0))
     if len(rows) == 0:
         return None
     alpha = img.astype(np.float32) / 255.0
     alpha.flags.writeable = False  # cached and shared between words
-    return _Ink(alpha, -baseline, (int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1))
+    return Ink(alpha, -baseline, (int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1))
 
 
-def _extent(font: Font, height: float, bold: bool) -> tuple[int, int]:
+def font_extent(font: Font, height: float, bold: bool) -> tuple[int, int]:
     """Rows above and below the baseline that any word of this font and size may ink."""
-    ink = _render(_REFERENCE, font, height, bold)
+    ink = render_ink(_REFERENCE, font, height, bold)
     assert ink is not None
     return -(ink.top + ink.box[1]), ink.top + ink.box[3]
 
@@ -155,10 +204,10 @@ def layout_receipt(
     Returns:
         The ink alpha map (height, width) float32 in [0, 1] and the words in paper px.
     """
-    fonts = available_fonts()
+    fonts = available_fonts()[: len(_HERSHEY) + _BASIC_TTF]
     main = fonts[int(rng.integers(len(fonts)))]
     header = main if rng.random() < 0.5 else fonts[int(rng.integers(len(fonts)))]
-    style = _Style(main, header, body_h, float(rng.uniform(0.7, 1.1)), float(rng.uniform(0.55, 0.9)))
+    style = PageStyle(main, header, body_h, float(rng.uniform(0.7, 1.1)), float(rng.uniform(0.55, 0.9)))
     alpha = np.zeros((height, width), np.float32)
     margin_x = int(width * rng.uniform(0.05, 0.1))
     y = float(height * rng.uniform(0.03, 0.06))
@@ -169,18 +218,18 @@ def layout_receipt(
     return alpha, style.words
 
 
-def _pitch(line: Line, style: _Style) -> float:
+def _pitch(line: Line, style: PageStyle) -> float:
     if line.align in ("rule", "barcode"):
         return style.body_h * (1.0 if line.align == "rule" else 3.0) + style.gap_y * style.body_h
-    above, below = _extent(_font_of(line, style), style.body_h * line.size, line.bold)
+    above, below = font_extent(_font_of(line, style), style.body_h * line.size, line.bold)
     return above + below + style.gap_y * style.body_h * line.size
 
 
-def _font_of(line: Line, style: _Style) -> Font:
+def _font_of(line: Line, style: PageStyle) -> Font:
     return style.header_font if line.size > 1.15 else style.font
 
 
-def _fit_lines(rng: np.random.Generator, style: _Style, space: float, text_w: float) -> list[Line]:
+def _fit_lines(rng: np.random.Generator, style: PageStyle, space: float, text_w: float) -> list[Line]:
     """Receipt lines whose pitches fit ``space``: optional lines make room for a few items, items fill it."""
     head, item_fn, tail = receipt_lines(rng, max(8, int(text_w / (0.75 * style.body_h))))
     min_items = int(rng.integers(3, 9))
@@ -205,62 +254,64 @@ def _fit_lines(rng: np.random.Generator, style: _Style, space: float, text_w: fl
 
 
 def _draw_line(
-    rng: np.random.Generator, alpha: np.ndarray, line: Line, style: _Style, y: float, x0: int, x1: int
+    rng: np.random.Generator, alpha: np.ndarray, line: Line, style: PageStyle, y: float, x0: int, x1: int
 ) -> float:
     """Draw one line with its top at ``y``; returns the top of the next line."""
     pitch = _pitch(line, style)
     if y + pitch > alpha.shape[0]:
         return y + pitch
     if line.align == "rule":
-        _draw_rule(rng, alpha, int(y + style.body_h * 0.5), x0, x1)
+        draw_rule(rng, alpha, int(y + style.body_h * 0.5), x0, x1)
         return y + pitch
     if line.align == "barcode":
-        _draw_barcode(rng, alpha, int(y), int(style.body_h * 2.5), x0, x1)
+        draw_barcode(rng, alpha, int(y), int(style.body_h * 2.5), x0, x1)
         return y + pitch
     font, h = _font_of(line, style), style.body_h * line.size
-    baseline = int(round(y + _extent(font, h, line.bold)[0]))
+    baseline = int(round(y + font_extent(font, h, line.bold)[0]))
     gap = style.gap_x * h
     left = [w for w in (_word(rng, t, font, h, line) for t in line.left) if w is not None]
     right = [w for w in (_word(rng, t, font, h, line) for t in line.right) if w is not None]
     if right:
         right = _fit(right, x1 - x0, gap, keep_end=True)
         start = x1 - _span(right, gap)
-        _place(alpha, right, start, baseline, gap, style)
+        place_words(alpha, right, start, baseline, gap, style)
         left = _fit(left, start - gap - x0, gap, line.keep_end)
-        _place(alpha, left, x0, baseline, gap, style)
+        place_words(alpha, left, x0, baseline, gap, style)
         return y + pitch
     left = _fit(left, x1 - x0, gap, line.keep_end)
     slack = x1 - x0 - _span(left, gap)
     start = x0 + (slack / 2 if line.align == "center" else float(rng.uniform(0, min(slack, h))))
-    _place(alpha, left, start, baseline, gap, style)
+    place_words(alpha, left, start, baseline, gap, style)
     return y + pitch
 
 
-def _word(rng: np.random.Generator, text: str, font: Font, h: float, line: Line) -> _Word | None:
+def _word(rng: np.random.Generator, text: str, font: Font, h: float, line: Line) -> InkWord | None:
     if line.ignore:
-        ink = _render(text, font, max(3.0, h), False)
+        ink = render_ink(text, font, max(3.0, h), False)
         return None if ink is None else (text, ink, True)
-    ink = _render(text, font, h, line.bold)
+    ink = render_ink(text, font, h, line.bold)
     if ink is None:
         return None
     if rng.random() < 0.02:  # smudged: still ink on paper, but illegible, so a don't-care region
         sigma = max(1.0, h / 4)
         smeared = cv2.GaussianBlur(ink.alpha, (0, 0), sigma) * float(rng.uniform(0.4, 0.7))
-        return text, _Ink(smeared, ink.top, ink.box), True
+        return text, Ink(smeared, ink.top, ink.box), True
     return text, ink, False
 
 
-def _span(words: list[_Word], gap: float) -> float:
+def _span(words: list[InkWord], gap: float) -> float:
     return sum(ink.box[2] - ink.box[0] for _, ink, _ in words) + gap * max(0, len(words) - 1)
 
 
-def _fit(words: list[_Word], room: float, gap: float, keep_end: bool) -> list[_Word]:
+def _fit(words: list[InkWord], room: float, gap: float, keep_end: bool) -> list[InkWord]:
     while words and _span(words, gap) > room:
         words = words[1:] if keep_end else words[:-1]
     return words
 
 
-def _place(alpha: np.ndarray, words: list[_Word], x: float, baseline: int, gap: float, style: _Style) -> None:
+def place_words(
+    alpha: np.ndarray, words: list[InkWord], x: float, baseline: int, gap: float, style: PageStyle
+) -> None:
     height, width = alpha.shape
     for text, ink, ignore in words:
         bx0, by0, bx1, by1 = ink.box
@@ -274,27 +325,23 @@ def _place(alpha: np.ndarray, words: list[_Word], x: float, baseline: int, gap: 
         patch = ink.alpha[ys.start - oy : ys.stop - oy, xs.start - ox : xs.stop - ox]
         np.maximum(alpha[ys, xs], patch, out=alpha[ys, xs])
         pts = np.array([[bx0, by0], [bx1, by0], [bx1, by1], [bx0, by1]], np.float32) + (ox, oy)
-        style.words.append(PaperWord(pts, "###" if ignore else text, ignore))
+        style.words.append(PaperWord(pts, "###" if ignore else text, ignore, style.groups))
+    style.groups += 1
 
 
-def _draw_rule(rng: np.random.Generator, alpha: np.ndarray, y: int, x0: int, x1: int) -> None:
-    kind = int(rng.integers(3))
-    if kind == 0:
-        alpha[y, x0:x1] = 1.0
-        return
-    dash, space = int(rng.integers(3, 7)), int(rng.integers(2, 5))
-    rows = (y, y + 3) if kind == 2 else (y,)
-    for x in range(x0, x1 - dash, dash + space):
-        for r in rows:
-            alpha[min(r, alpha.shape[0] - 1), x : x + dash] = 1.0
+def merge_groups(words: list[PaperWord]) -> list[PaperWord]:
+    """Line granularity: the words of each group (consecutive) become one box around them.
 
-
-def _draw_barcode(rng: np.random.Generator, alpha: np.ndarray, y: int, bar_h: int, x0: int, x1: int) -> None:
-    width = int((x1 - x0) * rng.uniform(0.5, 0.8))
-    x = x0 + (x1 - x0 - width) // 2
-    end = x + width
-    while x < end:
-        w = int(rng.integers(1, 4))
-        if rng.random() < 0.55:
-            alpha[y : y + bar_h, x : min(x + w, end)] = 1.0
-        x += w
+    Word points are axis-aligned boxes in paper px, so the union box is exact. A group with an
+    illegible word is a don't-care region as a whole.
+    """
+    merged: list[PaperWord] = []
+    for group, members in itertools.groupby(words, key=lambda w: w.group):
+        parts = list(members)
+        pts = np.concatenate([w.points for w in parts])
+        (x0, y0), (x1, y1) = pts.min(axis=0), pts.max(axis=0)
+        box = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float32)
+        ignore = any(w.ignore for w in parts)
+        text = "###" if ignore else " ".join(w.text for w in parts)
+        merged.append(PaperWord(box, text, ignore, group))
+    return merged
