@@ -19,11 +19,15 @@ TARGET_ALIASES = {
 # Keys configs/module/default.yaml held before the builder passed them from their own groups.
 _OLD_MODULE_KEYS = ("optimizer", "scheduler")
 
+# ``data.synthetic`` keys added since, with the value that describes the sets generated before them.
+_NEW_SYNTHETIC_KEYS = {"style": "basic", "granularity": "word"}
+
 
 def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
     """A copy of a stored run config with moved ``_target_`` paths renamed (:data:`TARGET_ALIASES`) and
     the old ``module.optimizer``/``module.scheduler`` copies of the ``optimizer``/``scheduler`` groups
-    dropped; each change is logged once."""
+    dropped, and ``data.synthetic`` given the keys added since (:data:`_NEW_SYNTHETIC_KEYS`); each change
+    is logged once."""
     changes: list[str] = []
     upgraded = _rename_targets(run_config, "", changes)
     module = upgraded.get("module")
@@ -32,6 +36,13 @@ def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
             if key in module:
                 del module[key]
                 changes.append(f"module.{key} dropped (built from the {key} group)")
+    data = upgraded.get("data")
+    synthetic = data.get("synthetic") if isinstance(data, dict) else None
+    if isinstance(synthetic, dict):
+        for key, value in _NEW_SYNTHETIC_KEYS.items():
+            if key not in synthetic:
+                synthetic[key] = value
+                changes.append(f"data.synthetic.{key}: {value} (the only one before)")
     if changes:
         log.warning("The stored run config was written by an older version; upgraded: %s", "; ".join(changes))
     return upgraded

@@ -12,6 +12,7 @@ import torch
 import yaml
 from omegaconf import DictConfig
 
+from ocr.data.synthetic.generate import synthetic_settings
 from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.legacy import TARGET_ALIASES, upgrade_run_config
 from ocr.lightning_modules.loading import load_checkpoint, module_from_checkpoint
@@ -93,3 +94,9 @@ def test_load_checkpoint_upgrades_the_stored_config(tmp_path: Path) -> None:
     stored = load_checkpoint(path)["ocr_config"]
     assert stored["metric"]["_target_"] == "ocr.metrics.cleval.options.CLEvalOptions"
     assert "optimizer" not in stored["module"]
+    # Sets generated before styles existed are the basic style with word boxes.
+    assert synthetic_settings(stored["data"]["synthetic"]) == {
+        **yaml.safe_load(OLD_RUN_CONFIG.read_text())["data"]["synthetic"],
+        "style": "basic",
+        "granularity": "word",
+    }
