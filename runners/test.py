@@ -30,6 +30,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test (``split=test``) or validate (``split=val``) the checkpoint; returns the metrics."""
     from ocr.lightning_modules.loading import restore_for_inference
     from ocr.lightning_modules.prob_cache import open_prob_cache
+    from ocr.reporting.analysis import analyse_records, write_analysis
     from ocr.reporting.collect import attach_report_collector
     from ocr.reporting.html import write_report
     from ocr.utils.io import atomic_write_json
@@ -58,7 +59,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if records is not None:
         image_dir = datamodule.datasets[cfg.split].image_dir
         options = module.test_metric.options
-        print(f"report: {write_report(directory, records, image_dir, options, f'{title}: {cfg.ckpt}')}")
+        analysis = analyse_records(records, options, list(cfg.report.height_buckets), cfg.report.worst)
+        print(f"errors: {write_analysis(directory, analysis)}")
+        page = write_report(directory, records, image_dir, options, f"{title}: {cfg.ckpt}", analysis)
+        print(f"report: {page}")
     print(format_metrics(metrics, title))
     print(f"Run directory: {directory}")
     return metrics

@@ -86,9 +86,13 @@ def test_a_2x2_sweep_runs_the_network_once_per_image_and_ranks_the_settings(
 
     # The same setting without the cache scores the same.
     best_settings = [o for o in rows[0]["overrides"] if o.startswith("postprocess.")]
-    cfg = compose_cfg("test", [*data, *best_settings, "report.enabled=false"], tmp_path / "single")
+    cfg = compose_cfg("test", [*data, *best_settings], tmp_path / "single")
     calls.clear()
     metrics = runner_module("test").evaluate(cfg)
     assert sum(calls) == num_val  # a single run leaves the cache off by default
     assert metrics["val/hmean"] == rows[0]["hmean"]
     assert metrics["val/precision"] == rows[0]["precision"] and metrics["val/recall"] == rows[0]["recall"]
+    # The run's breakdown of the score (errors.json) agrees with the metric.
+    errors = json.loads((tmp_path / "single" / "errors.json").read_text())
+    assert errors["totals"]["hmean"] == pytest.approx(metrics["val/hmean"], abs=1e-6)
+    assert len(errors["images"]) == num_val and (tmp_path / "single" / "errors_buckets.csv").is_file()
