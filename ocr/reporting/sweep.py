@@ -73,18 +73,15 @@ def read_sweep(sweep_dir: Path) -> list[SweepRow]:
     return sorted(rows, key=lambda r: (r.hmean is None, -(r.hmean or 0.0), r.job))
 
 
+def _settings(row: SweepRow) -> dict[str, str]:
+    """The job's overrides as key -> value."""
+    return dict(item.partition("=")[::2] for item in row.overrides)
+
+
 def _varying(rows: list[SweepRow]) -> list[str]:
     """The override keys whose values differ between jobs (the swept ones), in first-seen order."""
-    values: dict[str, set[str]] = {}
-    for row in rows:
-        for item in row.overrides:
-            key, _, value = item.partition("=")
-            values.setdefault(key, set()).add(value)
-    return [key for key, seen in values.items() if len(seen) > 1 or any(key not in _keys(r) for r in rows)]
-
-
-def _keys(row: SweepRow) -> set[str]:
-    return {item.partition("=")[0] for item in row.overrides}
+    keys = dict.fromkeys(key for row in rows for key in _settings(row))
+    return [key for key in keys if len({_settings(row).get(key) for row in rows}) > 1]
 
 
 def best_command(rows: list[SweepRow]) -> str | None:
@@ -102,7 +99,7 @@ def _markdown(rows: list[SweepRow], keys: list[str]) -> str:
         "|" + " --- |" * (len(keys) + 6),
     ]
     for rank, row in enumerate(rows, start=1):
-        settings = dict(item.partition("=")[::2] for item in row.overrides)
+        settings = _settings(row)
         status = row.status if row.error is None else f"{row.status}: {row.error}"
         cells = [str(rank), str(row.job), *(settings.get(k, "") for k in keys)]
         cells += [fmt(row.precision), fmt(row.recall), fmt(row.hmean), status.replace("|", "/")]
@@ -115,7 +112,7 @@ def _csv(rows: list[SweepRow], keys: list[str]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["rank", "job", *keys, "precision", "recall", "hmean", "status", "error"])
     for rank, row in enumerate(rows, start=1):
-        settings = dict(item.partition("=")[::2] for item in row.overrides)
+        settings = _settings(row)
         writer.writerow(
             [rank, row.job, *(settings.get(k, "") for k in keys)]
             + [row.precision, row.recall, row.hmean, row.status, row.error or ""]
