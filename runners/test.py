@@ -2,10 +2,13 @@
 
 uv run runners/test.py ckpt=outputs/train/<run>/checkpoints/last.ckpt [split=val|test]
 (pass the data config the run was trained with, e.g. data=receipts data.root=...)
+A post-processing sweep runs the network once per image (prob cache) and ends with a table:
+uv run runners/test.py -m ckpt=... split=val postprocess.thresh=0.2,0.3 postprocess.box_thresh=0.5,0.6
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import hydra
@@ -19,12 +22,15 @@ from ocr.utils.runner import format_metrics, quiet_third_party, run_dir, save_co
 
 register_resolvers()
 quiet_third_party()
+log = logging.getLogger(__name__)
 
 
 @task_wrapper
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test (``split=test``) or validate (``split=val``) the checkpoint; returns the metrics."""
     from ocr.lightning_modules.loading import restore_for_inference
+    from ocr.lightning_modules.prob_cache import open_prob_cache
+    from ocr.reporting.analysis import analyse_records, write_analysis
     from ocr.reporting.collect import attach_report_collector
     from ocr.reporting.html import write_report
     from ocr.utils.io import atomic_write_json
@@ -35,11 +41,16 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     directory = run_dir(cfg)
     save_config(cfg, directory)
     module, trainer = restore_for_inference(cfg)
-    collector = attach_report_collector(trainer, cfg.report.prob_long_side) if cfg.report.enabled else None
+    module.prob_cache = open_prob_cache(cfg, directory)
+    # Probability maps reach the report from forward passes, which a cache hit skips.
+    prob_long_side = 0 if module.prob_cache is not None else cfg.report.prob_long_side
+    collector = attach_report_collector(trainer, prob_long_side) if cfg.report.enabled else None
     datamodule = instantiate(cfg.data)
     run = trainer.test if cfg.split == "test" else trainer.validate
     results = run(module, datamodule=datamodule)[0]
     metrics = {k: float(v) for k, v in results.items()}
+    if module.prob_cache is not None:
+        log.info(module.prob_cache.summary())
     atomic_write_json(
         directory / "metrics.json", {"ckpt": str(cfg.ckpt), "split": cfg.split, "metrics": metrics}
     )
@@ -48,7 +59,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if records is not None:
         image_dir = datamodule.datasets[cfg.split].image_dir
         options = module.test_metric.options
-        print(f"report: {write_report(directory, records, image_dir, options, f'{title}: {cfg.ckpt}')}")
+        analysis = analyse_records(records, options, list(cfg.report.height_buckets), cfg.report.worst)
+        print(f"errors: {write_analysis(directory, analysis)}")
+        page = write_report(directory, records, image_dir, options, f"{title}: {cfg.ckpt}", analysis)
+        print(f"report: {page}")
     print(format_metrics(metrics, title))
     print(f"Run directory: {directory}")
     return metrics

@@ -17,6 +17,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from ocr.debug.gpu_probe import sync_allowed
+from ocr.lightning_modules.prob_cache import ProbCache
 from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput, Polygon, Prediction
 
 __all__ = ["DetectionModule", "to_predictions"]
@@ -80,6 +81,8 @@ class DetectionModule(LightningModule):
         self._sanitation: Counter[str] = Counter()
         self._crops_seen = 0
         self._crops_with_text: Tensor | None = None  # a device counter, read once per epoch
+        # Set by runners/test.py: evaluation reads the network's output from disk where it can.
+        self.prob_cache: ProbCache | None = None
 
     def setup(self, stage: str) -> None:
         if self.channels_last:
@@ -186,17 +189,22 @@ class DetectionModule(LightningModule):
         return to_predictions(torch.sigmoid(output.prob_logits.float()), batch, self.postprocess)
 
     def _evaluate_step(self, batch: Batch, stage: str, metric: Any) -> list[Prediction]:
-        """Loss and metric update; returns the predictions (the results page collects them)."""
-        output = self(batch["images"])
-        losses = self.loss(output, batch)
-        self.log(
-            f"{stage}/loss",
-            losses["loss"],
-            on_epoch=True,
-            sync_dist=True,
-            batch_size=batch["images"].shape[0],
-        )
-        predictions = self._predictions(output, batch)
+        """Loss and metric update; returns the predictions (the results page collects them). With a
+        ``prob_cache`` the loss is not computed (a cached output has no threshold maps)."""
+        if self.prob_cache is not None:
+            prob_logits = self.prob_cache.prob_logits(batch, lambda images: self(images).prob_logits)
+            predictions = to_predictions(torch.sigmoid(prob_logits.float()), batch, self.postprocess)
+        else:
+            output = self(batch["images"])
+            losses = self.loss(output, batch)
+            self.log(
+                f"{stage}/loss",
+                losses["loss"],
+                on_epoch=True,
+                sync_dist=True,
+                batch_size=batch["images"].shape[0],
+            )
+            predictions = self._predictions(output, batch)
         pred_polygons: list[list[Polygon]] = [p["polygons"] for p in predictions]
         metric.update(pred_polygons, batch["polygons"], batch["ignore"], batch["texts"])
         return predictions

@@ -25,6 +25,7 @@ from ocr.data.images import ImageReadError, read_image
 from ocr.metrics.cleval.evaluate import ImageResult, match_image, summarise
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.cleval.outcomes import OUTCOMES, box_outcomes, count_outcomes
+from ocr.reporting.analysis import ScoreAnalysis
 from ocr.utils.io import atomic_write_bytes, atomic_write_text
 from ocr.utils.visualize import colorize_map
 
@@ -44,6 +45,7 @@ def write_report(
     image_dir: str | Path,
     options: CLEvalOptions | None,
     title: str,
+    analysis: ScoreAnalysis | None = None,
     inline_max_bytes: int = 24 * 1024,
 ) -> Path:
     """Write ``directory/report.html`` (and ``directory/report_files/``); returns the page's path.
@@ -53,6 +55,8 @@ def write_report(
             original px) and ``scores``; labelled ones add ``gt_polygons``, ``gt_ignore``, ``gt_texts``;
             ``prob_map`` (uint8 (h, w), original frame) when kept.
         options: CLEval options the page scores labelled images with (None for unlabelled records).
+        analysis: where the score goes (:func:`ocr.reporting.analysis.analyse_records`), shown above
+            the cards: character counts, the text-height buckets and links to the worst images.
         inline_max_bytes: thumbnails up to this size are inlined, larger ones referenced.
 
     Raises:
@@ -86,6 +90,8 @@ def write_report(
             "recall": dataset.recall,
             "hmean": dataset.hmean,
         }
+    if analysis is not None:
+        data["analysis"] = {k: v for k, v in analysis.to_dict().items() if k != "images"}
     template = files("ocr.reporting").joinpath("report_template.html").read_text(encoding="utf-8")
     # "</" inside the JSON would end the <script> element early.
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")

@@ -2,34 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-import torch
 
-from tests.helpers.paths import REPO_ROOT as REPO
+from tests.helpers.tiny_checkpoint import tiny_checkpoint as make_tiny_checkpoint
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_run: list[str]) -> Path:
-    """A run checkpoint of the tiny run's network (96 px letterbox), random weights; the prob head's last
-    layer is amplified and biased towards text so post-processing finds polygons to compare."""
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_predict", REPO / "scripts" / "benchmark_predict.py"
-    )
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    tmp = tmp_path_factory.mktemp("tiny_ckpt")
-    torch.manual_seed(0)
-    path = script.random_checkpoint(tmp / "last.ckpt", [*tiny_run, f"data.root={tmp / 'data'}"])
-    checkpoint = torch.load(path, weights_only=False)
-    checkpoint["state_dict"]["net.head.prob_head.6.weight"].mul_(30.0)
-    checkpoint["state_dict"]["net.head.prob_head.6.bias"].fill_(0.5)
-    torch.save(checkpoint, path)
-    return path
+    """A tiny random run checkpoint (:func:`tests.helpers.tiny_checkpoint.tiny_checkpoint`)."""
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt"), tiny_run)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ocr.reporting.analysis import analyse_records
 from ocr.reporting.html import write_report
 from tests.helpers.report_cases import OPTIONS, labelled_records, report_data
 
@@ -32,7 +33,10 @@ def test_rendered_page_shows_every_card_and_the_metric_counts(tmp_path: Path) ->
     images = tmp_path / "images"
     images.mkdir()
     records = labelled_records(images, num_images=5)
-    page = write_report(tmp_path / "run", records, images, OPTIONS, "browser test", inline_max_bytes=0)
+    analysis = analyse_records(records, OPTIONS, [8, 16, 32], worst=2)
+    page = write_report(
+        tmp_path / "run", records, images, OPTIONS, "browser test", analysis, inline_max_bytes=0
+    )
     data = report_data(page.read_text())
     dom = _chromium(browser, "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
@@ -47,6 +51,14 @@ def test_rendered_page_shows_every_card_and_the_metric_counts(tmp_path: Path) ->
         assert int(totals[name]) == sum(c["counts"][name] for c in cards), name
     assert int(totals["split"]) == sum(c["gt_outcome"].count("split") for c in cards) > 0
     assert totals["hmean"] == f"{100 * data['totals']['hmean']:.1f}"
+    # Where the score goes, above the cards: one row per text-height bucket and a link per worst image.
+    heights = re.search(r'<table data-table="text height[^"]*">(.*?)</table>', dom.stdout, re.S)
+    assert heights is not None and heights.group(1).count("<tr>") == 1 + 4
+    assert (
+        f"<td>{100 * analysis.buckets[2].recall:.1f}</td>" in heights.group(1)
+        and analysis.buckets[2].recall > 0
+    )
+    assert re.findall(r'<a href="#">([^<]*)</a>', dom.stdout) == analysis.worst
     # Cards in view get their image and polygons, coloured by outcome (the first card has every kind).
     drawn = re.findall(r'<polygon[^>]*data-outcome="(\w+)"', dom.stdout)
     assert {"matched", "split", "merged", "missed", "ignored"} <= set(drawn)

@@ -9,6 +9,7 @@ import pytest
 
 from ocr.metrics.cleval.evaluate import evaluate_image
 from ocr.metrics.cleval.metric import CLEvalMetric
+from ocr.reporting.analysis import analyse_records
 from ocr.reporting.html import write_report
 from tests.helpers.report_cases import OPTIONS, labelled_records, report_data
 
@@ -77,3 +78,14 @@ def test_script_end_tag_in_a_name_cannot_break_the_page(tmp_path: Path, images: 
     record = {"image_id": "</script><b>x.png", "polygons": [np.zeros((4, 2))], "scores": [0.5]}
     html = write_report(tmp_path, [record], images, None, "t").read_text()
     assert report_data(html)["cards"][0]["name"] == "</script><b>x.png"
+
+
+def test_the_page_carries_the_analysis_without_the_per_image_rows(tmp_path: Path, images: Path) -> None:
+    records = labelled_records(images)
+    analysis = analyse_records(records, OPTIONS, [8, 16], worst=2)
+    data = report_data(write_report(tmp_path / "run", records, images, OPTIONS, "t", analysis).read_text())
+    assert data["analysis"]["worst"] == analysis.worst and "images" not in data["analysis"]
+    assert [b["bucket"] for b in data["analysis"]["buckets"]] == ["<8", "8-16", ">=16"]
+    assert "analysis" not in report_data(
+        write_report(tmp_path / "b", records, images, OPTIONS, "t").read_text()
+    )

@@ -22,6 +22,7 @@ from ocr.metrics.cleval.match import PairTables, count_chars, dont_care_detectio
 from ocr.metrics.cleval.options import MODES, CLEvalOptions, Mode
 
 __all__ = [
+    "BoxChars",
     "ImageMatch",
     "ImageResult",
     "DatasetResult",
@@ -76,6 +77,7 @@ class ImageMatch:
         gt_index: (G,) index of each scored GT in the caller's list (competition mode skips some).
         det_index: (D,) index of each scored detection in the caller's list (``max_detections`` and
             competition mode leave some out).
+        chars: per-box character counts the result's sums are made of (:class:`BoxChars`).
     """
 
     result: ImageResult
@@ -84,6 +86,32 @@ class ImageMatch:
     det_dc: npt.NDArray[np.bool_]
     gt_index: npt.NDArray[np.intp]
     det_index: npt.NDArray[np.intp]
+    chars: BoxChars
+
+
+@dataclass(frozen=True)
+class BoxChars:
+    """One image's character counts per scored box; over the boxes they sum to the result's counts
+    (don't-care GT and detections hold 0).
+
+    Attributes:
+        gt_chars: (G,) characters of each GT (sum: ``num_gt_chars``).
+        gt_tp_chars: (G,) of them covered by a matched detection (sum: ``tp_chars``).
+        gt_recall_penalty: (G,) split penalty of each GT (sum: ``recall_penalty``).
+        det_chars: (D,) characters charged to each detection: centre hits inside its matched pairs, or its
+            false-positive cost when unmatched (sum: ``num_det_chars``).
+        det_fp_chars: (D,) the false-positive part of ``det_chars`` (sum: ``fp_chars``).
+        det_precision_penalty: (D,) merge penalty of each detection (sum: ``precision_penalty``).
+        det_gt: (D,) the matched GT with the most centres inside each detection; -1 when unmatched.
+    """
+
+    gt_chars: npt.NDArray[np.int64]
+    gt_tp_chars: npt.NDArray[np.int64]
+    gt_recall_penalty: npt.NDArray[np.float64]
+    det_chars: npt.NDArray[np.int64]
+    det_fp_chars: npt.NDArray[np.int64]
+    det_precision_penalty: npt.NDArray[np.float64]
+    det_gt: npt.NDArray[np.intp]
 
 
 @dataclass(frozen=True)
@@ -173,7 +201,38 @@ def match_image(
         det_verts = det_verts.astype(np.float32).astype(np.float64)
     geo = measure_image(det_verts, det_counts, gt_verts, gt_counts, gt_dc, texts, options)
     result, match, det_dc = _score(geo, gt_dc, options, dropped, skipped)
-    return ImageMatch(result, match, gt_dc, det_dc, gt_index, det_index)
+    return ImageMatch(
+        result, match, gt_dc, det_dc, gt_index, det_index, _box_chars(geo, match, gt_dc, det_dc, options)
+    )
+
+
+def _box_chars(
+    geo: ImageGeometry,
+    match: npt.NDArray[np.bool_],
+    gt_dc: npt.NDArray[np.bool_],
+    det_dc: npt.NDArray[np.bool_],
+    options: CLEvalOptions,
+) -> BoxChars:
+    """Per-box character counts, split the way :func:`count_chars` and :func:`_score` sum them."""
+    num_gt, num_det = match.shape
+    kept = match[geo.hit_gt, geo.hit_det]
+    # A centre covered by several matched detections counts once, for the GT that owns it.
+    _, first = np.unique(geo.hit_pcc[kept], return_index=True)
+    gt_tp = np.bincount(geo.hit_gt[kept][first], minlength=num_gt).astype(np.int64)
+    det_side = np.bincount(geo.hit_det[kept], minlength=num_det).astype(np.int64)
+    unmatched = ~det_dc & ~match.any(axis=0)
+    det_fp = np.where(unmatched, geo.det_fp_chars, 0).astype(np.int64)
+    pair_hits = np.where(match, geo.pcc_count, -1)
+    det_gt = pair_hits.argmax(axis=0) if num_gt else np.zeros(num_det, dtype=np.intp)
+    return BoxChars(
+        gt_chars=np.where(gt_dc, 0, geo.gt_chars).astype(np.int64),
+        gt_tp_chars=gt_tp,
+        gt_recall_penalty=np.maximum(match.sum(axis=1) - 1, 0) * options.recall_granularity_weight,
+        det_chars=det_side + det_fp,
+        det_fp_chars=det_fp,
+        det_precision_penalty=np.maximum(match.sum(axis=0) - 1, 0) * options.precision_granularity_weight,
+        det_gt=np.where(match.any(axis=0), det_gt, -1).astype(np.intp),
+    )
 
 
 def _score(

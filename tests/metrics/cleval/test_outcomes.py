@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from ocr.metrics.cleval.evaluate import match_image
 from ocr.metrics.cleval.outcomes import box_outcomes, count_outcomes
@@ -59,3 +60,33 @@ def test_totals_equal_the_metric_counts() -> None:
         for name in seen:
             seen[name] += gt[name] + det[name]
     assert all(seen.values()), seen  # every kind occurred, so the equalities were exercised
+
+
+@pytest.mark.parametrize("mode", ["competition", "upstream"])
+def test_per_box_characters_sum_to_the_image_counts(mode: str) -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        boxes = rng.integers(0, 300, size=(int(rng.integers(0, 8)), 3))
+        gts = [rect(x, y, x + w, y + 20) for x, y, w in boxes]
+        preds = [g + rng.normal(0, 15, size=g.shape).astype(np.float32) for g in gts if rng.random() < 0.8]
+        preds += [rect(x, y, x + w, y + 25) for x, y, w in rng.integers(0, 300, size=(2, 3))]
+        ignore = [bool(rng.random() < 0.15) for _ in gts]
+        image = match_image(preds, gts, ignore, None, options(mode))
+        chars, result = image.chars, image.result
+        assert chars.gt_chars.sum() == result.num_gt_chars
+        assert chars.gt_tp_chars.sum() == result.tp_chars
+        assert chars.gt_recall_penalty.sum() == pytest.approx(result.recall_penalty)
+        assert chars.det_chars.sum() == result.num_det_chars
+        assert chars.det_fp_chars.sum() == result.fp_chars
+        assert chars.det_precision_penalty.sum() == pytest.approx(result.precision_penalty)
+        matched = image.match.any(axis=0)
+        assert (chars.det_gt >= 0).tolist() == matched.tolist()
+        assert all(image.match[g, d] for d, g in enumerate(chars.det_gt) if g >= 0)
+
+
+def test_a_merging_detection_belongs_to_the_gt_with_most_centres_inside() -> None:
+    image = match_image(
+        [rect(10, 10, 230, 30)], [rect(10, 10, 50, 30), rect(60, 10, 230, 30)], [False] * 2, None, options()
+    )
+    assert image.chars.det_gt.tolist() == [1]
+    assert image.chars.gt_tp_chars.tolist() == image.chars.gt_chars.tolist()
