@@ -15,20 +15,28 @@ __all__ = ["build_metric", "build_module", "build_net_and_loss"]
 
 
 def build_net_and_loss(cfg: DictConfig, *, weights_free: bool = False) -> tuple[nn.Module, nn.Module]:
-    """The network of ``cfg.model`` and the loss of ``cfg.loss``.
+    """The network of ``cfg.model`` and the loss of ``cfg.loss``; the network starts from the weights of
+    ``model.init_from`` when set (:func:`~ocr.lightning_modules.init_from.load_init_weights`).
 
     Args:
         weights_free: build the network with random weights (``model.encoder.pretrained=false``, no
-            ``weights_path``): for a caller that loads a checkpoint's weights or only measures memory,
-            so no hub download or local weights file is needed.
+            ``weights_path``, no ``init_from``): for a caller that loads a checkpoint's weights or only
+            measures memory, so no hub download or weights file is needed.
     """
-    model_cfg = cfg.model
-    if weights_free:
-        model_cfg = copy.deepcopy(model_cfg)
-        with open_dict(model_cfg):
+    model_cfg = copy.deepcopy(cfg.model)
+    with open_dict(model_cfg):
+        # Not a DBNet argument; absent from run configs stored before it existed.
+        init_from = model_cfg.pop("init_from", None)
+        if weights_free:
             model_cfg.encoder.pretrained = False
             model_cfg.encoder.weights_path = None
-    return instantiate(model_cfg), instantiate(cfg.loss)
+    net = instantiate(model_cfg)
+    if init_from is not None and not weights_free:
+        # Imported here: loading.py imports this module.
+        from ocr.lightning_modules.init_from import load_init_weights
+
+        load_init_weights(net, init_from)
+    return net, instantiate(cfg.loss)
 
 
 def build_metric(metric_cfg: DictConfig) -> CLEvalMetric:
