@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from ocr.lightning_modules.detection_module import DetectionModule
@@ -23,10 +23,19 @@ def build_net_and_loss(cfg: DictConfig, *, weights_free: bool = False) -> tuple[
             ``weights_path``, no ``init_from``): for a caller that loads a checkpoint's weights or only
             measures memory, so no hub download or weights file is needed.
     """
+    # Absent from run configs stored before it existed. A recipe's required value that was not given
+    # (experiment=receipts_finetune) fails naming it, except where no weights are loaded.
+    init_from = OmegaConf.select(
+        cfg,
+        "model.init_from",
+        default=None,
+        throw_on_missing=not weights_free,
+        throw_on_resolution_failure=not weights_free,
+    )
     model_cfg = copy.deepcopy(cfg.model)
     with open_dict(model_cfg):
-        # Not a DBNet argument; absent from run configs stored before it existed.
-        init_from = model_cfg.pop("init_from", None)
+        if "init_from" in model_cfg.keys():  # not a DBNet argument (keys(): `in` skips a `???`)
+            del model_cfg["init_from"]  # unlike pop, del resolves nothing
         if weights_free:
             model_cfg.encoder.pretrained = False
             model_cfg.encoder.weights_path = None
