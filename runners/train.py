@@ -58,7 +58,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if resume is not None:  # validated before the resumed config is written into the run directory
         resume.check_data(datamodule, allow_change=cfg.resume_allow_data_change)
         save_config(cfg, directory, resume.config_name, resume.header)
-    module = build_module(cfg)
+    # A resumed run gets every weight from its checkpoint: no pretrained download, no model.init_from.
+    module = build_module(cfg, weights_free=resume is not None)
     module.run_config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     loggers = instantiate_all(cfg.logger)
     if not loggers:  # logger=none: Lightning's LR monitor refuses to run without a logger

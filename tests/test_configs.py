@@ -9,6 +9,7 @@ import pytest
 import torch
 from hydra.errors import ConfigCompositionException, InstantiationException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationKeyError, MissingMandatoryValue
 
 from ocr.lightning_modules.build import build_module, build_net_and_loss
 from ocr.metrics.cleval.metric import CLEvalMetric
@@ -42,6 +43,8 @@ def test_every_group_option_composes(group: str, compose: Compose) -> None:
         overrides = [f"{group}={option}"]
         if group in ("experiment",) or option == "receipts":
             overrides.append("data.root=/nonexistent")
+        if group == "experiment":
+            overrides.append("model.init_from=/nonexistent.ckpt")
         cfg = compose("train", overrides)
         for node in ("trainer", "data", "model", "module", "callbacks", "logger"):
             OmegaConf.resolve(cfg[node])
@@ -108,3 +111,32 @@ def test_the_default_run_is_the_five_minute_recipe_on_a_cpu_only(
     )
     assert found == expected
     assert cfg.callbacks.time_budget.minutes == expected[0]
+
+
+def test_synthetic_pretrain_trains_at_receipt_scale_on_its_own_large_set(compose: Compose) -> None:
+    cfg = compose("train", ["experiment=synthetic_pretrain"])
+    default = compose("train", [])
+    assert cfg.data.synthetic.num_train >= 1000 and cfg.data.synthetic.long_side == 1024
+    assert cfg.data.root != default.data.root and "synthetic_pretrain" in cfg.data.root
+    transform = cfg.data.train_transform
+    assert (transform.crop_size, transform.train_long_side, cfg.data.eval_transform.long_side) == (
+        640,
+        1024,
+        1024,
+    )
+    assert cfg.trainer.max_steps > 0 and cfg.trainer.val_check_interval > 0
+    assert cfg.trainer.check_val_every_n_epoch is None
+    assert cfg.callbacks.checkpoint.monitor == "val/hmean" and cfg.callbacks.checkpoint.mode == "max"
+
+
+def test_receipts_finetune_needs_its_init_weights(compose: Compose) -> None:
+    cfg = compose("train", ["experiment=receipts_finetune", "data.root=/receipts"])
+    with pytest.raises(InterpolationKeyError, match="model.init_from"):
+        build_net_and_loss(cfg)
+    assert isinstance(build_net_and_loss(cfg, weights_free=True)[0], DBNet)
+    cfg = compose("train", ["experiment=receipts_finetune", "data.root=/receipts", "model.init_from=/p.ckpt"])
+    assert cfg.model.init_from == "/p.ckpt" and cfg.data.train_transform.crop_size == 640
+    assert cfg.optimizer.lr < compose("train", []).optimizer.lr
+    assert cfg.data.eval_transform.long_side == 1024 and cfg.metric.mode == "competition"
+    with pytest.raises(MissingMandatoryValue, match="data.root"):
+        _ = compose("train", ["experiment=receipts_finetune", "model.init_from=/p.ckpt"]).data.root

@@ -74,6 +74,7 @@ def _build(bundle: Bundle, device: str) -> tuple[Any, Any, str]:
     import torch
 
     from ocr.lightning_modules.build import build_net_and_loss
+    from ocr.lightning_modules.init_from import network_weights
 
     cfg = bundle.config
     seed = cfg.get("seed")
@@ -85,8 +86,7 @@ def _build(bundle: Bundle, device: str) -> tuple[Any, Any, str]:
     source = f"fresh weights (seed {seed})"
     if has_checkpoint:
         state_dict = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-        weights = {k.removeprefix("net."): v for k, v in state_dict.items() if k.startswith("net.")}
-        net.load_state_dict(weights)
+        net.load_state_dict(network_weights(state_dict))
         source = f"checkpoint {checkpoint}"
     return net.to(device).train(), loss.to(device), source
 

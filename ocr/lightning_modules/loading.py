@@ -33,9 +33,10 @@ _HEAD_BYTES = 256
 log = logging.getLogger(__name__)
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint written by ``runners/train.py`` on the CPU (what test, predict and resume start
-    from); a run config stored by an older version is upgraded (:func:`upgrade_run_config`).
+def load_checkpoint(path: str | Path, key: str = "ckpt") -> dict[str, Any]:
+    """Load a checkpoint written by ``runners/train.py`` on the CPU (what test, predict, resume and
+    ``model.init_from`` start from); a run config stored by an older version is upgraded
+    (:func:`upgrade_run_config`). Errors name the path as the value of the config ``key``.
 
     Raises:
         FileNotFoundError: naming the path when it is not a file.
@@ -47,16 +48,16 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         what = "a directory" if path.is_dir() else "no such file"
         raise FileNotFoundError(
-            f"ckpt={path}: expected a checkpoint file, got {what} "
-            "(pass ckpt=<run dir>/checkpoints/<name>.ckpt)"
+            f"{key}={path}: expected a checkpoint file, got {what} "
+            f"(pass {key}=<run dir>/checkpoints/<name>.ckpt)"
         )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # unpickling raises anything from EOFError to ValueError
-        raise ValueError(f"ckpt={path}: {_unloadable(path)}; torch.load said: {exc}") from None
+        raise ValueError(f"{key}={path}: {_unloadable(path)}; torch.load said: {exc}") from None
     problem = _not_a_run_checkpoint(checkpoint)
     if problem:
-        raise ValueError(f"ckpt={path}: expected a checkpoint written by runners/train.py, got {problem}")
+        raise ValueError(f"{key}={path}: expected a checkpoint written by runners/train.py, got {problem}")
     checkpoint["ocr_config"] = upgrade_run_config(checkpoint["ocr_config"])
     return checkpoint
 

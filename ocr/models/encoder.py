@@ -15,7 +15,13 @@ from torch import Tensor, nn
 if TYPE_CHECKING:
     from timm.models import FeatureInfo
 
-__all__ = ["TimmEncoder", "load_weights", "EXPECTED_REDUCTIONS", "TOLERATED_UNEXPECTED_PREFIXES"]
+__all__ = [
+    "EXPECTED_REDUCTIONS",
+    "TOLERATED_UNEXPECTED_PREFIXES",
+    "TimmEncoder",
+    "load_weights",
+    "read_state_dict",
+]
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +110,13 @@ def _create(name: str, pretrained: bool, out_indices: tuple[int, ...]) -> nn.Mod
         ) from exc
 
 
-def _read_state_dict(path: Path) -> Mapping[str, Tensor]:
+def read_state_dict(path: Path) -> Mapping[str, Tensor]:
+    """The tensors of a ``.safetensors`` file or a ``torch.save``d state dict (read weights-only; one
+    ``state_dict`` or ``model`` wrapper is unwrapped).
+
+    Raises:
+        ValueError: the file holds something else than a mapping of tensors.
+    """
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
@@ -128,7 +140,7 @@ def load_weights(module: nn.Module, weights_path: str | Path) -> None:
     path = Path(weights_path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"model.encoder.weights_path: no such file {str(path)!r}")
-    state = _read_state_dict(path)
+    state = read_state_dict(path)
     try:
         result = module.load_state_dict(state, strict=False)
     except RuntimeError as exc:

@@ -279,6 +279,7 @@ def resume_from_command_line(cfg: DictConfig) -> Resume | None:
 
     Raises:
         ValueError: ``ckpt_path`` without ``resume``: the run's directory and config would be unknown.
+        ResumeRefusedError: ``model.init_from`` with ``resume``: a resume restores every weight.
     """
     if cfg.ckpt_path is not None and cfg.resume is None:
         raise ValueError(
@@ -287,6 +288,13 @@ def resume_from_command_line(cfg: DictConfig) -> Resume | None:
         )
     if cfg.resume is None:
         return None
+    init_from = OmegaConf.select(cfg, "model.init_from")
+    if init_from is not None:
+        raise ResumeRefusedError(
+            f"resume={cfg.resume} with model.init_from={init_from}: a resume restores the run's weights, "
+            "optimizer and schedule from its checkpoint; drop model.init_from to resume, or drop resume "
+            "to start a new run from those weights"
+        )
     from hydra.core.hydra_config import HydraConfig
 
     # Without a Hydra run (a test composing the config) there is no command line.

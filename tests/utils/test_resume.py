@@ -15,7 +15,13 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 
 from ocr.utils.hardware import register_resolvers
-from ocr.utils.resume import Resume, find_checkpoint, resume_from_command_line, resume_run
+from ocr.utils.resume import (
+    Resume,
+    ResumeRefusedError,
+    find_checkpoint,
+    resume_from_command_line,
+    resume_run,
+)
 from tests.helpers.paths import REPO_ROOT
 
 RUN_CONFIG = {
@@ -140,6 +146,16 @@ def test_ckpt_path_alone_asks_for_the_run_directory() -> None:
     cfg = OmegaConf.create({"resume": None, "ckpt_path": "/runs/x/checkpoints/last.ckpt"})
     with pytest.raises(ValueError, match="pass resume=<run dir>"):
         resume_from_command_line(cfg)
+
+
+def test_init_from_with_resume_is_refused(tmp_path: Path) -> None:
+    _save(tmp_path, "last.ckpt", 3)
+    cfg = _composed(tmp_path, model={"init_from": "/runs/pretrain/checkpoints/best.ckpt"})
+    with pytest.raises(ResumeRefusedError, match=r"model.init_from=/runs/pretrain/checkpoints/best.ckpt"):
+        resume_from_command_line(cfg)
+    with open_dict(cfg):
+        cfg.model.init_from = None
+    assert resume_from_command_line(cfg) is not None
 
 
 def test_data_fingerprint_change_is_refused_unless_allowed(

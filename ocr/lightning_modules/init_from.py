@@ -1,0 +1,103 @@
+"""``model.init_from``: start a run from an earlier run's network weights (optimizer and schedule fresh)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from torch import Tensor, nn
+
+from ocr.lightning_modules.loading import load_checkpoint
+from ocr.models.encoder import read_state_dict
+
+__all__ = ["STATE_DICT_SUFFIXES", "load_init_weights", "network_weights"]
+
+log = logging.getLogger(__name__)
+
+# This project's Lightning checkpoints end in .ckpt; plain state dicts of the network in these.
+STATE_DICT_SUFFIXES = (".pth", ".pt", ".safetensors")
+# Key names shown in a log line or an error.
+_SHOWN = 5
+_PREFIX = "net."
+
+
+def network_weights(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The network's tensors of a DetectionModule state dict (keys ``net.*``) or of a network's own state
+    dict (keys as they are), keyed as ``DBNet.state_dict()`` is."""
+    return {key.removeprefix(_PREFIX): value for key, value in state.items()}
+
+
+def load_init_weights(net: nn.Module, init_from: str | Path) -> None:
+    """Load the network weights of ``init_from`` into ``net``: a checkpoint of this project (``.ckpt``, any
+    layout :func:`~ocr.lightning_modules.loading.load_checkpoint` reads) or a state dict of the network
+    (``.pth``/``.pt``/``.safetensors``, keys with or without the module's ``net.`` prefix).
+
+    Tensors the file lacks keep their initial weights and tensors the network lacks are ignored; both
+    are logged with their counts and first names.
+
+    Raises:
+        FileNotFoundError: naming ``model.init_from`` and the path when it is not a file.
+        ValueError: another suffix, a tensor whose shape differs from the network's (each named, with
+            both shapes), or a file that shares no tensor name with the network.
+    """
+    path = Path(init_from).expanduser()
+    if not path.is_file():
+        what = "a directory" if path.is_dir() else "no such file"
+        raise FileNotFoundError(
+            f"model.init_from={init_from}: expected a checkpoint (.ckpt) or network state dict "
+            f"({'/'.join(STATE_DICT_SUFFIXES)}), got {what}"
+        )
+    if path.suffix == ".ckpt":
+        state = load_checkpoint(path, key="model.init_from")["state_dict"]
+    elif path.suffix in STATE_DICT_SUFFIXES:
+        state = read_state_dict(path)
+    else:
+        raise ValueError(
+            f"model.init_from={init_from}: expected a .ckpt checkpoint or a {'/'.join(STATE_DICT_SUFFIXES)} "
+            f"state dict, got the suffix {path.suffix!r}"
+        )
+    weights = network_weights(state)
+    own = net.state_dict()
+    mismatched = [
+        f"{key}: {tuple(value.shape)} in the file, {tuple(own[key].shape)} in the model"
+        for key, value in weights.items()
+        if key in own and value.shape != own[key].shape
+    ]
+    if mismatched:
+        raise ValueError(
+            f"model.init_from={init_from}: {len(mismatched)} tensor(s) do not fit the network (was it "
+            f"trained with another model config?): {'; '.join(mismatched[:_SHOWN])}"
+        )
+    if not own.keys() & weights.keys():
+        raise ValueError(
+            f"model.init_from={init_from}: expected the weights of this network (keys like "
+            f"{sorted(own)[:2]}), got none of its {len(own)} tensor names (the file's keys are like "
+            f"{sorted(weights)[:2]})"
+        )
+    # Counted here: BatchNorm's loader hides an absent num_batches_tracked from missing_keys.
+    missing = [key for key in own if key not in weights]
+    unexpected = [key for key in weights if key not in own]
+    net.load_state_dict(weights, strict=False)
+    log.info(
+        "Loaded %d of %d network tensors from %s <model.init_from>", len(own) - len(missing), len(own), path
+    )
+    if missing:
+        log.warning(
+            "model.init_from=%s: %d network tensors are not in the file and keep their initial weights: %s",
+            init_from,
+            len(missing),
+            _first(missing),
+        )
+    if unexpected:
+        log.warning(
+            "model.init_from=%s: %d tensors of the file are not in the network and are ignored: %s",
+            init_from,
+            len(unexpected),
+            _first(unexpected),
+        )
+
+
+def _first(keys: list[str]) -> str:
+    more = f" and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else ""
+    return ", ".join(keys[:_SHOWN]) + more

@@ -1,0 +1,145 @@
+"""model.init_from: network weights from a checkpoint or state dict, in the one construction path."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from safetensors.torch import save_file
+from torch import Tensor, nn
+
+from ocr.lightning_modules.build import build_module, build_net_and_loss
+from ocr.utils.runner import compose_config
+
+OLD_RUN_CONFIG = Path(__file__).parent / "fixtures" / "old_run_config.yaml"
+TINY_MODEL = ["hardware=cpu", "model.decoder.channels=16"]
+
+Compose = Callable[..., DictConfig]
+
+
+@pytest.fixture(scope="module")
+def source() -> dict[str, Tensor]:
+    """A tiny module's state dict (keys ``net.*``), with weights unlike a fresh build's."""
+    torch.manual_seed(123)
+    module = build_module(compose_config("train", TINY_MODEL))
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(1.0)
+    return module.state_dict()
+
+
+def _net(
+    init_from: Path | str | None, *, weights_free: bool = False, extra: tuple[str, ...] = ()
+) -> nn.Module:
+    cfg = compose_config("train", [*TINY_MODEL, *extra])
+    cfg.model.init_from = None if init_from is None else str(init_from)
+    return build_net_and_loss(cfg, weights_free=weights_free)[0]
+
+
+def _assert_equal(net: nn.Module, expected: dict[str, Tensor], prefix: str = "net.") -> None:
+    loaded = net.state_dict()
+    assert {prefix + key for key in loaded} == expected.keys()
+    for key, value in loaded.items():
+        torch.testing.assert_close(value, expected[prefix + key], rtol=0, atol=0, msg=key)
+
+
+@pytest.mark.parametrize("layout", ["today", "old"])
+def test_a_checkpoint_of_either_layout_loads_its_network(
+    layout: str, source: dict[str, Tensor], tmp_path: Path
+) -> None:
+    config = (
+        yaml.safe_load(OLD_RUN_CONFIG.read_text())
+        if layout == "old"
+        else OmegaConf.to_container(compose_config("train", TINY_MODEL, tmp_path), resolve=False)
+    )
+    path = tmp_path / "best.ckpt"
+    torch.save({"state_dict": source, "ocr_config": config, "epoch": 3, "global_step": 40}, path)
+    _assert_equal(_net(path), source)
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".pt", ".safetensors"])
+@pytest.mark.parametrize("prefixed", [True, False])
+def test_a_plain_state_dict_loads_with_or_without_the_module_prefix(
+    suffix: str, prefixed: bool, source: dict[str, Tensor], tmp_path: Path
+) -> None:
+    state = source if prefixed else {key.removeprefix("net."): value for key, value in source.items()}
+    path = tmp_path / f"weights{suffix}"
+    if suffix == ".safetensors":
+        save_file({key: value.contiguous() for key, value in state.items()}, str(path))
+    else:
+        torch.save(state, path)
+    _assert_equal(_net(path), source)
+
+
+def test_missing_and_unexpected_keys_are_reported_and_the_rest_loads(
+    source: dict[str, Tensor], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = [key for key in source if key.startswith("net.head.")]
+    state = {key: value for key, value in source.items() if key not in missing}
+    state["net.classifier.weight"] = torch.zeros(3)
+    path = tmp_path / "partial.pth"
+    torch.save(state, path)
+    torch.manual_seed(0)
+    fresh = _net(None).state_dict()
+    torch.manual_seed(0)  # the same initial weights for the tensors the file lacks
+    with caplog.at_level(logging.INFO, logger="ocr.lightning_modules.init_from"):
+        net = _net(path)
+    assert f"{len(missing)} network tensors are not in the file" in caplog.text
+    assert missing[0].removeprefix("net.") in caplog.text
+    assert "1 tensors of the file are not in the network and are ignored: classifier.weight" in caplog.text
+    assert f"Loaded {len(source) - len(missing)} of {len(source)} network tensors" in caplog.text
+    loaded = net.state_dict()
+    for key in source:
+        name = key.removeprefix("net.")
+        torch.testing.assert_close(loaded[name], fresh[name] if key in missing else source[key], msg=key)
+
+
+def test_a_shape_mismatch_is_refused_naming_the_parameter_and_both_shapes(tmp_path: Path) -> None:
+    wider = build_module(compose_config("train", ["hardware=cpu", "model.decoder.channels=32"]))
+    path = tmp_path / "wider.pth"
+    torch.save(wider.state_dict(), path)
+    with pytest.raises(
+        ValueError, match=r"model.init_from=.*wider\.pth: \d+ tensor\(s\) do not fit"
+    ) as caught:
+        _net(path)
+    assert "decoder.lateral.0.weight: (32, 64, 1, 1) in the file, (16, 64, 1, 1) in the model" in str(
+        caught.value
+    )
+
+
+def test_a_file_of_another_network_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.pt"
+    torch.save({"fc.weight": torch.zeros(2, 2)}, path)
+    with pytest.raises(ValueError, match="got none of its"):
+        _net(path)
+
+
+@pytest.mark.parametrize("name", ["absent.ckpt", "absent.pth"])
+def test_a_missing_file_names_the_key_and_path(name: str, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=rf"model.init_from={tmp_path / name}: .*no such file"):
+        _net(tmp_path / name)
+
+
+def test_another_suffix_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"got the suffix '\.bin'"):
+        _net(path)
+
+
+def test_weights_free_builds_never_read_the_file(tmp_path: Path) -> None:
+    net = _net(tmp_path / "gone.ckpt", weights_free=True)
+    assert isinstance(net, nn.Module)
+
+
+def test_a_stored_config_without_the_key_still_builds(compose_cfg: Compose, tmp_path: Path) -> None:
+    cfg = compose_cfg("train", TINY_MODEL, tmp_path)
+    container = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(container, dict)
+    del container["model"]["init_from"]
+    assert isinstance(build_net_and_loss(OmegaConf.create(container))[0], nn.Module)
