@@ -117,7 +117,9 @@ def test_synthetic_pretrain_trains_at_receipt_scale_on_its_own_large_set(compose
     cfg = compose("train", ["experiment=synthetic_pretrain"])
     default = compose("train", [])
     assert cfg.data.synthetic.num_train >= 1000 and cfg.data.synthetic.long_side == 1024
-    assert cfg.data.root != default.data.root and "synthetic_pretrain" in cfg.data.root
+    assert cfg.data.root != default.data.root and "synthetic_pretrain_receipt_line" in cfg.data.root
+    assert (cfg.data.synthetic.style, cfg.data.synthetic.granularity) == ("receipt", "line")
+    assert cfg.time_budget_minutes is None  # sized by steps, on a CPU too
     transform = cfg.data.train_transform
     assert (transform.crop_size, transform.train_long_side, cfg.data.eval_transform.long_side) == (
         640,
