@@ -30,8 +30,7 @@ __all__ = [
     "TrainTransform",
     "Transform",
     "TransformResult",
-    "denormalize",
-    "normalize",
+    "to_chw_tensor",
 ]
 
 
@@ -55,13 +54,16 @@ class SourceImage:
 class TransformResult(NamedTuple):
     """Output of a transform call."""
 
-    image: Tensor  # (3, H, W) float32, normalised
+    image: Tensor  # (3, H, W) uint8 RGB; normalised on the device (ocr.data.coding)
     polygons: list[Polygon]  # input px, same count/order/points as given; not clipped
     geometry: Geometry  # input px -> original px
 
 
 class Transform(Protocol):
     """What datasets need from a transform."""
+
+    mean: tuple[float, ...]  # normalisation, carried to the batch's BatchCoding and applied on the device
+    std: tuple[float, ...]
 
     @property
     def source_long_side(self) -> int:
@@ -75,16 +77,9 @@ class Transform(Protocol):
         ...
 
 
-def normalize(image: npt.NDArray[np.uint8], mean: Sequence[float], std: Sequence[float]) -> Tensor:
-    """(H, W, 3) uint8 RGB -> (3, H, W) float32 tensor ``(image / 255 - mean) / std``."""
-    arr = (image.astype(np.float32) / 255.0 - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
-    return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
-
-
-def denormalize(image: Tensor, mean: Sequence[float], std: Sequence[float]) -> npt.NDArray[np.uint8]:
-    """(3, H, W) normalised tensor -> (H, W, 3) uint8 RGB (for visualisation)."""
-    arr = image.detach().cpu().numpy().transpose(1, 2, 0) * np.asarray(std) + np.asarray(mean)
-    return np.clip(arr * 255.0 + 0.5, 0, 255).astype(np.uint8)
+def to_chw_tensor(image: npt.NDArray[np.uint8]) -> Tensor:
+    """(H, W, 3) uint8 RGB -> (3, H, W) uint8 tensor (contiguous, so that collate copies it once)."""
+    return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))
 
 
 class EvalTransform:
@@ -95,7 +90,7 @@ class EvalTransform:
 
         Args:
             long_side: side of the square network input (px).
-            mean: per-channel normalisation mean (RGB, in [0, 1] units).
+            mean: per-channel normalisation mean (RGB, in [0, 1] units), applied on the device.
             std: per-channel normalisation std.
             fill: padding value (0..255).
         """
@@ -122,7 +117,7 @@ class EvalTransform:
         canvas[: resized.shape[0], : resized.shape[1]] = resized
         orig_to_input = np.diag([scale, scale, 1.0])
         polygons = [apply_matrix(p, orig_to_input) for p in polygons_orig_px]
-        return TransformResult(normalize(canvas, self.mean, self.std), polygons, geometry)
+        return TransformResult(to_chw_tensor(canvas), polygons, geometry)
 
 
 class TrainTransform:
@@ -171,7 +166,7 @@ class TrainTransform:
             p_blur: probability of a blur.
             noise_std_range: Gaussian noise std range as a fraction of 255.
             p_noise: probability of noise.
-            mean: per-channel normalisation mean.
+            mean: per-channel normalisation mean, applied on the device.
             std: per-channel normalisation std.
             fill: border value (0..255) where the crop leaves the image.
         """
@@ -261,7 +256,7 @@ class TrainTransform:
             self.crop_size,
         )
         polygons = [apply_matrix(p, orig_to_input) for p in polygons_orig_px]
-        return TransformResult(normalize(out, self.mean, self.std), polygons, geometry)
+        return TransformResult(to_chw_tensor(out), polygons, geometry)
 
 
 def resize_by(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uint8]:
