@@ -218,16 +218,14 @@ class TrainTransform:
             self.train_long_side / max(source.orig_width, source.orig_height) * rng.uniform(*self.scale_range)
         )
         factor = scale / source.scale  # scaled px per source px
-        image, pre = source.image, np.diag([source.scale, source.scale, 1.0])  # original -> image px
-        if factor < 1.0:
-            # Downscale with area averaging first; warpAffine's bilinear sampling would alias.
-            image = resize_by(image, factor)
-            pre, factor = np.diag([scale, scale, 1.0]), 1.0
+        downscale = factor < 1.0
         angle = rng.uniform(-self.rotate_limit, self.rotate_limit) if rng.random() < self.p_rotate else 0.0
         flip = bool(rng.random() < self.p_flip)
         height, width = source.orig_height * scale, source.orig_width * scale
-        warp = _scale_flip_rotate(factor, flip, angle, width, height)  # image px -> scaled px
-        orig_to_scaled = warp @ pre
+        # image px -> scaled px; a downscale is done apart from the warp (below), so the warp starts there
+        warp = _scale_flip_rotate(1.0 if downscale else factor, flip, angle, width, height)
+        pre = np.diag([scale, scale, 1.0] if downscale else [source.scale, source.scale, 1.0])
+        orig_to_scaled = warp @ pre  # original px -> scaled px
         text = (
             _text_box(polygons_orig_px, ignore, orig_to_scaled, rng)
             if rng.random() < self.p_text_crop
@@ -238,9 +236,15 @@ class TrainTransform:
         x0 = _axis_origin(bounds[0], bounds[2], self.crop_size, None if text is None else text[0::2], rng)
         y0 = _axis_origin(bounds[1], bounds[3], self.crop_size, None if text is None else text[1::2], rng)
         crop = np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0], [0.0, 0.0, 1.0]]) @ warp
+        image, image_to_crop = source.image, crop
+        if downscale:
+            # Area averaging first (warpAffine's bilinear sampling would alias), of the crop's part only.
+            crop_to_scaled = np.linalg.inv(crop).astype(np.float64)  # numpy stubs: inv() loses float64
+            image, region_to_scaled = _downscale_region(source.image, factor, crop_to_scaled, self.crop_size)
+            image_to_crop = crop @ region_to_scaled
         out = cv2.warpAffine(
             image,
-            _pixel_index_matrix(crop)[:2],
+            _pixel_index_matrix(image_to_crop)[:2],
             (self.crop_size, self.crop_size),
             flags=cv2.INTER_LINEAR,
             borderMode=cv2.BORDER_CONSTANT,
@@ -267,6 +271,26 @@ def resize_by(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uin
     interp = cv2.INTER_AREA if factor < 1.0 else cv2.INTER_LINEAR
     # cv2's stubs type images as MatLike, without a dtype.
     return cv2.resize(image, (0, 0), fx=factor, fy=factor, interpolation=interp)  # type: ignore[return-value]
+
+
+def _downscale_region(
+    image: npt.NDArray[np.uint8], factor: float, crop_to_scaled: npt.NDArray[np.float64], crop_size: int
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.float64]]:
+    """``image`` resized by ``factor`` (< 1), only where the crop window reads it (the window always
+    overlaps the image: ``_axis_origin`` keeps one inside the other).
+
+    Returns:
+        The resized region (h, w, 3) uint8 and the (3, 3) matrix from its px to scaled px (a shift).
+    """
+    window = np.array([[0, 0], [crop_size, 0], [0, crop_size], [crop_size, crop_size]], np.float32)
+    x0, y0, x1, y1 = _box(window, crop_to_scaled)  # scaled px
+    margin = 2.0 / factor + 2.0  # source px: area support plus the warp's bilinear neighbours
+    height, width = image.shape[:2]
+    sx0, sy0 = (max(0, int(np.floor(v / factor - margin))) for v in (x0, y0))
+    sx1 = min(width, int(np.ceil(x1 / factor + margin)))
+    sy1 = min(height, int(np.ceil(y1 / factor + margin)))
+    region = resize_by(image[sy0:sy1, sx0:sx1], factor)
+    return region, np.array([[1.0, 0.0, sx0 * factor], [0.0, 1.0, sy0 * factor], [0.0, 0.0, 1.0]])
 
 
 def _scale_flip_rotate(
