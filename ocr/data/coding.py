@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import cv2
 import numpy as np
 import numpy.typing as npt
 import torch
@@ -31,10 +32,13 @@ def encode_maps(
     """The four (H, W) float32 DB maps -> (1, H, W) uint8 tensors: masks and ``prob_map`` as 0/1, the
     threshold map as codes over ``[coding.thresh_min, coding.thresh_max]``."""
     lo, hi = coding.thresh_min, coding.thresh_max
-    scaled = (maps["thresh_map"] - np.float32(lo)) * np.float32(THRESH_LEVELS / (hi - lo)) + np.float32(0.5)
-    codes: dict[TargetKey, npt.NDArray[np.uint8]] = {key: maps[key].astype(np.uint8) for key in TARGET_KEYS}
-    codes["thresh_map"] = np.clip(scaled, 0, THRESH_LEVELS).astype(np.uint8)
-    return {key: torch.from_numpy(codes[key])[None] for key in TARGET_KEYS}
+    alpha = THRESH_LEVELS / (hi - lo)
+    linear = {key: (alpha, -lo * alpha) if key == "thresh_map" else (1.0, 0.0) for key in TARGET_KEYS}
+    # One saturating, rounding pass each (the values are >= 0, so the absolute value changes nothing).
+    return {
+        key: torch.from_numpy(cv2.convertScaleAbs(maps[key], alpha=a, beta=b))[None]
+        for key, (a, b) in linear.items()
+    }
 
 
 def normalize_images(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
