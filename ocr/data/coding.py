@@ -52,9 +52,11 @@ def normalize_images(images: Tensor, mean: Sequence[float], std: Sequence[float]
             f"images: expected (B, 3, H, W) uint8 RGB (the compact batch), got {tuple(images.shape)} "
             f"{images.dtype} on {images.device}"
         )
-    mean_t = torch.tensor(mean, dtype=torch.float32, device=images.device).view(1, -1, 1, 1)
-    std_t = torch.tensor(std, dtype=torch.float32, device=images.device).view(1, -1, 1, 1)
-    return (images.float() / 255.0 - mean_t) / std_t
+    scaled = images.float() / 255.0  # (B, 3, H, W)
+    # Python scalars, not tensors of mean/std: a host-to-device copy from pageable memory waits for the
+    # stream, i.e. would sync every step on CUDA.
+    channels = [(scaled[:, c] - m) / s for c, (m, s) in enumerate(zip(mean, std, strict=True))]
+    return torch.stack(channels, dim=1)
 
 
 def decode_batch(batch: Batch, *, channels_last: bool) -> Batch:
