@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # annotations only: target generation and its benchmark run w
 __all__ = [
     "BATCH_TENSOR_KEYS",
     "Batch",
+    "BatchCoding",
     "DBOutput",
     "Geometry",
     "Polygon",
@@ -60,6 +61,23 @@ class Geometry:
 
 
 @dataclass(frozen=True)
+class BatchCoding:
+    """How the compact tensors of a Sample/Batch decode on the device (``ocr.data.coding.decode_batch``).
+
+    Attributes:
+        mean: per-channel normalisation mean (RGB, in [0, 1] units) of the data config's transform.
+        std: per-channel normalisation std.
+        thresh_min: threshold-map value of uint8 code 0.
+        thresh_max: threshold-map value of uint8 code 255.
+    """
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    thresh_min: float
+    thresh_max: float
+
+
+@dataclass(frozen=True)
 class TargetParams:
     """How ``ocr.data.targets.db.make_db_targets`` draws the DB maps (config ``data.targets``).
 
@@ -94,25 +112,28 @@ class TargetParams:
 
 
 class Sample(TypedDict):
-    """One image after transforms and target generation (output of ``Dataset.__getitem__``)."""
+    """One image after transforms and target generation (output of ``Dataset.__getitem__``), compact."""
 
-    image: Tensor  # (3, H, W) float32, normalised
-    prob_map: Tensor  # (1, H, W) float32 in {0, 1}
-    prob_mask: Tensor  # (1, H, W) float32 in {0, 1}
-    thresh_map: Tensor  # (1, H, W) float32 in [thresh_min, thresh_max]
-    thresh_mask: Tensor  # (1, H, W) float32 in {0, 1}
+    image: Tensor  # (3, H, W) uint8 RGB, not normalised
+    prob_map: Tensor  # (1, H, W) uint8 in {0, 1}
+    prob_mask: Tensor  # (1, H, W) uint8 in {0, 1}
+    thresh_map: Tensor  # (1, H, W) uint8 codes 0..255 over [coding.thresh_min, coding.thresh_max]
+    thresh_mask: Tensor  # (1, H, W) uint8 in {0, 1}
     polygons: list[Polygon]  # ground truth in ORIGINAL px (empty for predict)
     ignore: list[bool]  # one flag per polygon: don't-care region
     texts: list[str | None]  # transcription per polygon when known
     geometry: Geometry
     image_id: str  # file name relative to the split's image folder
     sanitation: dict[str, int]  # polygons removed/repaired by reason while building this sample
+    coding: BatchCoding  # how the tensors above decode
 
 
 class Batch(TypedDict):
-    """Collated samples; CPU tensors until Lightning moves them to the device."""
+    """Collated samples. As collated (CPU, and on the wire to the device) the tensors are compact, with
+    the dtypes of :class:`Sample`; ``ocr.data.coding.decode_batch`` (the modules'
+    ``on_after_batch_transfer``) gives the types below, which the network and the loss read."""
 
-    images: Tensor  # (B, 3, H, W) float32, normalised
+    images: Tensor  # (B, 3, H, W) float32, normalised with coding.mean/std
     prob_map: Tensor  # (B, 1, H, W) float32 in {0, 1}
     prob_mask: Tensor  # (B, 1, H, W) float32 in {0, 1}
     thresh_map: Tensor  # (B, 1, H, W) float32 in [thresh_min, thresh_max]
@@ -123,6 +144,7 @@ class Batch(TypedDict):
     geometry: list[Geometry]
     image_id: list[str]
     sanitation: dict[str, int]  # summed over the batch; the module aggregates it per epoch
+    coding: BatchCoding  # the samples' one coding
 
 
 class Prediction(TypedDict):

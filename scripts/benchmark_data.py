@@ -48,7 +48,11 @@ STAGES: dict[str, tuple[str, ...]] = {
     "photometric augmentation": ("dataset:transform.photometric",),
     "polygon sanitation": ("ocr.data.dataset:sanitize_polygons",),
     "targets": ("ocr.data.dataset:make_db_targets",),
-    "tensor conversion": ("ocr.data.transforms:normalize", "ocr.data.dataset:build_sample"),
+    "tensor conversion": (
+        "ocr.data.transforms:to_chw_tensor",
+        "ocr.data.dataset:encode_maps",
+        "ocr.data.dataset:build_sample",
+    ),
     "collate": ("loader:collate_fn",),
 }
 
@@ -186,7 +190,7 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
         f"seed {args.seed}",
         f"img/s per core, wall: {_spread(wall_rates)}",
         f"img/s per core, CPU time: {_spread(cpu_rates)}",
-        f"batch bytes per sample (tensors): {result['wire_bytes'] / 2**20:.2f} MiB",
+        f"batch bytes per sample (compact tensors): {result['wire_bytes'] / 1e6:.2f} MB",
         "",
         "| stage | CPU ms/sample | share |",
         "| --- | ---: | ---: |",

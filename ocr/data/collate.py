@@ -13,10 +13,12 @@ __all__ = ["collate_batch"]
 
 
 def collate_batch(samples: Sequence[Sample]) -> Batch:
-    """Stack the image and target tensors; keep polygons, flags, geometry and ids as per-sample lists.
+    """Stack the compact image and target tensors; keep polygons, flags, geometry and ids as per-sample
+    lists, and the samples' one ``BatchCoding``.
 
     Raises:
-        ValueError: no samples, or samples whose tensor shapes differ (names the image ids).
+        ValueError: no samples, samples whose tensor shapes differ, or samples with different codings
+            (names the image ids).
     """
     if not samples:
         raise ValueError("collate_batch: expected at least one sample, got an empty list")
@@ -24,6 +26,12 @@ def collate_batch(samples: Sequence[Sample]) -> Batch:
     if len(shapes) != 1:
         ids = [(s["image_id"], tuple(s["image"].shape)) for s in samples]
         raise ValueError(f"collate_batch: images must share one (3, H, W) shape to stack, got {ids}")
+    codings = {s["coding"] for s in samples}
+    if len(codings) != 1:
+        by_id = [(s["image_id"], s["coding"]) for s in samples]
+        raise ValueError(
+            f"collate_batch: samples must share one BatchCoding to decode as one batch, got {by_id}"
+        )
     stacked = {key: torch.stack([s[key] for s in samples]) for key in TARGET_KEYS}  # (B, 1, H, W)
     return Batch(
         images=torch.stack([s["image"] for s in samples]),  # (B, 3, H, W)
@@ -37,4 +45,5 @@ def collate_batch(samples: Sequence[Sample]) -> Batch:
         geometry=[s["geometry"] for s in samples],
         image_id=[s["image_id"] for s in samples],
         sanitation=merge_counts(*(s["sanitation"] for s in samples)),
+        coding=samples[0]["coding"],
     )

@@ -18,12 +18,13 @@ from torch.utils.data import Dataset
 
 from ocr.data.annotations import load_annotations
 from ocr.data.cache import ImageCache, cache_fingerprint
+from ocr.data.coding import encode_maps
 from ocr.data.images import IMAGE_SUFFIXES, ImageReadError, list_images
 from ocr.data.sanitize import sanitize_polygons
 from ocr.data.scan import ON_MISSING, load_source, scan_split
 from ocr.data.targets.db import make_db_targets
 from ocr.data.transforms import SourceImage, Transform, TransformResult
-from ocr.types import TARGET_KEYS, Polygon, Sample, TargetParams
+from ocr.types import BatchCoding, Polygon, Sample, TargetParams
 
 __all__ = ["IMAGE_SUFFIXES", "ImageFolderDataset", "ReceiptDataset", "build_sample"]
 
@@ -69,6 +70,9 @@ class ReceiptDataset(Dataset[Sample]):
         if on_missing_image not in ON_MISSING:
             raise ValueError(f"on_missing_image: expected one of {ON_MISSING}, got {on_missing_image!r}")
         self.targets = TargetParams.from_config(targets)
+        self.coding = BatchCoding(
+            transform.mean, transform.std, self.targets.thresh_min, self.targets.thresh_max
+        )
         self.root, self.split = Path(root), split
         self.image_dir = self.root / "images" / split
         self.annotation_path = self.root / "jsons" / f"{split}.json"
@@ -126,6 +130,7 @@ class ReceiptDataset(Dataset[Sample]):
             entry.sanitation,
             self.min_polygon_size,
             self.targets,
+            self.coding,
         )
 
 
@@ -138,15 +143,14 @@ def build_sample(
     sanitation: dict[str, int],
     min_polygon_size: float,
     targets: TargetParams,
+    coding: BatchCoding,
 ) -> Sample:
-    """Sanitise the transformed polygons in input px (clip to the input), draw targets, assemble a Sample."""
+    """Sanitise the transformed polygons in input px (clip to the input), draw targets, assemble a compact
+    Sample (maps encoded with ``coding``, ``ocr.data.coding``)."""
     height, width = result.image.shape[1:]
     polys_px, ignore_px, _ = sanitize_polygons(result.polygons, ignore, width, height, min_polygon_size)
     maps = make_db_targets(polys_px, ignore_px, height, width, targets)
-    tensors = {
-        key: torch.from_numpy(np.ascontiguousarray(maps[key], np.float32))[None]  # (1, H, W)
-        for key in TARGET_KEYS
-    }
+    tensors = encode_maps(maps, coding)  # (1, H, W) uint8 each
     return Sample(
         image=result.image,
         prob_map=tensors["prob_map"],
@@ -159,6 +163,7 @@ def build_sample(
         geometry=result.geometry,
         image_id=image_id,
         sanitation=dict(sanitation),
+        coding=coding,
     )
 
 
@@ -177,6 +182,8 @@ class ImageFolderDataset(Dataset[Sample]):
         self.transform = transform
         self.source_long_side = int(transform.source_long_side)
         self.files = list_images(self.image_dir)
+        # The maps are zeros (no targets): code 0 decodes to 0.0 with a threshold range from 0.
+        self.coding = BatchCoding(transform.mean, transform.std, 0.0, 1.0)
 
     def __len__(self) -> int:
         """Number of image files found."""
@@ -197,7 +204,7 @@ class ImageFolderDataset(Dataset[Sample]):
             source = SourceImage(blank, 1.0, self.source_long_side, self.source_long_side)
         result = self.transform(source, [], [])
         height, width = result.image.shape[1:]
-        zeros = torch.zeros((1, height, width), dtype=torch.float32)
+        zeros = torch.zeros((1, height, width), dtype=torch.uint8)
         return Sample(
             image=result.image,
             prob_map=zeros,
@@ -210,4 +217,5 @@ class ImageFolderDataset(Dataset[Sample]):
             geometry=result.geometry,
             image_id=name,
             sanitation={},
+            coding=self.coding,
         )

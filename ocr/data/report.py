@@ -19,9 +19,11 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from ocr.data.coding import decode_batch
+from ocr.data.collate import collate_batch
 from ocr.data.dataset import ReceiptDataset
 from ocr.data.images import EXIF_MODES
-from ocr.data.transforms import EvalTransform, denormalize
+from ocr.data.transforms import EvalTransform
 from ocr.geometry import to_input
 from ocr.types import Sample, TargetParams
 from ocr.utils.io import atomic_write_bytes, atomic_write_json
@@ -98,9 +100,10 @@ def format_stats(stats: dict[str, Any]) -> str:
 
 def render_sample(sample: Sample) -> npt.NDArray[np.uint8]:
     """(H, 3 * W, 3) uint8 RGB: input | prob_map | thresh_map, ground truth drawn on each."""
-    image = denormalize(sample["image"], *_IDENTITY_NORM)
-    prob = (sample["prob_map"][0].numpy() * 255).astype(np.uint8)
-    thresh = sample["thresh_map"][0].numpy() * sample["thresh_mask"][0].numpy()
+    image = np.ascontiguousarray(sample["image"].permute(1, 2, 0).numpy())
+    prob = sample["prob_map"][0].numpy() * np.uint8(255)
+    decoded = decode_batch(collate_batch([sample]), channels_last=False)
+    thresh = (decoded["thresh_map"] * decoded["thresh_mask"])[0, 0].numpy()
     polygons_px = to_input(sample["polygons"], sample["geometry"])
     panels = [
         draw_polygons(panel, polygons_px, sample["ignore"], thickness=1)

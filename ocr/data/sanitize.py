@@ -194,18 +194,22 @@ def _prepare_group(
 def _clean_group(
     pts: npt.NDArray[np.float64], width: float, height: float, min_size: float
 ) -> list[tuple[Polygon | None, str | None]]:
-    """Sanitise (N, K, 2) polygons with the same point count: simple convex ones inside the image in one
-    pass."""
-    inside = (
-        (pts.min(axis=(1, 2)) >= 0) & (pts[..., 0].max(axis=1) <= width) & (pts[..., 1].max(axis=1) <= height)
-    )
-    fast = inside & is_convex(pts, strict=True) & winds_once(pts)
+    """Sanitise (N, K, 2) polygons with the same point count: simple convex ones inside or entirely
+    outside the image in one pass."""
+    lo, hi = pts.min(axis=1), pts.max(axis=1)  # (N, 2) bounding boxes
+    inside = (lo.min(axis=1) >= 0) & (hi[:, 0] <= width) & (hi[:, 1] <= height)
+    # Clipping leaves no area: most polygons of an image fall outside a training crop.
+    outside = (hi[:, 0] <= 0) | (hi[:, 1] <= 0) | (lo[:, 0] >= width) | (lo[:, 1] >= height)
+    simple_convex = is_convex(pts, strict=True) & winds_once(pts)
+    fast = inside & simple_convex
     area = np.abs(signed_areas(pts))
     short = np.zeros(len(pts))
     short[fast] = convex_min_rect_short_sides(pts[fast])
     out: list[tuple[Polygon | None, str | None]] = []
     for k, poly in enumerate(pts):
-        if not fast[k]:
+        if outside[k] and simple_convex[k] and area[k] > _MIN_AREA:
+            out.append((None, "out_of_image"))  # what _clean finds for a valid polygon with area
+        elif not fast[k]:
             out.append(_clean_safe(poly, width, height, min_size))
         elif area[k] <= _MIN_AREA:
             out.append((None, "zero_area"))

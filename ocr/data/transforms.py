@@ -30,8 +30,7 @@ __all__ = [
     "TrainTransform",
     "Transform",
     "TransformResult",
-    "denormalize",
-    "normalize",
+    "to_chw_tensor",
 ]
 
 
@@ -55,13 +54,16 @@ class SourceImage:
 class TransformResult(NamedTuple):
     """Output of a transform call."""
 
-    image: Tensor  # (3, H, W) float32, normalised
+    image: Tensor  # (3, H, W) uint8 RGB; normalised on the device (ocr.data.coding)
     polygons: list[Polygon]  # input px, same count/order/points as given; not clipped
     geometry: Geometry  # input px -> original px
 
 
 class Transform(Protocol):
     """What datasets need from a transform."""
+
+    mean: tuple[float, ...]  # normalisation, carried to the batch's BatchCoding and applied on the device
+    std: tuple[float, ...]
 
     @property
     def source_long_side(self) -> int:
@@ -75,16 +77,9 @@ class Transform(Protocol):
         ...
 
 
-def normalize(image: npt.NDArray[np.uint8], mean: Sequence[float], std: Sequence[float]) -> Tensor:
-    """(H, W, 3) uint8 RGB -> (3, H, W) float32 tensor ``(image / 255 - mean) / std``."""
-    arr = (image.astype(np.float32) / 255.0 - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
-    return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
-
-
-def denormalize(image: Tensor, mean: Sequence[float], std: Sequence[float]) -> npt.NDArray[np.uint8]:
-    """(3, H, W) normalised tensor -> (H, W, 3) uint8 RGB (for visualisation)."""
-    arr = image.detach().cpu().numpy().transpose(1, 2, 0) * np.asarray(std) + np.asarray(mean)
-    return np.clip(arr * 255.0 + 0.5, 0, 255).astype(np.uint8)
+def to_chw_tensor(image: npt.NDArray[np.uint8]) -> Tensor:
+    """(H, W, 3) uint8 RGB -> (3, H, W) uint8 tensor (contiguous, so that collate copies it once)."""
+    return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))
 
 
 class EvalTransform:
@@ -95,7 +90,7 @@ class EvalTransform:
 
         Args:
             long_side: side of the square network input (px).
-            mean: per-channel normalisation mean (RGB, in [0, 1] units).
+            mean: per-channel normalisation mean (RGB, in [0, 1] units), applied on the device.
             std: per-channel normalisation std.
             fill: padding value (0..255).
         """
@@ -122,7 +117,7 @@ class EvalTransform:
         canvas[: resized.shape[0], : resized.shape[1]] = resized
         orig_to_input = np.diag([scale, scale, 1.0])
         polygons = [apply_matrix(p, orig_to_input) for p in polygons_orig_px]
-        return TransformResult(normalize(canvas, self.mean, self.std), polygons, geometry)
+        return TransformResult(to_chw_tensor(canvas), polygons, geometry)
 
 
 class TrainTransform:
@@ -171,7 +166,7 @@ class TrainTransform:
             p_blur: probability of a blur.
             noise_std_range: Gaussian noise std range as a fraction of 255.
             p_noise: probability of noise.
-            mean: per-channel normalisation mean.
+            mean: per-channel normalisation mean, applied on the device.
             std: per-channel normalisation std.
             fill: border value (0..255) where the crop leaves the image.
         """
@@ -223,16 +218,14 @@ class TrainTransform:
             self.train_long_side / max(source.orig_width, source.orig_height) * rng.uniform(*self.scale_range)
         )
         factor = scale / source.scale  # scaled px per source px
-        image, pre = source.image, np.diag([source.scale, source.scale, 1.0])  # original -> image px
-        if factor < 1.0:
-            # Downscale with area averaging first; warpAffine's bilinear sampling would alias.
-            image = resize_by(image, factor)
-            pre, factor = np.diag([scale, scale, 1.0]), 1.0
+        downscale = factor < 1.0
         angle = rng.uniform(-self.rotate_limit, self.rotate_limit) if rng.random() < self.p_rotate else 0.0
         flip = bool(rng.random() < self.p_flip)
         height, width = source.orig_height * scale, source.orig_width * scale
-        warp = _scale_flip_rotate(factor, flip, angle, width, height)  # image px -> scaled px
-        orig_to_scaled = warp @ pre
+        # image px -> scaled px; a downscale is done apart from the warp (below), so the warp starts there
+        warp = _scale_flip_rotate(1.0 if downscale else factor, flip, angle, width, height)
+        pre = np.diag([scale, scale, 1.0] if downscale else [source.scale, source.scale, 1.0])
+        orig_to_scaled = warp @ pre  # original px -> scaled px
         text = (
             _text_box(polygons_orig_px, ignore, orig_to_scaled, rng)
             if rng.random() < self.p_text_crop
@@ -243,9 +236,15 @@ class TrainTransform:
         x0 = _axis_origin(bounds[0], bounds[2], self.crop_size, None if text is None else text[0::2], rng)
         y0 = _axis_origin(bounds[1], bounds[3], self.crop_size, None if text is None else text[1::2], rng)
         crop = np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0], [0.0, 0.0, 1.0]]) @ warp
+        image, image_to_crop = source.image, crop
+        if downscale:
+            # Area averaging first (warpAffine's bilinear sampling would alias), of the crop's part only.
+            crop_to_scaled = np.linalg.inv(crop).astype(np.float64)  # numpy stubs: inv() loses float64
+            image, region_to_scaled = _downscale_region(source.image, factor, crop_to_scaled, self.crop_size)
+            image_to_crop = crop @ region_to_scaled
         out = cv2.warpAffine(
             image,
-            _pixel_index_matrix(crop)[:2],
+            _pixel_index_matrix(image_to_crop)[:2],
             (self.crop_size, self.crop_size),
             flags=cv2.INTER_LINEAR,
             borderMode=cv2.BORDER_CONSTANT,
@@ -261,7 +260,7 @@ class TrainTransform:
             self.crop_size,
         )
         polygons = [apply_matrix(p, orig_to_input) for p in polygons_orig_px]
-        return TransformResult(normalize(out, self.mean, self.std), polygons, geometry)
+        return TransformResult(to_chw_tensor(out), polygons, geometry)
 
 
 def resize_by(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uint8]:
@@ -272,6 +271,26 @@ def resize_by(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uin
     interp = cv2.INTER_AREA if factor < 1.0 else cv2.INTER_LINEAR
     # cv2's stubs type images as MatLike, without a dtype.
     return cv2.resize(image, (0, 0), fx=factor, fy=factor, interpolation=interp)  # type: ignore[return-value]
+
+
+def _downscale_region(
+    image: npt.NDArray[np.uint8], factor: float, crop_to_scaled: npt.NDArray[np.float64], crop_size: int
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.float64]]:
+    """``image`` resized by ``factor`` (< 1), only where the crop window reads it (the window always
+    overlaps the image: ``_axis_origin`` keeps one inside the other).
+
+    Returns:
+        The resized region (h, w, 3) uint8 and the (3, 3) matrix from its px to scaled px (a shift).
+    """
+    window = np.array([[0, 0], [crop_size, 0], [0, crop_size], [crop_size, crop_size]], np.float32)
+    x0, y0, x1, y1 = _box(window, crop_to_scaled)  # scaled px
+    margin = 2.0 / factor + 2.0  # source px: area support plus the warp's bilinear neighbours
+    height, width = image.shape[:2]
+    sx0, sy0 = (max(0, int(np.floor(v / factor - margin))) for v in (x0, y0))
+    sx1 = min(width, int(np.ceil(x1 / factor + margin)))
+    sy1 = min(height, int(np.ceil(y1 / factor + margin)))
+    region = resize_by(image[sy0:sy1, sx0:sx1], factor)
+    return region, np.array([[1.0, 0.0, sx0 * factor], [0.0, 1.0, sy0 * factor], [0.0, 0.0, 1.0]])
 
 
 def _scale_flip_rotate(

@@ -92,9 +92,16 @@ def _build(bundle: Bundle, device: str) -> tuple[Any, Any, str]:
 
 
 def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
+    """The bundle's CPU batch on ``device``, decoded as the module decodes it when it is compact (bundles
+    written before batches were compact, and hand-made ones, hold the decoded float32 tensors)."""
     import torch
 
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    from ocr.data.coding import decode_batch
+
+    moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    if "coding" not in moved:
+        return moved
+    return decode_batch(moved, channels_last=False)  # type: ignore[arg-type,return-value]
 
 
 def _injected_fault(bundle: Bundle) -> str | None:

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ocr.data.coding import decode_batch
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset
 from ocr.data.transforms import EvalTransform
@@ -166,10 +167,12 @@ def check_parity(
     prob_tol: float,
     polygon_tol_px: float,
 ) -> ParityReport:
-    """Run ``batch`` through ``net`` (PyTorch, float32) and the exported model; compare maps and polygons."""
+    """Run the compact ``batch`` (decoded here) through ``net`` (PyTorch, float32) and the exported model;
+    compare maps and polygons."""
+    images = decode_batch(batch, channels_last=False)["images"]  # (B, 3, H, W) float32
     with torch.no_grad():
-        expected = ProbabilityMapNet(net.eval().float().cpu())(batch["images"])
-    actual = OnnxProbabilityMap(model_path)(batch["images"])
+        expected = ProbabilityMapNet(net.eval().float().cpu())(images)
+    actual = OnnxProbabilityMap(model_path)(images)
     torch_results = postprocess(expected, batch["geometry"])
     onnx_results = postprocess(actual, batch["geometry"])
     return ParityReport(

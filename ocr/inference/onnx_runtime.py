@@ -1,7 +1,8 @@
 """Prediction with ONNX Runtime: the exported probability-map network behind ``runners/predict.py``.
 
-The ONNX backend only replaces the network: the same data module (decode, letterbox, normalisation),
-post-processor and writers as the PyTorch path run around it (``backend=onnx`` in configs/predict.yaml).
+The ONNX backend only replaces the network: the same data module (decode, letterbox), normalisation
+(``ocr.data.coding.decode_batch``), post-processor and writers as the PyTorch path run around it
+(``backend=onnx`` in configs/predict.yaml).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lightning import LightningModule
 from omegaconf import DictConfig
 from torch import Tensor
 
+from ocr.data.coding import decode_batch
 from ocr.lightning_modules.detection_module import Prediction, to_predictions
 from ocr.lightning_modules.loading import inference_trainer, warn_data_mismatch
 from ocr.types import Batch
@@ -127,6 +129,9 @@ class OnnxPredictModule(LightningModule):
 
     def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
         return batch  # ONNX Runtime reads host memory
+
+    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        return decode_batch(batch, channels_last=False)
 
     def predict_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:
         return to_predictions(self.network(batch["images"]), batch, self.postprocess)

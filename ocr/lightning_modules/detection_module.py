@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from ocr.data.coding import decode_batch
 from ocr.debug.gpu_probe import sync_allowed
 from ocr.lightning_modules.prob_cache import ProbCache
 from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput, Polygon, Prediction
@@ -104,17 +105,15 @@ class DetectionModule(LightningModule):
         return batch
 
     def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
-        # Only the tensors travel; polygons and geometry records stay host-side (and a new dict keeps
-        # last_cpu_batch untouched).
+        # Only the compact tensors travel (non-blocking: the loader pins them, data.pin_memory); polygons
+        # and geometry records stay host-side (and a new dict keeps last_cpu_batch untouched).
         moved: dict[str, Any] = dict(batch)
         for key in BATCH_TENSOR_KEYS:
             moved[key] = moved[key].to(device, non_blocking=True)
         return moved  # type: ignore[return-value]
 
     def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
-        if self.channels_last:
-            batch["images"] = batch["images"].contiguous(memory_format=torch.channels_last)
-        return batch
+        return decode_batch(batch, channels_last=self.channels_last)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         self.last_cpu_batch_idx = batch_idx

@@ -52,9 +52,9 @@ def _module(
 
 
 def _check_batch(batch: dict[str, Any], size: int, count: int) -> None:
-    assert batch["images"].shape == (count, 3, size, size) and batch["images"].dtype == torch.float32
+    assert batch["images"].shape == (count, 3, size, size) and batch["images"].dtype == torch.uint8
     for key in ("prob_map", "prob_mask", "thresh_map", "thresh_mask"):
-        assert batch[key].shape == (count, 1, size, size) and batch[key].dtype == torch.float32, key
+        assert batch[key].shape == (count, 1, size, size) and batch[key].dtype == torch.uint8, key
     assert (
         len(batch["polygons"])
         == len(batch["ignore"])

@@ -14,7 +14,6 @@ from PIL import Image
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
 from ocr.data.images import ImageReadError, orientation_matrix
-from ocr.data.transforms import denormalize
 from ocr.geometry import apply_matrix, to_input, to_original
 from ocr.utils import hardware
 from tests.helpers.receipt_fixtures import (
@@ -63,9 +62,9 @@ def test_sample_contract_and_scan_counts(tmp_path: Path) -> None:
     dataset = _dataset(make_root(tmp_path))
     assert len(dataset) == 3
     sample = dataset[0]
-    assert sample["image"].shape == (3, 64, 64) and sample["image"].dtype == torch.float32
+    assert sample["image"].shape == (3, 64, 64) and sample["image"].dtype == torch.uint8
     for key in ("prob_map", "prob_mask", "thresh_map", "thresh_mask"):
-        assert sample[key].shape == (1, 64, 64) and sample[key].dtype == torch.float32, key
+        assert sample[key].shape == (1, 64, 64) and sample[key].dtype == torch.uint8, key
     # the two-point polygon is removed and counted; the don't-care word is kept with ignore=True
     assert sample["ignore"] == [False, True] and sample["texts"] == ["TOTAL", "###"]
     assert sample["sanitation"] == {"too_few_points": 1}
@@ -100,7 +99,7 @@ def test_exif_round_trip_within_one_pixel(tmp_path: Path, orientation: int, exif
     assert (geometry.orig_width, geometry.orig_height) == ((64, 96) if orientation >= 5 else (96, 64))
     np.testing.assert_allclose(sample["polygons"][0], upright, atol=1e-3)
     centre_px = to_input([upright.mean(axis=0, keepdims=True)], geometry)[0][0]
-    pixel = denormalize(sample["image"], MEAN, STD)[int(centre_px[1]), int(centre_px[0])]
+    pixel = sample["image"].permute(1, 2, 0).numpy()[int(centre_px[1]), int(centre_px[0])]
     assert pixel[0] > 180 and pixel[1] < 90, f"block colour expected at the mapped centre, got {pixel}"
     back = to_original([_prob_centroid(sample)], geometry)[0][0]
     np.testing.assert_allclose(back, upright.mean(axis=0), atol=1.0)

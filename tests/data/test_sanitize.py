@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from shapely.geometry import Polygon as ShapelyPolygon
 
-from ocr.data.sanitize import REASONS, merge_counts, sanitize_polygons
+from ocr.data.sanitize import REASONS, _clean_safe, merge_counts, sanitize_polygons
 from tests.helpers.db_reference import rotated_box
 
 W, H = 100, 80
@@ -176,3 +178,20 @@ def test_merge_counts_sums_and_drops_zeros():
         "none": 3,
         "too_small": 3,
     }
+
+
+def test_the_vectorised_paths_agree_with_the_per_polygon_one():
+    """Quads inside, across and outside a crop (as a training crop sees them): same result as shapely's."""
+    rng = np.random.default_rng(0)
+    centres = rng.uniform(-150, 250, (300, 1, 2))
+    quads = centres + rng.uniform(-30, 30, (300, 4, 2))
+    quads[::7] = centres[::7] + np.array([[0, 0], [40, 0], [40, 10], [0, 10]])  # convex, some outside
+    quads[::11] = [[-50, 0], [-50, 10], [-50, 20], [-50, 30]]  # zero area, outside
+    kept, _, counts = sanitize_polygons(list(quads), [False] * len(quads), W, H)
+    expected = [_clean_safe(q, float(W), float(H), 1.0) for q in quads]
+    expected_kept = [p for p, _ in expected if p is not None]
+    assert len(kept) == len(expected_kept)
+    for got, want in zip(kept, expected_kept, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert counts == merge_counts(dict(Counter(r for _, r in expected if r is not None)))
+    assert counts["out_of_image"] > 50

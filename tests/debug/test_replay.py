@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from ocr.debug.oom_probe import random_batch
 from ocr.debug.replay import EXIT_CLEAN, EXIT_REPRODUCED, EXIT_UNUSABLE, main
+from ocr.types import TARGET_KEYS, BatchCoding
 from ocr.utils.runner import compose_config
 
 
@@ -44,6 +45,21 @@ def _bundle(
 
 def test_clean_batch_does_not_reproduce(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(_bundle(tmp_path))]) == EXIT_CLEAN
+    assert "NOT REPRODUCED" in capsys.readouterr().out
+
+
+def test_a_compact_batch_is_decoded_as_the_module_decodes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crash = _bundle(tmp_path)
+    compact = {
+        "images": torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8),
+        **{key: torch.zeros(2, 1, 64, 64, dtype=torch.uint8) for key in TARGET_KEYS},
+        "image_id": ["a", "b"],
+        "coding": BatchCoding((0.485, 0.456, 0.406), (0.229, 0.224, 0.225), 0.3, 0.7),
+    }
+    torch.save(compact, crash / "batch.pt")
+    assert main([str(crash)]) == EXIT_CLEAN
     assert "NOT REPRODUCED" in capsys.readouterr().out
 
 

@@ -2,16 +2,22 @@ from __future__ import annotations
 
 import functools
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from ocr.data.collate import collate_batch
+from ocr.data.dataset import ReceiptDataset
 from ocr.geometry import letterbox_geometry
 from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.detection_module import DetectionModule
 from ocr.types import BATCH_TENSOR_KEYS, TARGET_KEYS
 from ocr.utils.runner import compose_config
+from tests.helpers.receipt_fixtures import TARGETS, make_root, train_transform
+
+IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
 
 
 def _module(compile: bool = False) -> DetectionModule:
@@ -58,6 +64,51 @@ def test_only_tensors_move_and_the_cpu_batch_is_kept() -> None:
     assert all(moved[k].device.type == "meta" for k in BATCH_TENSOR_KEYS)
     assert moved["geometry"] is batch["geometry"] and module.last_cpu_batch is batch
     assert batch["images"].device.type == "cpu"
+
+
+def _compact_batch(root: Path, crop: int = 64) -> dict:
+    """A collated batch of two augmented block-image crops, as the train loader yields it."""
+    dataset = ReceiptDataset(
+        root=root,
+        split="train",
+        transform=train_transform(crop, **IMAGENET),
+        exif_mode="rotated",
+        on_missing_image="fail",
+        min_polygon_size=1.0,
+        targets=TARGETS,
+        cache_dir=None,
+    )
+    return collate_batch([dataset[0], dataset[1]])  # type: ignore[return-value]
+
+
+def test_the_device_side_decoding_gives_the_former_network_input(tmp_path: Path) -> None:
+    module = _module()
+    batch = _compact_batch(make_root(tmp_path, num_images=2))
+    moved = module.transfer_batch_to_device(module.on_before_batch_transfer(batch, 0), torch.device("cpu"), 0)
+    decoded = module.on_after_batch_transfer(moved, 0)
+    # the worker-side formula of the float32 batches, as it was written
+    mean, std = np.asarray(IMAGENET["mean"], np.float32), np.asarray(IMAGENET["std"], np.float32)
+    hwc = batch["images"].permute(0, 2, 3, 1).numpy()
+    expected = torch.from_numpy(((hwc.astype(np.float32) / 255.0 - mean) / std).transpose(0, 3, 1, 2))
+    torch.testing.assert_close(decoded["images"], expected, rtol=1e-6, atol=1e-6)
+    assert all(decoded[k].dtype == torch.float32 for k in BATCH_TENSOR_KEYS)
+    assert module.last_cpu_batch is batch and batch["images"].dtype == torch.uint8
+
+
+def test_training_on_compact_batches_converges(tmp_path: Path) -> None:
+    """Overfitting one augmented batch through the decode hook: the loss falls well below its start."""
+    module = _module().train()
+    compact = _compact_batch(make_root(tmp_path, num_images=2))
+    optimizer = torch.optim.AdamW(module.parameters(), lr=3e-3)
+    losses = []
+    for step in range(30):
+        batch = module.on_after_batch_transfer(compact, 0)
+        loss = module.training_step(batch, step)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    assert np.mean(losses[-5:]) < 0.7 * losses[0], losses
 
 
 def test_validation_step_feeds_the_metric() -> None:

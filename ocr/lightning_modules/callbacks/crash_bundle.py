@@ -1,8 +1,9 @@
 """Crash bundle: on any exception, write what is needed to understand and replay the failure.
 
 ``<run dir>/crash/`` gets ``batch.pt`` (the last batch exactly as it was on the CPU, before the device
-transfer), ``config.yaml``, ``environment.json``, ``traceback.txt``, ``state.json`` (step, epoch, exception,
-last good checkpoint) and ``rng.pt``; on a CUDA out-of-memory error also ``memory.txt`` with
+transfer: compact tensors and the ``BatchCoding`` that decodes them, see ``ocr.data.coding``),
+``config.yaml``, ``environment.json``, ``traceback.txt``, ``state.json`` (step, epoch, exception, last
+good checkpoint) and ``rng.pt``; on a CUDA out-of-memory error also ``memory.txt`` with
 ``torch.cuda.memory_summary()`` and a suggestion. Nothing is copied back from the GPU: after an
 asynchronous CUDA fault the context is poisoned and even ``.cpu()`` fails.
 """
