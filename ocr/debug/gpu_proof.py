@@ -434,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(steps) - set(STEPS))
     if unknown:
         parser.error(f"--steps: unknown {unknown}; expected a subset of {list(STEPS)}")
+    for option, value in (("--train-minutes", args.train_minutes), ("--fp32-minutes", args.fp32_minutes)):
+        if not 1 <= value <= 10:  # issue 14: a training run of at most 10 minutes
+            parser.error(f"{option}: expected 1 to 10 minutes, got {value:g}")
     cuda = not args.cpu and _cuda_available()  # --cpu: this process never imports torch
     if not cuda and not args.cpu:
         _say(

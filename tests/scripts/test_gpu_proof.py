@@ -76,4 +76,12 @@ def test_a_spent_budget_fails_the_steps_it_leaves_out(tmp_path: Path) -> None:
     assert problems["doctor"][0] == "fail" and "left of the --budget-minutes budget" in problems["doctor"][1]
     assert problems["train_fp32"][0] == "fail"
     assert not (out.parent / "logs").exists()  # nothing was started
-    assert "(tiny, CPU) | fail |" in (out.parent / "summary.md").read_text()
+    summary = (out.parent / "summary.md").read_text()
+    assert "(tiny, CPU) | fail |" in summary and "it proves nothing about a GPU" in summary
+
+
+def test_a_training_budget_over_ten_minutes_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_proof.main(["--cpu", "--train-minutes", "12"])
+    assert exit_info.value.code == 2
+    assert "--train-minutes: expected 1 to 10 minutes, got 12" in capsys.readouterr().err
