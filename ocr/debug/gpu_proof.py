@@ -12,12 +12,18 @@ Runs, each in its own process, and checks what each left behind (``ocr.debug.gpu
 5. ``nan_loss``: ``+debug.inject=nan_loss``: ``NonFiniteLossError`` naming the step, ``nonfinite.json``,
    no CUDA fault.
 6. ``bad_index``: ``+debug.inject=bad_index``: a crash bundle, the device-side assert seen as a CUDA fault.
-7. ``train_bf16`` (``--train-minutes``, default 5) then ``runners/test.py`` on the test split in both
+7. ``benchmark``: ``scripts/benchmark_gpu.py``, the model ceiling against the real pipeline (fp32,
+   bf16 + channels_last, compile) in one process: every variant measured.
+8. ``train_bf16`` (``--train-minutes``, default 5) then ``runners/test.py`` on the test split in both
    CLEval modes; ``train_fp32`` (``--fp32-minutes``, default 2) and its two tests, to compare.
 
-Writes ``proof.json`` and ``proof.md`` (and every step's console log and run directory) into
-``<out>/<timestamp>/``. Exit status 0 when no step failed. ``--cpu`` (automatic without a CUDA GPU) runs
-the same steps at tiny sizes on synthetic data, with the sanitizer steps skipped, to test the script.
+The whole proof is bounded by ``--budget-minutes`` (default 19 on a GPU): each step's timeout is cut to
+the time left; the training runs' ``max_time`` is their minutes or, when less time is left, what remains
+after their start-up and tests, shared in the ratio of their minutes; a step with no time left fails as
+not run. Writes ``proof.json`` and ``summary.md`` (after every step, atomically; each step's exit status,
+figures and console log) into ``<out>/<timestamp>/``, with each step's run directory. Exit status 0 when
+no step failed. ``--cpu`` (automatic without a CUDA GPU) runs the same steps at tiny sizes on synthetic
+data, with the sanitizer steps skipped, to test the script.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -48,6 +55,7 @@ STEPS = (
     "proof_run",
     "nan_loss",
     "bad_index",
+    "benchmark",
     "train_bf16",
     "train_fp32",
 )
@@ -73,16 +81,27 @@ TINY_CPU_RUN = (
 )
 NAN_STEP = {"gpu": 3, "cpu": 1}
 TIMEOUT_S = 900
+GPU_BUDGET_MINUTES = 19.0  # issue 14: the proof finishes in under 20 minutes on one H100/H200
+MIN_STEP_S = 30.0  # a step started with less time left than this could not finish: not run
+# Time kept back from a training budget (max_time) for what follows it: the process start, the data scan
+# and the last checkpoint of a training run; one runners/test.py run on the test split.
+TRAIN_OVERHEAD_S = 60.0
+TEST_S = 60.0
 
 
 class Proof:
     """Runs the steps of one proof into ``out``; ``cuda`` picks the GPU or the tiny CPU variant."""
 
-    def __init__(self, out: Path, cuda: bool, data_root: Path, minutes: dict[str, float]) -> None:
+    def __init__(
+        self, out: Path, cuda: bool, data_root: Path, minutes: dict[str, float], deadline: float | None
+    ) -> None:
+        """``deadline``: ``time.monotonic()`` by which every step must have ended (None: no bound)."""
         self.out = out
         self.cuda = cuda
         self.data_root = data_root
         self.minutes = minutes
+        self.deadline = deadline
+        self.steps: list[str] = list(STEPS)  # the selected steps (run_proof sets them)
         python_path = os.environ.get("PYTHONPATH")
         self.env = {
             **os.environ,
@@ -99,26 +118,39 @@ class Proof:
             return ["hardware=h100_80gb", "data=receipts", f"data.root={self.data_root}"]
         return [*TINY_CPU_RUN, f"data.root={self.out / 'synthetic'}"]
 
-    def _run(self, name: str, argv: list[str], timeout_s: float, env: dict[str, str]) -> tuple[int, float]:
-        """Run ``argv`` in the repository, console to ``<out>/logs/<name>.log``: (exit status, seconds)."""
-        log_path = self.out / "logs" / f"{name}.log"
+    def time_left(self) -> float:
+        """Seconds left before the deadline (infinite without one)."""
+        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+
+    def _run(
+        self, name: str, argv: list[str], timeout_s: float, env: dict[str, str], log_path: Path
+    ) -> tuple[int, float]:
+        """Run ``argv`` in the repository, console to ``log_path``: (exit status, seconds)."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         _say(f"{name}: {' '.join(argv)}  (log: {log_path})")
         start = time.perf_counter()
         with log_path.open("w") as log_file:
+            # Its own process group: a timeout ends the step's DataLoader workers and the program under
+            # compute-sanitizer too, so nothing keeps the GPU busy into the next step.
+            process = subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env={**self.env, **env},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
-                code = subprocess.run(
-                    argv,
-                    cwd=REPO,
-                    env={**self.env, **env},
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    timeout=timeout_s,
-                    check=False,
-                ).returncode
+                code = process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
                 log_file.write(f"\n[gpu_proof] timed out after {timeout_s:.0f} s\n")
                 code = 124
+            except BaseException:  # Ctrl-C reaches only this process: the step's group is ended with it
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                raise
         return code, time.perf_counter() - start
 
     def step(
@@ -131,9 +163,18 @@ class Proof:
         timeout_s: float = TIMEOUT_S,
         env: dict[str, str] | None = None,
     ) -> StepResult:
-        """Run one step and judge it with ``check(exit status, where)``."""
-        code, seconds = self._run(name, argv, timeout_s, env or {})
+        """Run one step, its timeout cut to the time left, and judge it with ``check(exit status, where)``."""
+        left = self.time_left()
+        if left < MIN_STEP_S:
+            return self.out_of_time(name, title)
+        log_path = self.out / "logs" / f"{name}.log"
+        code, seconds = self._run(name, argv, min(timeout_s, left), env or {}, log_path)
         passed, details = check(code, where)
+        if code == 124:
+            details = {
+                **details,
+                "problem": f"timed out after {min(timeout_s, left):.0f} s (log: {log_path})",
+            }
         result = StepResult(
             name=name,
             title=title,
@@ -141,6 +182,7 @@ class Proof:
             seconds=round(seconds, 1),
             exit_code=code,
             run_dir=str(where),
+            log=str(log_path),
             command=" ".join(argv),
             details=details,
         )
@@ -156,6 +198,12 @@ class Proof:
             *self.data(),
             *overrides,
         ]
+
+    def out_of_time(self, name: str, title: str) -> StepResult:
+        """A step that cannot run in the time left: failed, as the proof is then incomplete."""
+        why = f"not run: {max(self.time_left(), 0):.0f} s left of the --budget-minutes budget"
+        _say(f"{name}: FAIL ({why})")
+        return StepResult(name=name, title=title, status="fail", details={"problem": why})
 
     def doctor(self) -> list[StepResult]:
         out = self.out / "doctor"
@@ -175,7 +223,7 @@ class Proof:
         def check(code: int, where: Path) -> tuple[bool, dict[str, Any]]:
             return checks.check_sanitizer(code, where, expect_errors=inject)
 
-        return [self.step(name, title, argv, out, check, timeout_s=1800, env=env)]
+        return [self.step(name, title, argv, out, check, timeout_s=600, env=env)]
 
     def proof_run(self) -> list[StepResult]:
         run = self.out / "proof_run"
@@ -226,25 +274,55 @@ class Proof:
 
         return [self.step(kind, f"+debug.inject={kind}", self.train_argv(run, overrides), run, check)]
 
+    def benchmark(self) -> list[StepResult]:
+        out = self.out / "benchmark"
+        report = out / "benchmark_gpu.json"
+        argv = [sys.executable, "scripts/benchmark_gpu.py", "--json", str(report)]
+        if self.cuda:
+            argv += ["--device", "cuda", "--data-root", str(self.data_root)]
+        else:
+            argv += ["--device", "cpu", "--data", "synthetic", "--data-root", str(self.out / "synthetic")]
+            argv += ["--size", "64", "--batch", "2", "--steps", "2", "--warmup", "1", "--workers", "0"]
+            argv += list(TINY_CPU_RUN)
+
+        def check(code: int, where: Path) -> tuple[bool, dict[str, Any]]:
+            return checks.check_benchmark(code, where / report.name, cuda=self.cuda)
+
+        title = "benchmark_gpu.py: ceiling vs pipeline" + ("" if self.cuda else " (tiny, CPU)")
+        return [self.step("benchmark", title, argv, out, check, timeout_s=600)]
+
+    def training_seconds(self, name: str) -> float:
+        """The ``max_time`` of training run ``name``: its ``--*-minutes``, or less when the time left minus
+        the runs' overheads and tests is shorter; then the training runs still to come share what is
+        left in the ratio of their minutes (the bf16 run before the fp32 one)."""
+        pending = [name] + (["train_fp32"] if name == "train_bf16" and "train_fp32" in self.steps else [])
+        available = self.time_left() - len(pending) * (TRAIN_OVERHEAD_S + 2 * TEST_S)
+        share = self.minutes[name] / sum(self.minutes[n] for n in pending)
+        return min(self.minutes[name] * 60, available * share)
+
     def train_and_test(self, name: str, precision: str) -> list[StepResult]:
         run = self.out / name
-        minutes = self.minutes[name]
         if self.cuda:
+            seconds = self.training_seconds(name)
+            if seconds < 60:
+                results = [self.out_of_time(name, f"train {precision}")]
+                return results + [
+                    _skipped(f"{name}_test_{mode}", f"test split, CLEval {mode}", f"{name} did not run")
+                    for mode in ("competition", "upstream")
+                ]
             budget = [
                 "experiment=receipts_r18",
-                f"+trainer.max_time=00:00:{int(minutes):02d}:{int(minutes * 60) % 60:02d}",
+                f"+trainer.max_time=00:00:{int(seconds) // 60:02d}:{int(seconds) % 60:02d}",
             ]
         else:
             budget = ["trainer.max_steps=4", "trainer.max_epochs=-1", "trainer.check_val_every_n_epoch=1"]
         overrides = [*budget, f"trainer.precision={precision}", "test_after_fit=false"]
-        title = f"train {precision}, {minutes:g} min" if self.cuda else f"train {precision} (tiny, CPU)"
+        if self.cuda:
+            title, timeout_s = f"train {precision}, {seconds / 60:.1f} min", seconds + 2 * TRAIN_OVERHEAD_S
+        else:
+            title, timeout_s = f"train {precision} (tiny, CPU)", TIMEOUT_S
         trained = self.step(
-            name,
-            title,
-            self.train_argv(run, overrides),
-            run,
-            checks.check_train,
-            timeout_s=minutes * 60 + 900,
+            name, title, self.train_argv(run, overrides), run, checks.check_train, timeout_s=timeout_s
         )
         results = [trained]
         for mode in ("competition", "upstream"):
@@ -305,8 +383,10 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def run_proof(proof: Proof, steps: list[str]) -> list[StepResult]:
-    """Run the selected steps in the documented order."""
+def run_proof(
+    proof: Proof, steps: list[str], on_step: Callable[[list[StepResult]], object]
+) -> list[StepResult]:
+    """Run the selected steps in the documented order; ``on_step(results so far)`` after each."""
     plan: dict[str, Callable[[], list[StepResult]]] = {
         "doctor": proof.doctor,
         "sanitizer_memcheck": lambda: proof.sanitizer("sanitizer_memcheck", inject=False),
@@ -314,13 +394,16 @@ def run_proof(proof: Proof, steps: list[str]) -> list[StepResult]:
         "proof_run": proof.proof_run,
         "nan_loss": lambda: proof.injected("nan_loss"),
         "bad_index": lambda: proof.injected("bad_index"),
+        "benchmark": proof.benchmark,
         "train_bf16": lambda: proof.train_and_test("train_bf16", "bf16-mixed"),
         "train_fp32": lambda: proof.train_and_test("train_fp32", "32-true"),
     }
+    proof.steps = list(steps)
     results: list[StepResult] = []
     for name in STEPS:
         if name in steps:
             results += plan[name]()
+            on_step(results)
     return results
 
 
@@ -339,11 +422,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="receipts root (images/, jsons/)")
     parser.add_argument("--train-minutes", type=float, default=5.0, help="bf16 receipts training budget")
     parser.add_argument("--fp32-minutes", type=float, default=2.0, help="fp32 receipts training budget")
+    parser.add_argument(
+        "--budget-minutes",
+        type=float,
+        default=None,
+        help=f"bound on the whole proof (default: {GPU_BUDGET_MINUTES:g} on a GPU, none with --cpu)",
+    )
     args = parser.parse_args(argv)
+    started_s = time.monotonic()
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     unknown = sorted(set(steps) - set(STEPS))
     if unknown:
         parser.error(f"--steps: unknown {unknown}; expected a subset of {list(STEPS)}")
+    for option, value in (("--train-minutes", args.train_minutes), ("--fp32-minutes", args.fp32_minutes)):
+        if not 1 <= value <= 10:  # issue 14: a training run of at most 10 minutes
+            parser.error(f"{option}: expected 1 to 10 minutes, got {value:g}")
     cuda = not args.cpu and _cuda_available()  # --cpu: this process never imports torch
     if not cuda and not args.cpu:
         _say(
@@ -355,25 +448,38 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d_%H-%M-%S")
     out = args.out / started
     out.mkdir(parents=True, exist_ok=True)
-    proof = Proof(
-        out, cuda, args.data.resolve(), {"train_bf16": args.train_minutes, "train_fp32": args.fp32_minutes}
+    budget = (
+        args.budget_minutes if args.budget_minutes is not None else (GPU_BUDGET_MINUTES if cuda else None)
     )
-    _say(f"output: {out}")
-    results = run_proof(proof, steps)
-    verdict = "fail" if any(r.status == "fail" for r in results) else "pass"
-    report = {
+    minutes = {"train_bf16": args.train_minutes, "train_fp32": args.fp32_minutes}
+    deadline = None if budget is None else started_s + budget * 60
+    proof = Proof(out, cuda, args.data.resolve(), minutes, deadline)
+    _say(f"output: {out}" + ("" if budget is None else f"; time budget {budget:g} min"))
+    header = {
         "started": started,
-        "finished": datetime.now(timezone.utc).strftime("%Y-%m-%d_%H-%M-%S"),
         "mode": "gpu" if cuda else "cpu",
         "machine": _machine(cuda),
         "command": " ".join(["scripts/gpu_proof.sh", *(argv if argv is not None else sys.argv[1:])]),
-        "verdict": verdict,
-        "not_included": "scripts/benchmark_gpu.py (issue 14 item 5) does not exist yet",
-        "steps": [r.to_dict() for r in results],
+        "budget_minutes": budget,
     }
-    atomic_write_json(out / "proof.json", report)
-    atomic_write_text(out / "proof.md", checks.markdown_summary(report))
-    _say(f"{verdict.upper()}: {out / 'proof.md'}")
+
+    def write(results: list[StepResult], finished: bool) -> str:
+        """proof.json and summary.md of the steps so far (verdict ``running`` until the last step)."""
+        verdict = "fail" if any(r.status == "fail" for r in results) else "pass"
+        report = {
+            **header,
+            "finished": datetime.now(timezone.utc).strftime("%Y-%m-%d_%H-%M-%S") if finished else None,
+            "verdict": verdict if finished else "running",
+            "minutes": round((time.monotonic() - started_s) / 60, 1),
+            "steps": [r.to_dict() for r in results],
+        }
+        atomic_write_json(out / "proof.json", report)
+        atomic_write_text(out / "summary.md", checks.markdown_summary(report))
+        return verdict
+
+    # Written after every step, so a proof stopped half-way still leaves what it found.
+    verdict = write(run_proof(proof, steps, on_step=lambda results: write(results, finished=False)), True)
+    _say(f"{verdict.upper()}: {out / 'summary.md'}")
     return 0 if verdict == "pass" else 1
 
 

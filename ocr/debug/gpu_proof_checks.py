@@ -16,6 +16,7 @@ from ocr.debug.sanitizer import EXIT_NOT_FOUND, HOW_TO_GET, summarize_report
 __all__ = [
     "StepResult",
     "check_bad_index",
+    "check_benchmark",
     "check_doctor",
     "check_nan_loss",
     "check_proof_run",
@@ -31,7 +32,8 @@ Status = Literal["pass", "fail", "skipped"]
 
 @dataclass
 class StepResult:
-    """One step of the proof: ``status``, wall time, exit code, where it wrote, what it found."""
+    """One step of the proof: ``status``, wall time, exit code, where it wrote, its console log, what it
+    found."""
 
     name: str
     title: str
@@ -39,6 +41,7 @@ class StepResult:
     seconds: float = 0.0
     exit_code: int | None = None
     run_dir: str | None = None
+    log: str | None = None
     command: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -146,6 +149,34 @@ def check_bad_index(exit_code: int, run: Path, cuda: bool) -> tuple[bool, dict[s
     return exit_code != 0 and batch_saved and fault_seen, details
 
 
+def check_benchmark(exit_code: int, report_path: Path, cuda: bool) -> tuple[bool, dict[str, Any]]:
+    """``scripts/benchmark_gpu.py`` measured a positive ceiling, pipeline and ratio for every variant (on
+    the CPU a variant may be skipped, with its reason); whether a ratio meets the goal is reported, not
+    judged: it measures the data pipeline, not a fault."""
+    report = _json(report_path)
+    if report is None:
+        return False, {"problem": f"no benchmark report at {report_path}"}
+    details: dict[str, Any] = {}
+    measured = []
+    for row in report["variants"]:
+        if row["skipped"]:
+            details[row["variant"]] = f"skipped: {row['skipped']}"
+            continue
+        ok = min(row["ceiling_img_s"], row["pipeline_img_s"], row["ratio"]) > 0
+        measured.append(ok)
+        details[row["variant"]] = (
+            f"ceiling {row['ceiling_img_s']:.1f} img/s, pipeline {row['pipeline_img_s']:.1f} img/s, "
+            f"ratio {row['ratio']:.2f}"
+        )
+    below = [
+        r["variant"] for r in report["variants"] if not r["skipped"] and r["ratio"] < report["goal_ratio"]
+    ]
+    details["goal"] = f"ratio >= {report['goal_ratio']}: " + (f"not met by {below}" if below else "met")
+    details["report"] = str(report_path)
+    complete = all(measured) and (len(measured) == len(report["variants"]) or not cuda)
+    return exit_code == 0 and bool(measured) and complete, details
+
+
 def check_train(exit_code: int, run: Path) -> tuple[bool, dict[str, Any]]:
     """The training run finished (``.SUCCESS``) and kept a best checkpoint."""
     report = _json(run / "metrics.json") or {}
@@ -183,13 +214,26 @@ def markdown_summary(report: dict[str, Any]) -> str:
         "",
         f"Machine: {report['machine']}",
         f"Command: `{report['command']}`",
+        f"Time: {report['minutes']:g} min"
+        + ("" if report["budget_minutes"] is None else f" of a {report['budget_minutes']:g}-minute budget"),
         "",
-        "| step | status | time (s) | figures |",
-        "| --- | --- | ---: | --- |",
+    ]
+    if report["mode"] == "cpu":
+        lines += [
+            "No CUDA GPU (or `--cpu`): the sanitizer steps were skipped and the others ran at tiny sizes on "
+            "synthetic data. This tests the script; it proves nothing about a GPU.",
+            "",
+        ]
+    lines += [
+        "| step | status | exit | time (s) | figures | log |",
+        "| --- | --- | ---: | ---: | --- | --- |",
     ]
     for step in report["steps"]:
+        code = "" if step["exit_code"] is None else step["exit_code"]
+        log = f"`{step['log']}`" if step["log"] else ""
         lines.append(
-            f"| {step['title']} | {step['status']} | {step['seconds']:.0f} | {figures(step['details'])} |"
+            f"| {step['title']} | {step['status']} | {code} | {step['seconds']:.0f} "
+            f"| {figures(step['details'])} | {log} |"
         )
     for step in report["steps"]:
         extra = {k: step["details"][k] for k in ("recompile_reasons", "not_ok") if step["details"].get(k)}

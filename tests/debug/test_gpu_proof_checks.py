@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ocr.debug.gpu_proof_checks import (
     check_bad_index,
+    check_benchmark,
     check_nan_loss,
     check_proof_run,
     check_sanitizer,
@@ -83,6 +84,7 @@ def test_summary_lists_every_step_and_the_failures(tmp_path: Path) -> None:
         "seconds": 3.0,
         "command": "c",
         "exit_code": 1,
+        "log": "out/logs/t.log",
         "details": details,
     }
     report = {
@@ -91,7 +93,34 @@ def test_summary_lists_every_step_and_the_failures(tmp_path: Path) -> None:
         "verdict": "fail",
         "machine": "m",
         "command": "c",
+        "minutes": 18.5,
+        "budget_minutes": 19.0,
         "steps": [step],
     }
     text = markdown_summary(report)
-    assert "| t | fail | 3 | hmean: 0.97; precision: 0.98; recall: 0.96 |" in text and "## t" in text
+    row = "| t | fail | 1 | 3 | hmean: 0.97; precision: 0.98; recall: 0.96 | `out/logs/t.log` |"
+    assert row in text and "## t" in text and "Time: 18.5 min of a 19-minute budget" in text
+
+
+def _benchmark_report(path: Path, pipeline: float, skipped: str | None = None) -> Path:
+    rows = [{"variant": "fp32", "skipped": None, "ceiling_img_s": 150.0, "pipeline_img_s": pipeline}]
+    rows[0]["ratio"] = pipeline / 150.0
+    rows.append({"variant": "compile", "skipped": skipped, "ceiling_img_s": 657.0, "pipeline_img_s": 600.0})
+    rows[1]["ratio"] = 600.0 / 657.0
+    _write(path, {"goal_ratio": 0.95, "variants": rows})
+    return path
+
+
+def test_benchmark_verdict_needs_every_variant_on_cuda_and_reports_the_goal(tmp_path: Path) -> None:
+    report = _benchmark_report(tmp_path / "b.json", pipeline=148.0)
+    passed, details = check_benchmark(0, report, cuda=True)
+    assert passed and details["fp32"] == "ceiling 150.0 img/s, pipeline 148.0 img/s, ratio 0.99"
+    assert details["goal"] == "ratio >= 0.95: not met by ['compile']"  # reported, not a failure
+    assert not check_benchmark(1, report, cuda=True)[0]
+    skipped = _benchmark_report(tmp_path / "s.json", pipeline=148.0, skipped="no compiler")
+    assert not check_benchmark(0, skipped, cuda=True)[0]  # on a GPU every variant must be measured
+    passed, details = check_benchmark(0, skipped, cuda=False)
+    assert passed and details["compile"] == "skipped: no compiler" and details["goal"].endswith("met")
+    assert not check_benchmark(0, _benchmark_report(tmp_path / "z.json", pipeline=0.0), cuda=False)[0]
+    passed, details = check_benchmark(0, tmp_path / "missing.json", cuda=False)
+    assert not passed and "no benchmark report" in details["problem"]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.helpers.paths import REPO_ROOT
 
@@ -81,3 +84,50 @@ def test_benchmark_predict_times_both_backends_at_both_batch_sizes(
     for backend in ("torch", "onnx"):
         for batch in (2, 1):
             assert re.search(rf"^\| {backend} \| cpu \| {batch} \| 64 \| 2 \| [\d.]+ \|$", table, re.M), table
+
+
+@pytest.mark.slow  # over 20 s on 2 busy cores: two tiny trainings and a generated synthetic set
+def test_benchmark_gpu_measures_ceiling_and_pipeline_on_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ocr.lightning_modules.detection_module import DetectionModule
+
+    spec = importlib.util.spec_from_file_location("benchmark_gpu", REPO_ROOT / "scripts" / "benchmark_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    hook = DetectionModule.on_after_batch_transfer
+    moved: list[int] = []
+
+    def spy(self: DetectionModule, batch: dict, dataloader_idx: int) -> dict:
+        moved.append(batch["images"].shape[0])
+        return hook(self, batch, dataloader_idx)
+
+    monkeypatch.setattr(DetectionModule, "on_after_batch_transfer", spy)
+    report = module.main(
+        [
+            *("--device", "cpu", "--data", "synthetic", "--data-root", str(tmp_path / "data")),
+            *("--size", "64", "--batch", "2", "--steps", "3", "--warmup", "1", "--workers", "1"),
+            *("--json", str(tmp_path / "bench.json")),
+            "data.synthetic.num_train=4",
+            "data.synthetic.num_val=2",
+            "data.synthetic.num_test=2",
+            "data.synthetic.long_side=96",
+            "data.train_transform.train_long_side=96",
+            "data.targets.min_text_size=2",
+        ]
+    )
+    assert json.loads((tmp_path / "bench.json").read_text())["variants"] == report["variants"]
+    # 4 images in batches of 2: 2 steps per epoch, so 3 timed steps round up to 2 epochs (4 steps).
+    assert (report["steps_per_epoch"], report["warmup_steps"], report["steps"]) == (2, 2, 4)
+    rows = {row["variant"]: row for row in report["variants"]}
+    fp32 = rows["fp32"]
+    assert fp32["skipped"] is None and fp32["ceiling_img_s"] > 0 and fp32["pipeline_img_s"] > 0
+    assert fp32["ratio"] == pytest.approx(fp32["pipeline_img_s"] / fp32["ceiling_img_s"])
+    assert "CUDA only" in rows["compile"]["skipped"]
+    # The ceiling's batches (2: the first epoch) and every pipeline batch (6) went through the module's
+    # own hook; with bf16 measured on this CPU, its ceiling and pipeline did too.
+    assert moved == [2] * (8 if rows["bf16_cl"]["skipped"] else 16)
+    table = capsys.readouterr().out
+    assert "| variant | ceiling img/s | pipeline img/s | ratio |" in table
+    assert re.search(r"^\| fp32 \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", table, re.M), table
+    assert re.search(r"^\| compile \| skipped: torch\.compile is measured on CUDA only", table, re.M)

@@ -1,0 +1,317 @@
+"""Training throughput on one device, in ONE process: the model ceiling against the real pipeline.
+
+    python3 scripts/benchmark_gpu.py --device cuda --json outputs/benchmark_gpu.json   # PYTHONPATH=.
+    uv run python scripts/benchmark_gpu.py --device cpu --size 128 --batch 2 --steps 4 --variants fp32
+
+Variants: ``fp32``; ``bf16_cl`` (bf16 autocast + channels_last); ``compile`` (``bf16_cl`` + torch.compile).
+Each builds the module of configs/train.yaml through ``build_module`` (``data=receipts`` on ``--data-root``,
+``hardware=h100_80gb`` on CUDA, ``hardware=cpu`` on the CPU; trailing ``key=value`` arguments are Hydra
+overrides on top) and measures, on the same device:
+
+- ceiling: a few real batches are taken from the train loader once and moved to the device through the
+  module's own ``transfer_batch_to_device`` and ``on_after_batch_transfer`` (whatever the module does to a
+  batch on the device, the ceiling pays too); then forward + DBLoss + backward + optimizer step on them.
+- pipeline: a fresh module of the same config trained by the configured Lightning Trainer on the
+  datamodule's train loader (its workers, pinned memory, collate): no validation, no logger, none of the
+  run's callbacks.
+
+Warm-up and timed steps are whole epochs of the train loader (``--warmup`` and ``--steps`` are rounded up):
+the pipeline's clock starts and stops at an epoch's end, when no batch the workers queued ahead is left,
+so queued batches cannot flatter it, and each timed epoch pays its own loader restart as training does.
+Compilation happens in the warm-up. CUDA is synchronised before each clock read. Prints a Markdown table
+(variant, ceiling img/s, pipeline img/s, ratio); ``--json PATH`` writes the same figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import math
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from hydra.utils import instantiate
+from lightning import Callback, LightningModule, Trainer
+from omegaconf import DictConfig
+
+from ocr.data.datamodule import ReceiptDataModule
+from ocr.lightning_modules.build import build_module
+from ocr.lightning_modules.detection_module import DetectionModule
+from ocr.types import Batch
+from ocr.utils.hardware import autocast_dtype, cpu_has_native_bf16, cuda_has_native_bf16
+from ocr.utils.io import atomic_write_json
+from ocr.utils.runner import compose_config, quiet_third_party
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "sroie-compact"
+GOAL_RATIO = 0.95  # issue 14: the real pipeline at 95 % or more of the ceiling on a GPU
+CEILING_BATCHES = 4  # real batches kept on the device for the ceiling
+
+
+class Variant(NamedTuple):
+    name: str
+    precision: str
+    channels_last: bool
+    compile: bool
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("fp32", "32-true", channels_last=False, compile=False),
+        Variant("bf16_cl", "bf16-mixed", channels_last=True, compile=False),
+        Variant("compile", "bf16-mixed", channels_last=True, compile=True),
+    )
+}
+
+
+def skip_reason(variant: Variant, device: torch.device) -> str | None:
+    """Why ``variant`` is not measured on ``device`` (None: it is)."""
+    if variant.compile and device.type == "cpu":
+        return "torch.compile is measured on CUDA only (the CPU presets do not compile; it takes minutes)"
+    if variant.precision == "bf16-mixed":
+        if device.type == "cpu" and not cpu_has_native_bf16():
+            return "this CPU has no native bf16 (AVX512-BF16/AMX): emulated bf16 is slower than fp32"
+        if device.type == "cuda" and not cuda_has_native_bf16():
+            return "this GPU has no native bf16 (pre-Ampere)"
+    return None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def variant_config(args: argparse.Namespace, variant: Variant, work: Path) -> DictConfig:
+    """configs/train.yaml for ``variant`` with the benchmark's sizes; the variant's keys are applied last."""
+    workers = [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
+    overrides = [
+        "hardware=h100_80gb" if args.device == "cuda" else "hardware=cpu",
+        f"data={args.data}",
+        f"data.root={args.data_root}",
+        f"data.batch_size={args.batch}",
+        f"data.train_transform.crop_size={args.size}",
+        *(workers if args.workers is not None else []),
+        *args.overrides,
+        f"trainer.precision={variant.precision}",
+        f"module.channels_last={variant.channels_last}",
+        f"module.compile={variant.compile}",
+    ]
+    return compose_config("train", overrides, work)
+
+
+def time_ceiling(
+    module: DetectionModule,
+    cpu_batches: Sequence[Batch],
+    device: torch.device,
+    *,
+    precision: str,
+    steps: int,
+    warmup: int,
+) -> float:
+    """Images per second of forward + loss + backward + optimizer step on batches already on ``device``."""
+    module.to(device)
+    module.setup("fit")  # channels_last and compile, as Lightning does before training
+    module.train()
+    batches = [
+        module.on_after_batch_transfer(module.transfer_batch_to_device(b, device, 0), 0) for b in cpu_batches
+    ]
+    optimizer = module.optimizer_factory(params=module.parameters())
+    dtype = autocast_dtype(precision)
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+    def step(batch: Batch) -> None:
+        with autocast:
+            losses = module.loss(module(batch["images"]), batch)
+        losses["loss"].backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for index in range(warmup):
+        step(batches[index % len(batches)])
+    _sync(device)
+    start = time.perf_counter()
+    images = 0
+    for index in range(warmup, warmup + steps):
+        batch = batches[index % len(batches)]
+        step(batch)
+        images += batch["images"].shape[0]
+    _sync(device)
+    return images / (time.perf_counter() - start)
+
+
+class EpochClock(Callback):
+    """Images per second over the epochs after ``warmup_epochs``, clock read at epoch ends after a sync."""
+
+    def __init__(self, warmup_epochs: int, device: torch.device) -> None:
+        self.warmup_epochs = warmup_epochs
+        self.device = device
+        self.start: float | None = None
+        self.stop: float | None = None
+        self.images = 0
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Batch, batch_idx: int
+    ) -> None:
+        if trainer.current_epoch >= self.warmup_epochs:
+            self.images += batch["images"].shape[0]
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        _sync(self.device)
+        if trainer.current_epoch + 1 == self.warmup_epochs:
+            self.start = time.perf_counter()
+        self.stop = time.perf_counter()
+
+    @property
+    def rate(self) -> float:
+        if self.start is None or self.stop is None or self.stop <= self.start:
+            raise RuntimeError(
+                f"pipeline clock: expected timed epochs after {self.warmup_epochs} warm-up epoch(s), "
+                f"got start={self.start}, stop={self.stop}"
+            )
+        return self.images / (self.stop - self.start)
+
+
+def time_pipeline(
+    cfg: DictConfig, datamodule: ReceiptDataModule, device: torch.device, epochs: int, warmup_epochs: int
+) -> float:
+    """Images per second of ``trainer.fit`` over ``epochs`` epochs after ``warmup_epochs``."""
+    clock = EpochClock(warmup_epochs, device)
+    trainer = instantiate(
+        cfg.trainer,
+        callbacks=[clock],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        max_epochs=warmup_epochs + epochs,
+        max_steps=-1,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(build_module(cfg), datamodule=datamodule)
+    return clock.rate
+
+
+def machine(device: torch.device) -> str:
+    parts = [platform.platform(), f"{os.cpu_count()} logical CPUs", f"torch {torch.__version__}"]
+    if device.type == "cuda":
+        parts.append(torch.cuda.get_device_name(device))
+    return ", ".join(parts)
+
+
+def table_row(row: dict[str, Any]) -> str:
+    if row["skipped"]:
+        return f"| {row['variant']} | skipped: {row['skipped']} | | |"
+    figures = f"{row['ceiling_img_s']:.1f} | {row['pipeline_img_s']:.1f} | {row['ratio']:.2f}"
+    return f"| {row['variant']} | {figures} |"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"{report['machine']}; {report['data']}, batch {report['batch']}, {report['size']} px crops, "
+        f"{report['workers']} workers; {report['steps']} timed steps ({report['epochs']} epochs) after "
+        f"{report['warmup_steps']} warm-up steps",
+        "",
+        "| variant | ceiling img/s | pipeline img/s | ratio |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    lines += [table_row(row) for row in report["variants"]]
+    if report["device"] == "cuda":
+        lines += ["", f"Goal on a GPU: ratio >= {GOAL_RATIO} (pipeline at 95 % of the ceiling)."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark; prints the Markdown table and returns the report (also ``--json``)."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--data", choices=("receipts", "synthetic"), default="receipts", help="data config")
+    parser.add_argument(
+        "--data-root", type=Path, default=DEFAULT_DATA, help="receipts root (images/, jsons/)"
+    )
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--size", type=int, default=640, help="training crop size (px)")
+    parser.add_argument("--steps", type=int, default=100, help="timed steps, rounded up to whole epochs")
+    parser.add_argument("--warmup", type=int, default=5, help="warm-up steps, rounded up to whole epochs")
+    parser.add_argument("--workers", type=int, default=None, help="data.num_workers; default: the preset's")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown or not names:
+        parser.error(f"--variants: expected a subset of {list(VARIANTS)}, got {args.variants!r}")
+    if args.steps < 1 or args.warmup < 1:
+        parser.error(f"--steps and --warmup: expected >= 1, got {args.steps} and {args.warmup}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible (torch.cuda.is_available() is False)")
+    device = torch.device(args.device)
+
+    with tempfile.TemporaryDirectory(prefix="benchmark_gpu_") as tmp:
+        work = Path(tmp)
+        base = variant_config(args, VARIANTS["fp32"], work)
+        torch.backends.cudnn.benchmark = bool(base.trainer.benchmark)  # as the Trainer sets it
+        datamodule: ReceiptDataModule = instantiate(base.data)
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        per_epoch = len(datamodule.train_dataloader())
+        warmup_epochs, epochs = math.ceil(args.warmup / per_epoch), math.ceil(args.steps / per_epoch)
+        # Taken once; the loader and its workers end with the slice.
+        cpu_batches = list(itertools.islice(datamodule.train_dataloader(), min(CEILING_BATCHES, per_epoch)))
+        report: dict[str, Any] = {
+            "device": device.type,
+            "machine": machine(device),
+            "data": str(args.data_root) if args.data == "receipts" else "synthetic",
+            "batch": args.batch,
+            "size": args.size,
+            "workers": datamodule.num_workers,
+            "pin_memory": datamodule.pin_memory,
+            "steps_per_epoch": per_epoch,
+            "warmup_steps": warmup_epochs * per_epoch,
+            "steps": epochs * per_epoch,
+            "epochs": epochs,
+            "goal_ratio": GOAL_RATIO,
+            "variants": [],
+        }
+        for name in names:
+            variant = VARIANTS[name]
+            row: dict[str, Any] = {"variant": name, "skipped": skip_reason(variant, device)}
+            if not row["skipped"]:
+                cfg = variant_config(args, variant, work / name)
+                ceiling = time_ceiling(
+                    build_module(cfg),
+                    cpu_batches,
+                    device,
+                    precision=variant.precision,
+                    steps=report["steps"],
+                    warmup=report["warmup_steps"],
+                )
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                pipeline = time_pipeline(cfg, datamodule, device, epochs, warmup_epochs)
+                row.update(ceiling_img_s=ceiling, pipeline_img_s=pipeline, ratio=pipeline / ceiling)
+            report["variants"].append(row)
+            print(table_row(row), flush=True)  # each row as soon as it is measured
+    table = markdown(report)
+    print(table, flush=True)
+    if args.json is not None:
+        atomic_write_json(args.json, {**report, "table": table})
+    return report
+
+
+if __name__ == "__main__":
+    quiet_third_party()
+    main()
