@@ -49,11 +49,12 @@ def prob_cache_key(cfg: DictConfig) -> dict[str, Any]:
     split = str(cfg.data[f"{cfg.split}_split"])
     image_dir = Path(cfg.data.root) / "images" / split
     images = sorted(p for p in image_dir.rglob("*") if p.is_file()) if image_dir.is_dir() else []
+    stats = [(p.relative_to(image_dir), p.stat()) for p in images]
     return {
         "ckpt": _file_identity(ckpt),
         "root": str(Path(cfg.data.root).resolve()),
         "split": split,
-        "images": [[str(p.relative_to(image_dir)), p.stat().st_size, p.stat().st_mtime_ns] for p in images],
+        "images": [[str(name), stat.st_size, stat.st_mtime_ns] for name, stat in stats],
         "exif_mode": cfg.data.exif_mode,
         "eval_transform": OmegaConf.to_container(cfg.data.eval_transform, resolve=True),
         "precision": str(cfg.trainer.precision),
