@@ -126,6 +126,7 @@ class Sample(TypedDict):
     image_id: str  # file name relative to the split's image folder
     sanitation: dict[str, int]  # polygons removed/repaired by reason while building this sample
     coding: BatchCoding  # how the tensors above decode
+    photometric: Tensor | None  # (P,) float32 augmentation parameters (ocr.data.photometric); None in eval
 
 
 class Batch(TypedDict):
@@ -145,6 +146,7 @@ class Batch(TypedDict):
     image_id: list[str]
     sanitation: dict[str, int]  # summed over the batch; the module aggregates it per epoch
     coding: BatchCoding  # the samples' one coding
+    photometric: Tensor | None  # (B, P) float32, host-side; applied by decode_batch; None in eval
 
 
 class Prediction(TypedDict):

@@ -4,9 +4,10 @@ A 640 px sample leaves its worker as 2.87 MB instead of 11.5 MB: the image as ui
 {0, 1} maps as uint8 and the threshold map quantised to uint8 codes over ``[thresh_min, thresh_max]``
 (its values never leave that range; the largest error, half a step, is ``(thresh_max - thresh_min) / 510``,
 7.8e-4 for 0.3..0.7, well below what the masked L1 loss resolves; float16 would cost 3.28 MB). The
-conversion to float32 and the normalisation happen once, in :func:`decode_batch`, on whatever device the
-batch is on: the LightningModules call it in ``on_after_batch_transfer``, the ONNX parity check and the
-crash replay on the CPU batch.
+conversion to float32, the photometric augmentation of train batches (``ocr.data.photometric``) and the
+normalisation happen once, in :func:`decode_batch`, on whatever device the batch is on: the
+LightningModules call it in ``on_after_batch_transfer``, the ONNX parity check and the crash replay on
+the CPU batch.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
+from ocr.data.photometric import apply_photometric
 from ocr.types import TARGET_KEYS, Batch, BatchCoding, TargetKey
 
 __all__ = ["THRESH_LEVELS", "decode_batch", "encode_maps", "normalize_images"]
@@ -47,12 +49,21 @@ def normalize_images(images: Tensor, mean: Sequence[float], std: Sequence[float]
     Raises:
         TypeError: ``images`` is not uint8.
     """
+    return _standardize(_unit(images), mean, std)
+
+
+def _unit(images: Tensor) -> Tensor:
+    """(B, 3, H, W) uint8 -> float32 in [0, 1]; raises TypeError for any other dtype."""
     if images.dtype != torch.uint8:
         raise TypeError(
             f"images: expected (B, 3, H, W) uint8 RGB (the compact batch), got {tuple(images.shape)} "
             f"{images.dtype} on {images.device}"
         )
-    scaled = images.float() / 255.0  # (B, 3, H, W)
+    return images.float() / 255.0
+
+
+def _standardize(scaled: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
+    """(B, 3, H, W) float RGB in [0, 1] -> ``(scaled - mean) / std``."""
     # Python scalars, not tensors of mean/std: a host-to-device copy from pageable memory waits for the
     # stream, i.e. would sync every step on CUDA.
     channels = [(scaled[:, c] - m) / s for c, (m, s) in enumerate(zip(mean, std, strict=True))]
@@ -61,10 +72,15 @@ def normalize_images(images: Tensor, mean: Sequence[float], std: Sequence[float]
 
 def decode_batch(batch: Batch, *, channels_last: bool) -> Batch:
     """A new batch whose tensors are what the network and the loss read: float32 normalised images
-    (channels_last when asked) and float32 maps, on the device the compact tensors are on."""
+    (channels_last when asked; photometric augmentation first, for train batches) and float32 maps, on
+    the device the compact tensors are on."""
     coding = batch["coding"]
     decoded = Batch(**batch)
-    images = normalize_images(batch["images"], coding.mean, coding.std)  # (B, 3, H, W) float32
+    rows = batch.get("photometric")
+    if rows is None:
+        images = normalize_images(batch["images"], coding.mean, coding.std)  # (B, 3, H, W) float32
+    else:
+        images = _standardize(apply_photometric(_unit(batch["images"]), rows), coding.mean, coding.std)
     decoded["images"] = images.contiguous(memory_format=torch.channels_last) if channels_last else images
     step = (coding.thresh_max - coding.thresh_min) / THRESH_LEVELS
     decoded["thresh_map"] = batch["thresh_map"].float() * step + coding.thresh_min

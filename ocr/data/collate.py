@@ -14,7 +14,7 @@ __all__ = ["collate_batch"]
 
 def collate_batch(samples: Sequence[Sample]) -> Batch:
     """Stack the compact image and target tensors; keep polygons, flags, geometry and ids as per-sample
-    lists, and the samples' one ``BatchCoding``.
+    lists, the samples' one ``BatchCoding`` and their photometric rows (stacked, or None in eval).
 
     Raises:
         ValueError: no samples, samples whose tensor shapes differ, or samples with different codings
@@ -32,6 +32,12 @@ def collate_batch(samples: Sequence[Sample]) -> Batch:
         raise ValueError(
             f"collate_batch: samples must share one BatchCoding to decode as one batch, got {by_id}"
         )
+    rows = [s["photometric"] for s in samples]
+    if len({row is None for row in rows}) != 1:
+        flags = [(s["image_id"], s["photometric"] is not None) for s in samples]
+        raise ValueError(
+            f"collate_batch: either every sample has photometric parameters or none, got {flags}"
+        )
     stacked = {key: torch.stack([s[key] for s in samples]) for key in TARGET_KEYS}  # (B, 1, H, W)
     return Batch(
         images=torch.stack([s["image"] for s in samples]),  # (B, 3, H, W)
@@ -46,4 +52,5 @@ def collate_batch(samples: Sequence[Sample]) -> Batch:
         image_id=[s["image_id"] for s in samples],
         sanitation=merge_counts(*(s["sanitation"] for s in samples)),
         coding=samples[0]["coding"],
+        photometric=None if rows[0] is None else torch.stack(rows),  # type: ignore[arg-type]
     )

@@ -164,6 +164,7 @@ def build_sample(
         image_id=image_id,
         sanitation=dict(sanitation),
         coding=coding,
+        photometric=result.photometric,
     )
 
 
@@ -218,4 +219,5 @@ class ImageFolderDataset(Dataset[Sample]):
             image_id=name,
             sanitation={},
             coding=self.coding,
+            photometric=None,
         )

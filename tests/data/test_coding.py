@@ -11,6 +11,7 @@ import torch
 from ocr.data.coding import THRESH_LEVELS, decode_batch, encode_maps, normalize_images
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ReceiptDataset
+from ocr.data.photometric import apply_photometric
 from ocr.data.targets.db import make_db_targets
 from ocr.types import BATCH_TENSOR_KEYS, BatchCoding, TargetParams
 from tests.helpers.receipt_fixtures import TARGETS, make_root, train_transform
@@ -92,3 +93,20 @@ def test_a_640_px_training_sample_is_at_most_3_mb_on_the_wire(tmp_path: Path) ->
     per_sample = sum(batch[key].nbytes for key in BATCH_TENSOR_KEYS) / 2
     assert per_sample <= 3e6, per_sample
     assert batch["coding"] == BatchCoding(IMAGENET["mean"], IMAGENET["std"], 0.3, 0.7)
+    # the photometric rows (host-side, not among the tensors that travel) are what decode_batch applies
+    rows = batch["photometric"]
+    assert rows is not None and rows.shape[0] == 2 and rows.dtype == torch.float32
+    mean, std = (torch.tensor(IMAGENET[k]).view(1, 3, 1, 1) for k in ("mean", "std"))
+    expected = (apply_photometric(batch["images"].float() / 255.0, rows) - mean) / std
+    decoded = decode_batch(batch, channels_last=False)["images"]
+    torch.testing.assert_close(decoded, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_collate_refuses_a_mix_of_train_and_eval_samples(tmp_path: Path) -> None:
+    root = make_root(tmp_path, num_images=1)
+    common = {"root": root, "split": "train", "exif_mode": "rotated", "on_missing_image": "fail"}
+    common |= {"min_polygon_size": 1.0, "targets": TARGETS, "cache_dir": None}
+    train = ReceiptDataset(transform=train_transform(64, **IMAGENET), **common)[0]
+    evaluation = dict(train, photometric=None)
+    with pytest.raises(ValueError, match="photometric parameters or none"):
+        collate_batch([train, evaluation])  # type: ignore[list-item]

@@ -207,8 +207,9 @@ def test_eval_upscaled_edge_is_subpixel_exact() -> None:
 
 
 def test_downscaling_only_the_cropped_region_matches_resizing_the_whole_image() -> None:
-    """The crop's region is area-resized alone; the full-image resize then warp (the former path, rebuilt
-    from the same geometry) gives the same pixels up to resampling on a shifted grid."""
+    """The crop's region is area-averaged alone, by an integer factor, and the warp does the rest; the
+    former path (fractional INTER_AREA of the whole image, then the warp, rebuilt from the same geometry)
+    gives the same pixels up to the resampling filter, which shows only on a sharp edge."""
     rng = np.random.default_rng(0)
     image = cv2.GaussianBlur(rng.integers(0, 256, (900, 700, 3), dtype=np.uint8), (0, 0), 3.0)
     image[200:260, 100:600] = (20, 30, 200)  # a sharp edge
@@ -235,6 +236,7 @@ def test_downscaling_only_the_cropped_region_matches_resizing_the_whole_image() 
         )
         got = result.image.permute(1, 2, 0).numpy().astype(int)
         assert np.abs(got - former).mean() < 1.0
-        assert np.percentile(np.abs(got - former), 99) <= 20  # only the sharp edge differs this much
+        assert np.abs(got.mean((0, 1)) - former.mean((0, 1))).max() < 0.5  # same brightness per channel
+        assert np.percentile(np.abs(got - former), 99) <= 32  # only the sharp edge differs this much
         checked += 1
     assert checked >= 10

@@ -10,6 +10,7 @@ import torch
 
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ReceiptDataset
+from ocr.data.photometric import apply_photometric
 from ocr.geometry import letterbox_geometry
 from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.detection_module import DetectionModule
@@ -83,7 +84,10 @@ def _compact_batch(root: Path, crop: int = 64) -> dict:
 
 def test_the_device_side_decoding_gives_the_former_network_input(tmp_path: Path) -> None:
     module = _module()
-    batch = _compact_batch(make_root(tmp_path, num_images=2))
+    augmented = _compact_batch(make_root(tmp_path, num_images=2))
+    rows = augmented["photometric"]
+    assert rows is not None
+    batch = dict(augmented, photometric=None)  # as val/test batches: normalisation only
     moved = module.transfer_batch_to_device(module.on_before_batch_transfer(batch, 0), torch.device("cpu"), 0)
     decoded = module.on_after_batch_transfer(moved, 0)
     # the worker-side formula of the float32 batches, as it was written
@@ -93,6 +97,14 @@ def test_the_device_side_decoding_gives_the_former_network_input(tmp_path: Path)
     torch.testing.assert_close(decoded["images"], expected, rtol=1e-6, atol=1e-6)
     assert all(decoded[k].dtype == torch.float32 for k in BATCH_TENSOR_KEYS)
     assert module.last_cpu_batch is batch and batch["images"].dtype == torch.uint8
+    # a train batch: its photometric rows first (host-side, they do not travel), then the same formula
+    moved = module.transfer_batch_to_device(augmented, torch.device("cpu"), 0)  # type: ignore[arg-type]
+    assert moved["photometric"] is rows
+    pixels = apply_photometric(augmented["images"].float() / 255.0, rows).permute(0, 2, 3, 1).numpy()
+    expected = torch.from_numpy(((pixels - mean) / std).transpose(0, 3, 1, 2))
+    torch.testing.assert_close(
+        module.on_after_batch_transfer(moved, 0)["images"], expected, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_training_on_compact_batches_converges(tmp_path: Path) -> None:
