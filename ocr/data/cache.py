@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import logging
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ __all__ = ["ImageCache", "cache_fingerprint", "code_version"]
 log = logging.getLogger(__name__)
 
 _DATA_PACKAGE = Path(__file__).resolve().parent
+RESERVE_BYTES = 5 * 2**30  # the cache never leaves less than this free on its disk
 
 
 def cache_fingerprint(annotation_path: str | Path | None, transform_config: Mapping[str, Any]) -> str:
@@ -57,9 +59,13 @@ def code_version() -> str:
 class ImageCache:
     """Decoded+resized images as ``.npy`` files under ``directory/fingerprint[:16]/``."""
 
-    def __init__(self, directory: str | Path, fingerprint: str) -> None:
-        """Use the cache folder of ``fingerprint`` under ``directory`` (created on first save)."""
+    def __init__(self, directory: str | Path, fingerprint: str, reserve_bytes: int = RESERVE_BYTES) -> None:
+        """Use the cache folder of ``fingerprint`` under ``directory`` (created on first save); entries
+        that would leave less than ``reserve_bytes`` free on its disk are not written (counted in
+        ``skipped``, one warning): a large dataset fills the cache as far as the disk allows."""
         self.directory = Path(directory) / fingerprint[:16]
+        self.reserve_bytes = int(reserve_bytes)
+        self.skipped = 0
 
     def path(self, image_id: str, source: str | Path | None = None) -> Path:
         """File of an entry; ``source`` (the image file) adds its size and mtime to the key."""
@@ -81,6 +87,20 @@ class ImageCache:
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(image), allow_pickle=False)
         try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(self.directory).free
+            if free - buffer.tell() < self.reserve_bytes:
+                if not self.skipped:
+                    log.warning(
+                        "image cache: %s has %.1f GiB free, under the %.1f GiB reserve; images from %r on "
+                        "are decoded each time instead of cached",
+                        self.directory,
+                        free / 2**30,
+                        self.reserve_bytes / 2**30,
+                        image_id,
+                    )
+                self.skipped += 1
+                return
             atomic_write_bytes(self.path(image_id, source), buffer.getvalue())
         except OSError as exc:
             log.warning("image cache: could not write %r to %s (%s)", image_id, self.directory, exc)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -89,3 +90,14 @@ def test_corrupt_entry_is_a_miss_and_failed_write_does_not_raise(tmp_path, caplo
         "a", np.zeros((2, 2), np.uint8)
     )  # parent is a file: logged, not raised
     assert "image cache: could not write 'a'" in caplog.text
+
+
+def test_entries_that_would_eat_into_the_disk_reserve_are_skipped_and_counted(tmp_path, caplog):
+    cache = ImageCache(tmp_path, "f" * 64, reserve_bytes=shutil.disk_usage(tmp_path).free + 2**40)
+    for name in ("a", "b"):
+        cache.save(name, np.zeros((4, 4), np.uint8))
+    assert cache.skipped == 2 and cache.load("a") is None and not list(cache.directory.glob("*.npy"))
+    assert caplog.text.count("under the") == 1 and "images from 'a' on are decoded each time" in caplog.text
+    roomy = ImageCache(tmp_path, "f" * 64, reserve_bytes=0)
+    roomy.save("a", np.ones((4, 4), np.uint8))
+    assert roomy.skipped == 0 and roomy.load("a") is not None
