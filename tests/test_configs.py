@@ -119,15 +119,12 @@ def test_synthetic_pretrain_trains_at_receipt_scale_on_its_own_large_set(compose
     assert cfg.data.synthetic.num_train >= 1000 and cfg.data.synthetic.long_side == 1024
     assert cfg.data.root != default.data.root and "synthetic_pretrain_receipt_line" in cfg.data.root
     assert (cfg.data.synthetic.style, cfg.data.synthetic.granularity) == ("receipt", "line")
-    assert cfg.time_budget_minutes is None  # sized by steps, on a CPU too
     transform = cfg.data.train_transform
-    assert (transform.crop_size, transform.train_long_side, cfg.data.eval_transform.long_side) == (
-        640,
-        1024,
-        1024,
-    )
-    assert cfg.trainer.max_steps > 0 and cfg.trainer.val_check_interval > 0
-    assert cfg.trainer.check_val_every_n_epoch is None
+    assert (transform.train_long_side, cfg.data.eval_transform.long_side) == (1024, 1024)
+    assert cfg.trainer.max_steps > 0
+    # this machine has no GPU: the 60-minute CPU recipe, sized by its budget (on a GPU: steps)
+    assert (cfg.time_budget_minutes, transform.crop_size, cfg.data.synthetic.num_train) == (55, 320, 1200)
+    assert cfg.trainer.check_val_every_n_epoch == 2 and cfg.trainer.val_check_interval == 1.0
     assert cfg.callbacks.checkpoint.monitor == "val/hmean" and cfg.callbacks.checkpoint.mode == "max"
 
 
@@ -137,7 +134,8 @@ def test_receipts_finetune_needs_its_init_weights(compose: Compose) -> None:
         build_net_and_loss(cfg)
     assert isinstance(build_net_and_loss(cfg, weights_free=True)[0], DBNet)
     cfg = compose("train", ["experiment=receipts_finetune", "data.root=/receipts", "model.init_from=/p.ckpt"])
-    assert cfg.model.init_from == "/p.ckpt" and cfg.data.train_transform.crop_size == 640
+    assert cfg.model.init_from == "/p.ckpt" and cfg.data.train_transform.crop_size == 320  # CPU recipe
+    assert cfg.time_budget_minutes == 28
     assert cfg.optimizer.lr < compose("train", []).optimizer.lr
     assert cfg.data.eval_transform.long_side == 1024 and cfg.metric.mode == "competition"
     with pytest.raises(MissingMandatoryValue, match="data.root"):
