@@ -9,18 +9,10 @@ import pytest
 import torch
 
 from ocr.data.photometric import COLUMNS, PhotometricParams, apply_photometric
+from tests.helpers.receipt_fixtures import TRAIN_ARGS
 
-CONFIG = {
-    "brightness": 0.2,
-    "contrast": 0.2,
-    "saturation": 0.2,
-    "hue": 0.02,
-    "p_color": 0.5,
-    "blur_limit": (3, 5),
-    "p_blur": 0.1,
-    "noise_std_range": (0.01, 0.04),
-    "p_noise": 0.1,
-}
+PHOTOMETRIC_KEYS = ("brightness", "contrast", "saturation", "hue", "p_color", "blur_limit", "p_blur")
+CONFIG = {key: TRAIN_ARGS[key] for key in (*PHOTOMETRIC_KEYS, "noise_std_range", "p_noise")}
 
 
 def _image(seed: int = 0, size: int = 48) -> np.ndarray:
