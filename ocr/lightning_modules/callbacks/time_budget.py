@@ -5,7 +5,10 @@ A fixed step count takes 4 minutes on one CPU and 12 on another. With ``minutes`
 then sets ``max_steps`` to the most whole epochs that fit (capped by the configured ``max_steps``), the
 LR schedule's length to match and validation to the last epoch (and midway when that divides evenly), so
 that start-up, training, its validations and the test after fit end within ``minutes`` of the process
-start. The plan is saved in checkpoints: a resumed run keeps it instead of measuring again.
+start. Steps can slow down after that (a loaded machine, a VM's neighbours, slower data): at the end of
+every epoch the callback compares that epoch's step time and the last validation's measured time with the
+plan, and when the rest no longer fits it trains fewer epochs (never more), with a warning. The plan is
+saved in checkpoints: a resumed run keeps it instead of measuring again.
 """
 
 from __future__ import annotations
@@ -136,6 +139,10 @@ class TimeBudget(Callback):
         self._first_step: int | None = None
         self._timed_from: tuple[int, float] | None = None  # (steps done, perf_counter) where timing starts
         self._configured = (-1, 1)  # (optimizer steps, validation interval) as configured
+        self._images_per_batch = 1
+        self._epoch_steps: list[tuple[int, float]] = []  # this epoch's first and last (global step, time)
+        self._validation_started: float | None = None
+        self._validation_seconds: float | None = None  # the last validation's wall time
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.minutes is None:
@@ -152,29 +159,98 @@ class TimeBudget(Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if (
-            self.minutes is None
-            or self.plan is not None
-            or self._first_step is None
-            or self._timed_from is None
-        ):
+        if self.minutes is None:
+            return
+        if self.plan is not None:
+            mark = (trainer.global_step, time.perf_counter())
+            self._epoch_steps = [self._epoch_steps[0] if self._epoch_steps else mark, mark]
+            return
+        if self._first_step is None or self._timed_from is None:
             return
         done = trainer.global_step - self._first_step
         if done <= self.skip_steps:
             self._timed_from = (done, time.perf_counter())
         elif done - self._timed_from[0] >= self.measure_steps:
             seconds_per_step = (time.perf_counter() - self._timed_from[1]) / (done - self._timed_from[0])
-            plan = self._plan(trainer, self.minutes, seconds_per_step, batch)
+            self._images_per_batch = _images_in(batch)
+            plan = self._plan(trainer, self.minutes, seconds_per_step)
             self._apply(trainer, trainer.strategy.broadcast(plan, src=0))
 
-    def _plan(self, trainer: L.Trainer, minutes: float, seconds_per_step: float, batch: Any) -> BudgetPlan:
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validation_started = time.perf_counter()
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._validation_started is not None and not trainer.sanity_checking:
+            self._validation_seconds = time.perf_counter() - self._validation_started
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Re-plan from this epoch's step time (validation excluded): fewer epochs when the rest no
+        longer fits."""
+        marks, self._epoch_steps = self._epoch_steps, []
+        if self.minutes is None or self.plan is None or len(marks) < 2 or marks[1][0] <= marks[0][0]:
+            return
+        (first_step, first_time), (last_step, last_time) = marks
+        seconds_per_step = (last_time - first_time) / (last_step - first_step)
+        plan = trainer.strategy.broadcast(self._replan(trainer, seconds_per_step), src=0)
+        if plan.max_steps < self.plan.max_steps:
+            log.warning(
+                "time budget %.1f min: steps take %.2f s now (%.2f s when planned); training %d steps "
+                "instead of %d, validating every %d epochs, to end in time",
+                self.minutes,
+                seconds_per_step,
+                self.plan.seconds_per_step,
+                plan.max_steps,
+                self.plan.max_steps,
+                plan.val_every,
+            )
+            self.plan = plan
+            self._set(trainer, plan)
+
+    def _costs(self, trainer: L.Trainer, seconds_per_step: float) -> tuple[int, float, float, float]:
+        """Steps per epoch, seconds per validation (measured once one ran, else estimated), seconds after
+        fit (reserve and test) and seconds left in the budget."""
         steps_per_epoch = max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
-        images_per_step = _images_in(batch) * trainer.accumulate_grad_batches
+        images_per_step = self._images_per_batch * trainer.accumulate_grad_batches
         seconds_per_image = seconds_per_step / max(1, images_per_step)
-        val_images = _val_images(trainer)
-        seconds_per_validation = self.eval_cost * seconds_per_image * val_images
+        seconds_per_validation = (
+            self.eval_cost * seconds_per_image * _val_images(trainer)
+            if self._validation_seconds is None
+            else self._validation_seconds
+        )
         seconds_after_fit = self.reserve_seconds + (seconds_per_validation if self.test_after_fit else 0.0)
-        seconds_left = minutes * 60 - (time.time() - self._started)
+        seconds_left = (self.minutes or 0.0) * 60 - (time.time() - self._started)
+        return steps_per_epoch, seconds_per_validation, seconds_after_fit, seconds_left
+
+    def _replan(self, trainer: L.Trainer, seconds_per_step: float) -> BudgetPlan:
+        """The current plan while its rest fits at ``seconds_per_step``, else the most epochs that do."""
+        assert self.plan is not None
+        steps_per_epoch, seconds_per_validation, seconds_after_fit, seconds_left = self._costs(
+            trainer, seconds_per_step
+        )
+        steps_left = max(0, self.plan.max_steps - trainer.global_step)
+        validations = math.ceil(steps_left / steps_per_epoch / self.plan.val_every)
+        if (
+            steps_left * seconds_per_step + validations * seconds_per_validation + seconds_after_fit
+            <= seconds_left
+        ):
+            return self.plan
+        epochs, every, _ = plan_epochs(
+            seconds_left=seconds_left,
+            seconds_per_step=seconds_per_step,
+            steps_done=trainer.global_step,
+            steps_per_epoch=steps_per_epoch,
+            seconds_per_validation=seconds_per_validation,
+            seconds_after_fit=seconds_after_fit,
+            max_steps=self.plan.max_steps,
+            val_every=self.plan.val_every,
+        )
+        steps = min(epochs * steps_per_epoch, self.plan.max_steps)
+        return BudgetPlan(steps, val_every=every, seconds_per_step=seconds_per_step)
+
+    def _plan(self, trainer: L.Trainer, minutes: float, seconds_per_step: float) -> BudgetPlan:
+        steps_per_epoch, seconds_per_validation, seconds_after_fit, seconds_left = self._costs(
+            trainer, seconds_per_step
+        )
         max_steps, val_every = self._configured
         if max_steps >= 0:
             validations = max(1, max_steps // steps_per_epoch // val_every)
@@ -237,6 +313,9 @@ class TimeBudget(Callback):
         self.plan = plan
         if (plan.max_steps, plan.val_every) == self._configured:
             return  # the configured run fits: nothing changes, the schedule included
+        self._set(trainer, plan)
+
+    def _set(self, trainer: L.Trainer, plan: BudgetPlan) -> None:
         trainer.fit_loop.epoch_loop.max_steps = plan.max_steps
         trainer.check_val_every_n_epoch = plan.val_every
         if not resize_schedules([c.scheduler for c in trainer.lr_scheduler_configs], plan.max_steps):

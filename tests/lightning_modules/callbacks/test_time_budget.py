@@ -120,6 +120,30 @@ def test_budget_sets_steps_schedule_and_validation(tmp_path: Path, clock: Simple
     assert "training 16 of the configured 200 steps" in cut.getMessage()
 
 
+class _SlowingTiny(_ScheduledTiny):
+    """Steps take 1 s until 8 are done, then 6 s (a machine that got loaded after the plan)."""
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        if self.global_step >= 8:
+            self.clock.now += 5.0
+        return super().training_step(batch, batch_idx)
+
+
+def test_budget_trains_fewer_epochs_when_steps_slow_down(
+    tmp_path: Path, clock: SimpleNamespace, caplog
+) -> None:
+    # Planned at 1 s/step: 16 steps (as above). Epoch 3 runs at 6 s/step and ends at t = 33.2 s (two
+    # measured validations of 0.4 s): a fourth epoch (24 s + 0.4 s + the 20 s reserve) no longer fits.
+    callback = TimeBudget(minutes=1.0, test_after_fit=False, measure_steps=2, skip_steps=1)
+    with caplog.at_level(logging.WARNING, logger=time_budget.__name__):
+        trainer = _fit(tmp_path, callback, _SlowingTiny(clock))
+    assert trainer.global_step == 12 and callback.plan == BudgetPlan(12, val_every=1, seconds_per_step=6.0)
+    [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
+    assert factor.total_steps == 12  # the schedule ends with the run
+    assert clock.now < 60.0 - callback.reserve_seconds
+    assert "steps take 6.00 s now (1.00 s when planned); training 12 steps instead of 16" in caplog.text
+
+
 def test_budget_reserves_the_test_after_fit(tmp_path: Path, clock: SimpleNamespace) -> None:
     callback = TimeBudget(minutes=1.0, test_after_fit=True, measure_steps=2, skip_steps=1)
     trainer = _fit(tmp_path, callback, _ScheduledTiny(clock))
