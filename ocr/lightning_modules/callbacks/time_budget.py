@@ -224,50 +224,32 @@ class TimeBudget(Callback):
     def _replan(self, trainer: L.Trainer, seconds_per_step: float) -> BudgetPlan:
         """The current plan while its rest fits at ``seconds_per_step``, else the most epochs that do."""
         assert self.plan is not None
-        steps_per_epoch, seconds_per_validation, seconds_after_fit, seconds_left = self._costs(
-            trainer, seconds_per_step
-        )
-        steps_left = max(0, self.plan.max_steps - trainer.global_step)
-        validations = math.ceil(steps_left / steps_per_epoch / self.plan.val_every)
-        if (
-            steps_left * seconds_per_step + validations * seconds_per_validation + seconds_after_fit
-            <= seconds_left
-        ):
-            return self.plan
-        epochs, every, _ = plan_epochs(
-            seconds_left=seconds_left,
-            seconds_per_step=seconds_per_step,
-            steps_done=trainer.global_step,
-            steps_per_epoch=steps_per_epoch,
-            seconds_per_validation=seconds_per_validation,
-            seconds_after_fit=seconds_after_fit,
-            max_steps=self.plan.max_steps,
-            val_every=self.plan.val_every,
-        )
-        steps = min(epochs * steps_per_epoch, self.plan.max_steps)
-        return BudgetPlan(steps, val_every=every, seconds_per_step=seconds_per_step)
+        plan = self.plan
+        if self._rest_fits(trainer, seconds_per_step, plan.max_steps, plan.val_every)[0]:
+            return plan
+        return self._fit_epochs(trainer, seconds_per_step, plan.max_steps, plan.val_every)[0]
 
-    def _plan(self, trainer: L.Trainer, minutes: float, seconds_per_step: float) -> BudgetPlan:
+    def _rest_fits(
+        self, trainer: L.Trainer, seconds_per_step: float, max_steps: int, val_every: int
+    ) -> tuple[bool, float, float]:
+        """Whether training on to ``max_steps``, validating every ``val_every`` epochs, then the after-fit
+        work end in time; with that cost and the seconds left."""
         steps_per_epoch, seconds_per_validation, seconds_after_fit, seconds_left = self._costs(
             trainer, seconds_per_step
         )
-        max_steps, val_every = self._configured
-        if max_steps >= 0:
-            validations = max(1, max_steps // steps_per_epoch // val_every)
-            configured = (max_steps - trainer.global_step) * seconds_per_step + (
-                validations * seconds_per_validation + seconds_after_fit
-            )
-            if configured <= seconds_left:
-                log.info(
-                    "time budget %.1f min: %.2f s/step measured; the configured %d steps fit "
-                    "(about %.0f s of %.0f s left)",
-                    minutes,
-                    seconds_per_step,
-                    max_steps,
-                    configured,
-                    seconds_left,
-                )
-                return BudgetPlan(max_steps, val_every=val_every, seconds_per_step=seconds_per_step)
+        steps_left = max(0, max_steps - trainer.global_step)
+        validations = max(1, math.ceil(steps_left / steps_per_epoch / val_every))
+        cost = steps_left * seconds_per_step + validations * seconds_per_validation + seconds_after_fit
+        return cost <= seconds_left, cost, seconds_left
+
+    def _fit_epochs(
+        self, trainer: L.Trainer, seconds_per_step: float, max_steps: int, val_every: int
+    ) -> tuple[BudgetPlan, int, bool]:
+        """The most whole epochs that fit, at most ``max_steps`` steps (-1: no cap; a cap shorter than one
+        epoch stays as it is): the plan, its epochs and whether even one epoch fits."""
+        steps_per_epoch, seconds_per_validation, seconds_after_fit, seconds_left = self._costs(
+            trainer, seconds_per_step
+        )
         epochs, every, fits = plan_epochs(
             seconds_left=seconds_left,
             seconds_per_step=seconds_per_step,
@@ -278,9 +260,26 @@ class TimeBudget(Callback):
             max_steps=max_steps,
             val_every=val_every,
         )
-        # Never more than the configured steps (a max_steps shorter than one epoch stays as it is).
         steps = epochs * steps_per_epoch if max_steps < 0 else min(epochs * steps_per_epoch, max_steps)
-        plan = BudgetPlan(steps, val_every=every, seconds_per_step=seconds_per_step)
+        return BudgetPlan(steps, val_every=every, seconds_per_step=seconds_per_step), epochs, fits
+
+    def _plan(self, trainer: L.Trainer, minutes: float, seconds_per_step: float) -> BudgetPlan:
+        max_steps, val_every = self._configured
+        if max_steps >= 0:
+            fits, configured, seconds_left = self._rest_fits(trainer, seconds_per_step, max_steps, val_every)
+            if fits:
+                log.info(
+                    "time budget %.1f min: %.2f s/step measured; the configured %d steps fit "
+                    "(about %.0f s of %.0f s left)",
+                    minutes,
+                    seconds_per_step,
+                    max_steps,
+                    configured,
+                    seconds_left,
+                )
+                return BudgetPlan(max_steps, val_every=val_every, seconds_per_step=seconds_per_step)
+        plan, epochs, fits = self._fit_epochs(trainer, seconds_per_step, max_steps, val_every)
+        steps_per_epoch, seconds_per_validation, _, seconds_left = self._costs(trainer, seconds_per_step)
         log.info(
             "time budget %.1f min: %.2f s/step measured, %.0f s left; training %d steps (%d epochs), "
             "validating every %d epochs (about %.0f s each)",
@@ -289,7 +288,7 @@ class TimeBudget(Callback):
             seconds_left,
             plan.max_steps,
             epochs,
-            every,
+            plan.val_every,
             seconds_per_validation,
         )
         if 0 <= plan.max_steps < max_steps:
