@@ -19,14 +19,23 @@ import os
 import time
 from collections.abc import Sized
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from ocr.lightning_modules.schedule import resize_schedules
 
-__all__ = ["BudgetPlan", "TimeBudget", "plan_epochs", "process_started", "run_started"]
+__all__ = [
+    "BudgetPlan",
+    "Costs",
+    "TimeBudget",
+    "fit_epochs",
+    "plan_epochs",
+    "process_started",
+    "rest_cost",
+    "run_started",
+]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +105,46 @@ def plan_epochs(
     while epochs + 1 <= cap and cost(epochs + 1) <= seconds_left:
         epochs += 1
     return epochs, every(epochs), cost(epochs) <= seconds_left
+
+
+class Costs(NamedTuple):
+    """What the rest of a run costs, as the budget sees it at one moment."""
+
+    seconds_per_step: float
+    steps_done: int
+    steps_per_epoch: int
+    seconds_per_validation: float
+    seconds_after_fit: float  # the reserve, and the test after fit
+    seconds_left: float  # in the budget
+
+
+def rest_cost(costs: Costs, max_steps: int, val_every: int) -> float:
+    """Seconds to train on to ``max_steps`` validating every ``val_every`` epochs, then the after-fit work."""
+    steps_left = max(0, max_steps - costs.steps_done)
+    validations = max(1, math.ceil(steps_left / costs.steps_per_epoch / val_every))
+    return (
+        steps_left * costs.seconds_per_step
+        + validations * costs.seconds_per_validation
+        + costs.seconds_after_fit
+    )
+
+
+def fit_epochs(costs: Costs, max_steps: int, val_every: int) -> tuple[BudgetPlan, int, bool]:
+    """The most whole epochs that fit, at most ``max_steps`` steps (-1: no cap; a cap shorter than one epoch
+    stays as it is): the plan, its epochs and whether even one epoch fits."""
+    epochs, every, fits = plan_epochs(
+        seconds_left=costs.seconds_left,
+        seconds_per_step=costs.seconds_per_step,
+        steps_done=costs.steps_done,
+        steps_per_epoch=costs.steps_per_epoch,
+        seconds_per_validation=costs.seconds_per_validation,
+        seconds_after_fit=costs.seconds_after_fit,
+        max_steps=max_steps,
+        val_every=val_every,
+    )
+    steps = epochs * costs.steps_per_epoch
+    plan = BudgetPlan(steps if max_steps < 0 else min(steps, max_steps), every, costs.seconds_per_step)
+    return plan, epochs, fits
 
 
 class TimeBudget(Callback):
@@ -206,9 +255,8 @@ class TimeBudget(Callback):
             self.plan = plan
             self._set(trainer, plan)
 
-    def _costs(self, trainer: L.Trainer, seconds_per_step: float) -> tuple[int, float, float, float]:
-        """Steps per epoch, seconds per validation (measured once one ran, else estimated), seconds after
-        fit (reserve and test) and seconds left in the budget."""
+    def _costs(self, trainer: L.Trainer, seconds_per_step: float) -> Costs:
+        """What the rest of the run costs at ``seconds_per_step``, measured once a validation ran."""
         steps_per_epoch = max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
         images_per_step = self._images_per_batch * trainer.accumulate_grad_batches
         seconds_per_image = seconds_per_step / max(1, images_per_step)
@@ -217,57 +265,29 @@ class TimeBudget(Callback):
             if self._validation_seconds is None
             else self._validation_seconds
         )
-        seconds_after_fit = self.reserve_seconds + (seconds_per_validation if self.test_after_fit else 0.0)
-        seconds_left = (self.minutes or 0.0) * 60 - (time.time() - self._started)
-        return steps_per_epoch, seconds_per_validation, seconds_after_fit, seconds_left
-
-    def _replan(self, trainer: L.Trainer, seconds_per_step: float) -> BudgetPlan:
-        """The current plan while its rest fits at ``seconds_per_step``, else the most epochs that do."""
-        assert self.plan is not None
-        plan = self.plan
-        if self._rest_fits(trainer, seconds_per_step, plan.max_steps, plan.val_every)[0]:
-            return plan
-        return self._fit_epochs(trainer, seconds_per_step, plan.max_steps, plan.val_every)[0]
-
-    def _rest_fits(
-        self, trainer: L.Trainer, seconds_per_step: float, max_steps: int, val_every: int
-    ) -> tuple[bool, float, float]:
-        """Whether training on to ``max_steps``, validating every ``val_every`` epochs, then the after-fit
-        work end in time; with that cost and the seconds left."""
-        steps_per_epoch, seconds_per_validation, seconds_after_fit, seconds_left = self._costs(
-            trainer, seconds_per_step
-        )
-        steps_left = max(0, max_steps - trainer.global_step)
-        validations = max(1, math.ceil(steps_left / steps_per_epoch / val_every))
-        cost = steps_left * seconds_per_step + validations * seconds_per_validation + seconds_after_fit
-        return cost <= seconds_left, cost, seconds_left
-
-    def _fit_epochs(
-        self, trainer: L.Trainer, seconds_per_step: float, max_steps: int, val_every: int
-    ) -> tuple[BudgetPlan, int, bool]:
-        """The most whole epochs that fit, at most ``max_steps`` steps (-1: no cap; a cap shorter than one
-        epoch stays as it is): the plan, its epochs and whether even one epoch fits."""
-        steps_per_epoch, seconds_per_validation, seconds_after_fit, seconds_left = self._costs(
-            trainer, seconds_per_step
-        )
-        epochs, every, fits = plan_epochs(
-            seconds_left=seconds_left,
+        return Costs(
             seconds_per_step=seconds_per_step,
             steps_done=trainer.global_step,
             steps_per_epoch=steps_per_epoch,
             seconds_per_validation=seconds_per_validation,
-            seconds_after_fit=seconds_after_fit,
-            max_steps=max_steps,
-            val_every=val_every,
+            seconds_after_fit=self.reserve_seconds + (seconds_per_validation if self.test_after_fit else 0.0),
+            seconds_left=(self.minutes or 0.0) * 60 - (time.time() - self._started),
         )
-        steps = epochs * steps_per_epoch if max_steps < 0 else min(epochs * steps_per_epoch, max_steps)
-        return BudgetPlan(steps, val_every=every, seconds_per_step=seconds_per_step), epochs, fits
+
+    def _replan(self, trainer: L.Trainer, seconds_per_step: float) -> BudgetPlan:
+        """The current plan while its rest fits at ``seconds_per_step``, else the most epochs that do."""
+        assert self.plan is not None
+        costs = self._costs(trainer, seconds_per_step)
+        if rest_cost(costs, self.plan.max_steps, self.plan.val_every) <= costs.seconds_left:
+            return self.plan
+        return fit_epochs(costs, self.plan.max_steps, self.plan.val_every)[0]
 
     def _plan(self, trainer: L.Trainer, minutes: float, seconds_per_step: float) -> BudgetPlan:
+        costs = self._costs(trainer, seconds_per_step)
         max_steps, val_every = self._configured
         if max_steps >= 0:
-            fits, configured, seconds_left = self._rest_fits(trainer, seconds_per_step, max_steps, val_every)
-            if fits:
+            configured = rest_cost(costs, max_steps, val_every)
+            if configured <= costs.seconds_left:
                 log.info(
                     "time budget %.1f min: %.2f s/step measured; the configured %d steps fit "
                     "(about %.0f s of %.0f s left)",
@@ -275,21 +295,20 @@ class TimeBudget(Callback):
                     seconds_per_step,
                     max_steps,
                     configured,
-                    seconds_left,
+                    costs.seconds_left,
                 )
                 return BudgetPlan(max_steps, val_every=val_every, seconds_per_step=seconds_per_step)
-        plan, epochs, fits = self._fit_epochs(trainer, seconds_per_step, max_steps, val_every)
-        steps_per_epoch, seconds_per_validation, _, seconds_left = self._costs(trainer, seconds_per_step)
+        plan, epochs, fits = fit_epochs(costs, max_steps, val_every)
         log.info(
             "time budget %.1f min: %.2f s/step measured, %.0f s left; training %d steps (%d epochs), "
             "validating every %d epochs (about %.0f s each)",
             minutes,
             seconds_per_step,
-            seconds_left,
+            costs.seconds_left,
             plan.max_steps,
             epochs,
             plan.val_every,
-            seconds_per_validation,
+            costs.seconds_per_validation,
         )
         if 0 <= plan.max_steps < max_steps:
             log.warning(
@@ -304,7 +323,7 @@ class TimeBudget(Callback):
                 "time budget %.1f min: even one epoch (%d steps) with its validation does not fit; training "
                 "one epoch anyway (raise time_budget_minutes or use a smaller data set)",
                 minutes,
-                steps_per_epoch,
+                costs.steps_per_epoch,
             )
         return plan
 
