@@ -42,6 +42,7 @@ COLUMNS = (
 )
 _COL = {name: i for i, name in enumerate(COLUMNS)}
 _SEEDS = 2**24  # exactly representable in float32
+_NO_COLOUR_CHANGE = (1.0, 1.0, 1.0, 0.0)  # brightness, contrast, saturation factors and hue shift
 _GRAY = (0.299, 0.587, 0.114)  # OpenCV's RGB2GRAY weights
 
 
@@ -80,7 +81,7 @@ class PhotometricParams:
         """One sample's row: ``len(COLUMNS) + K * K`` float32 values."""
         rng = self._rng
         row = np.zeros(len(COLUMNS) + self.kernel_size**2, np.float32)
-        row[_COL["brightness"] : _COL["hue"] + 1] = (1.0, 1.0, 1.0, 0.0)
+        row[_COL["brightness"] : _COL["hue"] + 1] = _NO_COLOUR_CHANGE
         row[_COL["order0"] : _COL["order3"] + 1] = (0, 1, 2, 3)
         if rng.random() < self.p_color:
             params = self.colour.get_params()
@@ -89,8 +90,7 @@ class PhotometricParams:
                 params[k] for k in ("brightness", "contrast", "saturation", "hue")
             ]
             row[_COL["order0"] : _COL["order3"] + 1] = params["order"]
-        kernel = np.zeros((self.kernel_size, self.kernel_size), np.float32)
-        kernel[self.kernel_size // 2, self.kernel_size // 2] = 1.0
+        kernel = _identity_kernel(self.kernel_size)
         if rng.random() < self.p_blur:
             kernel = self._embed(self._blur_kernel(int(rng.integers(len(self.blurs)))))
         row[len(COLUMNS) :] = kernel.ravel()
@@ -121,15 +121,14 @@ def apply_photometric(images: Tensor, params: Tensor) -> Tensor:
     nothing."""
     rows = params.detach().to("cpu", torch.float32)
     size = math.isqrt(rows.shape[1] - len(COLUMNS))
-    centre = torch.zeros(size * size)
-    centre[(size // 2) * size + size // 2] = 1.0
+    identity = torch.from_numpy(_identity_kernel(size).ravel())
     steps: list[tuple[int, Tensor]] = []  # (op: 0-3 colour, 4 blur, 5 noise), the samples it touches
     colour = rows[:, _COL["colour"]] > 0
     for position in range(4):
-        for op, identity in enumerate((1.0, 1.0, 1.0, 0.0)):
+        for op, unchanged in enumerate(_NO_COLOUR_CHANGE):
             factor = rows[:, _COL["brightness"] + op]
-            steps.append((op, colour & (rows[:, _COL["order0"] + position] == op) & (factor != identity)))
-    steps.append((4, (rows[:, len(COLUMNS) :] != centre).any(1)))
+            steps.append((op, colour & (rows[:, _COL["order0"] + position] == op) & (factor != unchanged)))
+    steps.append((4, (rows[:, len(COLUMNS) :] != identity).any(1)))
     steps.append((5, rows[:, _COL["noise_std"]] > 0))
     steps = [(op, mask.nonzero().squeeze(1)) for op, mask in steps if bool(mask.any())]
     if not steps:
@@ -152,6 +151,13 @@ def apply_photometric(images: Tensor, params: Tensor) -> Tensor:
             changed = _noise(selected, row[:, _COL["noise_std"]], seed)
         out.index_copy_(0, index, changed)
     return out
+
+
+def _identity_kernel(size: int) -> np.ndarray:
+    """(size, size) float32 kernel that leaves an image as it is."""
+    kernel = np.zeros((size, size), np.float32)
+    kernel[size // 2, size // 2] = 1.0
+    return kernel
 
 
 def _to_device(tensor: Tensor, device: torch.device) -> Tensor:
@@ -188,26 +194,19 @@ def _saturation(images: Tensor, factor: Tensor) -> Tensor:
 def _hue(images: Tensor, shift: Tensor) -> Tensor:
     """Rotate the hue by ``shift`` turns (HSV round trip, as torchvision's and albumentations' hue)."""
     r, g, b = images.unbind(1)
-    maxc, minc = images.amax(1), images.amin(1)
-    delta = maxc - minc
-    saturation = torch.where(maxc > 0, delta / maxc.clamp_min(1e-12), torch.zeros_like(maxc))
+    value, low = images.amax(1), images.amin(1)
+    delta = value - low
+    saturation = torch.where(value > 0, delta / value.clamp_min(1e-12), torch.zeros_like(value))
     safe = torch.where(delta > 0, delta, torch.ones_like(delta))
-    rc, gc, bc = ((maxc - c) / safe for c in (r, g, b))
-    hue = torch.where(maxc == r, bc - gc, torch.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
-    hue = torch.remainder(hue / 6.0 + shift.view(-1, 1, 1), 1.0)
-    sector = torch.floor(hue * 6.0)
-    frac = hue * 6.0 - sector
-    v = maxc
-    p = v * (1.0 - saturation)
-    q = v * (1.0 - saturation * frac)
-    t = v * (1.0 - saturation * (1.0 - frac))
-    sector = sector.long() % 6
-    choices = torch.stack(
-        [torch.stack(c, 0) for c in ((v, q, p, p, t, v), (t, v, v, q, p, p), (p, p, t, v, v, q))], 0
-    )  # (3 channels, 6 sectors, B, H, W)
-    index = sector.unsqueeze(0).unsqueeze(0).expand(3, 1, *sector.shape)
-    rgb = torch.gather(choices, 1, index).squeeze(1)  # (3, B, H, W)
-    return rgb.permute(1, 0, 2, 3).clamp_(0.0, 1.0)
+    rc, gc, bc = ((value - c) / safe for c in (r, g, b))
+    sextant = torch.where(value == r, bc - gc, torch.where(value == g, 2.0 + rc - bc, 4.0 + gc - rc))
+    hue6 = torch.remainder(sextant + 6.0 * shift.view(-1, 1, 1), 6.0)  # hue in sixths of a turn
+    # HSV -> RGB, channel by channel: c = V - V S clamp(min(k, 4 - k), 0, 1), k = (n + 6 H) mod 6
+    channels = []
+    for n in (5.0, 3.0, 1.0):
+        k = torch.remainder(hue6 + n, 6.0)
+        channels.append(value - value * saturation * torch.minimum(k, 4.0 - k).clamp(0.0, 1.0))
+    return torch.stack(channels, 1).clamp_(0.0, 1.0)
 
 
 def _convolve(images: Tensor, kernels: Tensor) -> Tensor:
