@@ -2,8 +2,8 @@
 
 A fixed step count takes 4 minutes on one CPU and 12 on another. With ``minutes`` set, the callback times
 ``measure_steps`` optimizer steps (after ``skip_steps`` warm-up steps: thread pools, first allocations),
-then sets ``max_steps`` to the most whole epochs that fit (capped by the configured ``max_steps``), the
-LR schedule's length to match and validation to the last epoch (and midway when that divides evenly), so
+then sets ``max_steps`` to the most whole epochs that fit (capped by the configured ``max_steps``) and the
+LR schedule's length to match. Validation keeps its interval in epochs and also runs at the last epoch, so
 that start-up, training, its validations and the test after fit end within ``minutes`` of the process
 start. Steps can slow down after that (a loaded machine, a VM's neighbours, slower data): at the end of
 every epoch the callback compares that epoch's step time and the last validation's measured time with the
@@ -35,6 +35,7 @@ __all__ = [
     "process_started",
     "rest_cost",
     "run_started",
+    "validations",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,11 +68,20 @@ def run_started(max_startup_seconds: float = 120.0) -> float:
 
 @dataclass(frozen=True)
 class BudgetPlan:
-    """What the budget decided: train ``max_steps`` optimizer steps, validate every ``val_every`` epochs."""
+    """What the budget decided: train ``max_steps`` optimizer steps, validate every ``val_every`` epochs and
+    at the last."""
 
     max_steps: int
     val_every: int
     seconds_per_step: float
+
+
+def validations(first_epoch: int, epochs: int, val_every: int) -> int:
+    """Validations in epochs ``first_epoch`` to ``epochs - 1`` (0-based) of a run of ``epochs`` epochs that
+    validates every ``val_every`` epochs and at its last."""
+    if first_epoch >= epochs:
+        return 0
+    return epochs // val_every - first_epoch // val_every + (1 if epochs % val_every else 0)
 
 
 def plan_epochs(
@@ -87,24 +97,21 @@ def plan_epochs(
 ) -> tuple[int, int, bool]:
     """The most whole epochs whose remaining steps, validations and after-fit work fit in ``seconds_left``.
 
-    Validation runs every ``v`` epochs, ``v`` the smallest divisor of the epoch count that is at least
-    ``val_every`` (so the last epoch always validates). At least one epoch, at most ``max_steps`` steps
-    (``-1``: no cap). Returns ``(epochs, v, fits)``; ``fits`` is False when even one epoch is too long.
+    Validation runs every ``val_every`` epochs and at the last (:func:`validations`). At least one epoch, at
+    most ``max_steps`` steps (``-1``: no cap). Returns ``(epochs, val_every, fits)``; ``fits`` is False when
+    even one epoch is too long.
     """
-
-    def every(epochs: int) -> int:
-        return next(v for v in range(min(val_every, epochs), epochs + 1) if epochs % v == 0)
 
     def cost(epochs: int) -> float:
         steps_left = max(0, epochs * steps_per_epoch - steps_done)
-        validations = epochs // every(epochs)
-        return steps_left * seconds_per_step + validations * seconds_per_validation + seconds_after_fit
+        checks = validations(steps_done // steps_per_epoch, epochs, val_every)
+        return steps_left * seconds_per_step + checks * seconds_per_validation + seconds_after_fit
 
     cap = math.inf if max_steps < 0 else max(1, max_steps // steps_per_epoch)
     epochs = 1
     while epochs + 1 <= cap and cost(epochs + 1) <= seconds_left:
         epochs += 1
-    return epochs, every(epochs), cost(epochs) <= seconds_left
+    return epochs, val_every, cost(epochs) <= seconds_left
 
 
 class Costs(NamedTuple):
@@ -119,14 +126,12 @@ class Costs(NamedTuple):
 
 
 def rest_cost(costs: Costs, max_steps: int, val_every: int) -> float:
-    """Seconds to train on to ``max_steps`` validating every ``val_every`` epochs, then the after-fit work."""
+    """Seconds to train on to ``max_steps`` validating every ``val_every`` epochs and at the last, then the
+    after-fit work."""
     steps_left = max(0, max_steps - costs.steps_done)
-    validations = max(1, math.ceil(steps_left / costs.steps_per_epoch / val_every))
-    return (
-        steps_left * costs.seconds_per_step
-        + validations * costs.seconds_per_validation
-        + costs.seconds_after_fit
-    )
+    epochs = math.ceil(max_steps / costs.steps_per_epoch)
+    checks = validations(costs.steps_done // costs.steps_per_epoch, epochs, val_every)
+    return steps_left * costs.seconds_per_step + checks * costs.seconds_per_validation + costs.seconds_after_fit
 
 
 def fit_epochs(costs: Costs, max_steps: int, val_every: int) -> tuple[BudgetPlan, int, bool]:
@@ -188,6 +193,7 @@ class TimeBudget(Callback):
         self._first_step: int | None = None
         self._timed_from: tuple[int, float] | None = None  # (steps done, perf_counter) where timing starts
         self._configured = (-1, 1)  # (optimizer steps, validation interval) as configured
+        self._validates_by_epochs = True  # False: validation every N steps (check_val_every_n_epoch=null)
         self._images_per_batch = 1
         self._epoch_steps: list[tuple[int, float]] = []  # this epoch's first and last (global step, time)
         self._validation_started: float | None = None
@@ -198,6 +204,7 @@ class TimeBudget(Callback):
             return
         total = trainer.estimated_stepping_batches  # max_steps or max_epochs, whichever ends first
         self._configured = (int(total) if math.isfinite(total) else -1, trainer.check_val_every_n_epoch or 1)
+        self._validates_by_epochs = trainer.check_val_every_n_epoch is not None
         if self.plan is not None:
             self._apply(trainer, self.plan)
             log.info("time budget: resumed with the saved plan of %d steps", self.plan.max_steps)
@@ -225,6 +232,10 @@ class TimeBudget(Callback):
             plan = self._plan(trainer, self.minutes, seconds_per_step)
             self._apply(trainer, trainer.strategy.broadcast(plan, src=0))
 
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.plan is not None:
+            self._set_validation(trainer, self.plan)
+
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._validation_started = time.perf_counter()
 
@@ -244,7 +255,7 @@ class TimeBudget(Callback):
         if plan.max_steps < self.plan.max_steps:
             log.warning(
                 "time budget %.1f min: steps take %.2f s now (%.2f s when planned); training %d steps "
-                "instead of %d, validating every %d epochs, to end in time",
+                "instead of %d, validating every %d epochs and at the last, to end in time",
                 self.minutes,
                 seconds_per_step,
                 self.plan.seconds_per_step,
@@ -257,7 +268,7 @@ class TimeBudget(Callback):
 
     def _costs(self, trainer: L.Trainer, seconds_per_step: float) -> Costs:
         """What the rest of the run costs at ``seconds_per_step``, measured once a validation ran."""
-        steps_per_epoch = max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
+        steps_per_epoch = _steps_per_epoch(trainer)
         images_per_step = self._images_per_batch * trainer.accumulate_grad_batches
         seconds_per_image = seconds_per_step / max(1, images_per_step)
         seconds_per_validation = (
@@ -301,7 +312,7 @@ class TimeBudget(Callback):
         plan, epochs, fits = fit_epochs(costs, max_steps, val_every)
         log.info(
             "time budget %.1f min: %.2f s/step measured, %.0f s left; training %d steps (%d epochs), "
-            "validating every %d epochs (about %.0f s each)",
+            "validating every %d epochs and at the last (about %.0f s each)",
             minutes,
             seconds_per_step,
             costs.seconds_left,
@@ -330,12 +341,20 @@ class TimeBudget(Callback):
     def _apply(self, trainer: L.Trainer, plan: BudgetPlan) -> None:
         self.plan = plan
         if (plan.max_steps, plan.val_every) == self._configured:
-            return  # the configured run fits: nothing changes, the schedule included
+            self._set_validation(trainer, plan)
+            return  # the configured run fits: its steps and schedule stay as they are
         self._set(trainer, plan)
+
+    def _set_validation(self, trainer: L.Trainer, plan: BudgetPlan) -> None:
+        """Validate this epoch when it is a multiple of ``plan.val_every`` or the plan's last epoch (an
+        interval that does not divide the epochs, 2 of 7, would otherwise leave the end unscored)."""
+        if self._validates_by_epochs:
+            last = trainer.current_epoch + 1 >= math.ceil(plan.max_steps / _steps_per_epoch(trainer))
+            trainer.check_val_every_n_epoch = 1 if last else plan.val_every
 
     def _set(self, trainer: L.Trainer, plan: BudgetPlan) -> None:
         trainer.fit_loop.epoch_loop.max_steps = plan.max_steps
-        trainer.check_val_every_n_epoch = plan.val_every
+        self._set_validation(trainer, plan)
         if not resize_schedules([c.scheduler for c in trainer.lr_scheduler_configs], plan.max_steps):
             log.warning("time budget: no resizable LR schedule found; the schedule keeps its planned length")
 
@@ -345,6 +364,10 @@ class TimeBudget(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("plan")
         self.plan = BudgetPlan(**saved) if saved is not None else None
+
+
+def _steps_per_epoch(trainer: L.Trainer) -> int:
+    return max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
 
 
 def _images_in(batch: Any) -> int:

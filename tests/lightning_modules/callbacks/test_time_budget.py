@@ -39,10 +39,22 @@ def test_plan_takes_the_most_epochs_that_fit() -> None:
     assert _plan(1000.0, max_steps=40) == (4, 1, True)  # the configured max_steps caps the run
 
 
-def test_plan_validates_at_the_last_epoch() -> None:
-    # val_every=4: 8 epochs validate at 4 and 8; 6 epochs only at 6 (the smallest divisor >= 4).
+def test_plan_validates_at_the_interval_and_at_the_last_epoch() -> None:
+    # val_every=4: 8 epochs validate after epochs 4 and 8; 6 epochs after 4 and 6; 7 after 4 and 7.
     assert _plan(90.0, val_every=4) == (8, 4, True)
-    assert _plan(70.0, val_every=4) == (6, 6, True)
+    assert _plan(70.0, val_every=4) == (6, 4, True)
+    assert _plan(79.9, val_every=4) == (6, 4, True)  # 7 epochs: 70 s of steps and two validations
+
+
+@pytest.mark.parametrize(
+    ("first_epoch", "epochs", "val_every", "expected"),
+    [(0, 7, 2, 4), (0, 8, 2, 4), (0, 1, 3, 1), (3, 7, 2, 3), (6, 7, 2, 1), (7, 7, 2, 0), (0, 5, 1, 5)],
+)
+def test_validations_counts_the_interval_and_the_last_epoch(
+    first_epoch: int, epochs: int, val_every: int, expected: int
+) -> None:
+    # 7 epochs every 2 from the start: after epochs 2, 4, 6 and 7; from epoch 3 (0-based) on: 4, 6, 7.
+    assert time_budget.validations(first_epoch, epochs, val_every) == expected
 
 
 def test_plan_keeps_one_epoch_and_says_when_it_does_not_fit() -> None:
@@ -166,6 +178,19 @@ def test_resumed_run_keeps_the_saved_plan(tmp_path: Path, clock: SimpleNamespace
     assert trainer.global_step == 8 and module.validations == 1
     [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
     assert factor.total_steps == 8
+
+
+def test_an_interval_that_does_not_divide_the_epochs_still_validates_the_last(
+    tmp_path: Path, clock: SimpleNamespace
+) -> None:
+    # 28 steps of 4 per epoch: 7 epochs, validating every 2 and at the last: after epochs 2, 4, 6 and 7.
+    saved = TimeBudget(minutes=10.0, test_after_fit=False)
+    saved.plan = BudgetPlan(28, val_every=2, seconds_per_step=1.0)
+    resumed = TimeBudget(minutes=10.0, test_after_fit=False)
+    resumed.load_state_dict(saved.state_dict())
+    module = _ScheduledTiny(clock)
+    trainer = _fit(tmp_path, resumed, module, check_val_every_n_epoch=2)
+    assert trainer.global_step == 28 and module.validations == 4
 
 
 @pytest.mark.parametrize(("age", "counts_from"), [(30.0, 970.0), (600.0, 1000.0)])
