@@ -84,36 +84,6 @@ def validations(first_epoch: int, epochs: int, val_every: int) -> int:
     return epochs // val_every - first_epoch // val_every + (1 if epochs % val_every else 0)
 
 
-def plan_epochs(
-    *,
-    seconds_left: float,
-    seconds_per_step: float,
-    steps_done: int,
-    steps_per_epoch: int,
-    seconds_per_validation: float,
-    seconds_after_fit: float,
-    max_steps: int,
-    val_every: int,
-) -> tuple[int, int, bool]:
-    """The most whole epochs whose remaining steps, validations and after-fit work fit in ``seconds_left``.
-
-    Validation runs every ``val_every`` epochs and at the last (:func:`validations`). At least one epoch, at
-    most ``max_steps`` steps (``-1``: no cap). Returns ``(epochs, val_every, fits)``; ``fits`` is False when
-    even one epoch is too long.
-    """
-
-    def cost(epochs: int) -> float:
-        steps_left = max(0, epochs * steps_per_epoch - steps_done)
-        checks = validations(steps_done // steps_per_epoch, epochs, val_every)
-        return steps_left * seconds_per_step + checks * seconds_per_validation + seconds_after_fit
-
-    cap = math.inf if max_steps < 0 else max(1, max_steps // steps_per_epoch)
-    epochs = 1
-    while epochs + 1 <= cap and cost(epochs + 1) <= seconds_left:
-        epochs += 1
-    return epochs, val_every, cost(epochs) <= seconds_left
-
-
 class Costs(NamedTuple):
     """What the rest of a run costs, as the budget sees it at one moment."""
 
@@ -131,24 +101,32 @@ def rest_cost(costs: Costs, max_steps: int, val_every: int) -> float:
     steps_left = max(0, max_steps - costs.steps_done)
     epochs = math.ceil(max_steps / costs.steps_per_epoch)
     checks = validations(costs.steps_done // costs.steps_per_epoch, epochs, val_every)
-    return steps_left * costs.seconds_per_step + checks * costs.seconds_per_validation + costs.seconds_after_fit
+    return (
+        steps_left * costs.seconds_per_step + checks * costs.seconds_per_validation + costs.seconds_after_fit
+    )
+
+
+def plan_epochs(costs: Costs, max_steps: int, val_every: int) -> tuple[int, bool]:
+    """The most whole epochs whose remaining steps, validations (every ``val_every`` epochs and at the last)
+    and after-fit work fit in ``costs.seconds_left``: at least one, at most ``max_steps`` steps (``-1``: no
+    cap). Returns ``(epochs, fits)``; ``fits`` is False when even one epoch is too long."""
+
+    def cost(epochs: int) -> float:
+        return rest_cost(costs, epochs * costs.steps_per_epoch, val_every)
+
+    cap = math.inf if max_steps < 0 else max(1, max_steps // costs.steps_per_epoch)
+    epochs = 1
+    while epochs + 1 <= cap and cost(epochs + 1) <= costs.seconds_left:
+        epochs += 1
+    return epochs, cost(epochs) <= costs.seconds_left
 
 
 def fit_epochs(costs: Costs, max_steps: int, val_every: int) -> tuple[BudgetPlan, int, bool]:
     """The most whole epochs that fit, at most ``max_steps`` steps (-1: no cap; a cap shorter than one epoch
     stays as it is): the plan, its epochs and whether even one epoch fits."""
-    epochs, every, fits = plan_epochs(
-        seconds_left=costs.seconds_left,
-        seconds_per_step=costs.seconds_per_step,
-        steps_done=costs.steps_done,
-        steps_per_epoch=costs.steps_per_epoch,
-        seconds_per_validation=costs.seconds_per_validation,
-        seconds_after_fit=costs.seconds_after_fit,
-        max_steps=max_steps,
-        val_every=val_every,
-    )
+    epochs, fits = plan_epochs(costs, max_steps, val_every)
     steps = epochs * costs.steps_per_epoch
-    plan = BudgetPlan(steps if max_steps < 0 else min(steps, max_steps), every, costs.seconds_per_step)
+    plan = BudgetPlan(steps if max_steps < 0 else min(steps, max_steps), val_every, costs.seconds_per_step)
     return plan, epochs, fits
 
 

@@ -10,40 +10,40 @@ import pytest
 import torch
 
 from ocr.lightning_modules.callbacks import time_budget
-from ocr.lightning_modules.callbacks.time_budget import BudgetPlan, TimeBudget, plan_epochs
+from ocr.lightning_modules.callbacks.time_budget import BudgetPlan, Costs, TimeBudget, plan_epochs
 from ocr.lightning_modules.schedule import WarmupDecay, build_warmup_scheduler
 from tests.helpers.triage_tiny import TinyModule, tiny_loader
 
 SECONDS_PER_STEP = 1.0
 
 
-def _plan(seconds_left: float, **overrides: Any) -> tuple[int, int, bool]:
-    args = dict(
-        seconds_left=seconds_left,
+def _plan(
+    seconds_left: float, *, max_steps: int = -1, val_every: int = 1, steps_done: int = 0
+) -> tuple[int, bool]:
+    costs = Costs(
         seconds_per_step=1.0,
-        steps_done=0,
+        steps_done=steps_done,
         steps_per_epoch=10,
         seconds_per_validation=5.0,
         seconds_after_fit=0.0,
-        max_steps=-1,
-        val_every=1,
+        seconds_left=seconds_left,
     )
-    return plan_epochs(**{**args, **overrides})
+    return plan_epochs(costs, max_steps, val_every)
 
 
 def test_plan_takes_the_most_epochs_that_fit() -> None:
     # Each epoch costs 10 steps + one validation = 15 s.
-    assert _plan(45.0) == (3, 1, True)
-    assert _plan(44.9) == (2, 1, True)
-    assert _plan(44.9, steps_done=4) == (3, 1, True)  # steps already trained are not paid again
-    assert _plan(1000.0, max_steps=40) == (4, 1, True)  # the configured max_steps caps the run
+    assert _plan(45.0) == (3, True)
+    assert _plan(44.9) == (2, True)
+    assert _plan(44.9, steps_done=4) == (3, True)  # steps already trained are not paid again
+    assert _plan(1000.0, max_steps=40) == (4, True)  # the configured max_steps caps the run
 
 
 def test_plan_validates_at_the_interval_and_at_the_last_epoch() -> None:
     # val_every=4: 8 epochs validate after epochs 4 and 8; 6 epochs after 4 and 6; 7 after 4 and 7.
-    assert _plan(90.0, val_every=4) == (8, 4, True)
-    assert _plan(70.0, val_every=4) == (6, 4, True)
-    assert _plan(79.9, val_every=4) == (6, 4, True)  # 7 epochs: 70 s of steps and two validations
+    assert _plan(90.0, val_every=4) == (8, True)
+    assert _plan(70.0, val_every=4) == (6, True)
+    assert _plan(79.9, val_every=4) == (6, True)  # 7 epochs: 70 s of steps and two validations
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_validations_counts_the_interval_and_the_last_epoch(
 
 
 def test_plan_keeps_one_epoch_and_says_when_it_does_not_fit() -> None:
-    assert _plan(3.0) == (1, 1, False)
+    assert _plan(3.0) == (1, False)
 
 
 class _ScheduledTiny(TinyModule):
