@@ -16,8 +16,8 @@ DOC = json.loads(FIXTURE.read_text())
 CASES = DOC["images"]
 
 
-def _upstream_options() -> CLEvalOptions:
-    ref = DOC["options"]
+def _upstream_options(changes: dict | None = None) -> CLEvalOptions:
+    ref = {**DOC["options"], **(changes or {})}
     return CLEvalOptions(
         mode="upstream",
         max_detections=None,
@@ -80,3 +80,32 @@ def test_dataset_matches_reference() -> None:
     )
     for key in ("precision", "recall", "hmean"):
         assert getattr(result, key) == pytest.approx(DOC["overall"][key], abs=1e-6)
+
+
+@pytest.mark.parametrize("variant", DOC["variants"], ids=[v["name"] for v in DOC["variants"]])
+def test_non_default_option_matches_reference(variant: dict) -> None:
+    """Each option acts as the reference's does: every case under one non-default value, and the dataset."""
+    options = _upstream_options(variant["options"])
+    wrong = []
+    for case in CASES:
+        result = evaluate_image(*_inputs(case), options=options)
+        exp = variant["expected"][case["name"]]
+        got = (result.num_gt_chars, result.num_det_chars, result.tp_chars, result.fp_chars, result.hmean)
+        want = (exp["num_char_gt"], exp["num_char_det"], exp["num_char_tp"], exp["num_char_fp"], exp["hmean"])
+        if got[:4] != want[:4] or abs(got[4] - want[4]) > 1e-6:
+            wrong.append(f"{case['name']}: got {got}, expected {want}")
+    assert not wrong, "\n".join(wrong)
+    inputs = [_inputs(c) for c in CASES]
+    overall = evaluate_dataset(*(list(column) for column in zip(*inputs, strict=True)), options=options)
+    for key in ("precision", "recall", "hmean"):
+        assert getattr(overall, key) == pytest.approx(variant["overall"][key], abs=1e-6)
+
+
+def test_every_option_has_a_variant_that_changes_scores() -> None:
+    """A variant that scored like the defaults could not catch an option pinned to its default."""
+    changed = {key for v in DOC["variants"] for key in v["options"] if v["expected"] != _default_expected()}
+    assert changed == set(DOC["options"]) - {"DUMP_SAMPLE_RESULT", "E2E", "ORIENTATION"}
+
+
+def _default_expected() -> dict:
+    return {c["name"]: c["expected"] for c in CASES}
