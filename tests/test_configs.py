@@ -113,6 +113,47 @@ def test_the_default_run_is_the_five_minute_recipe_on_a_cpu_only(
     assert cfg.callbacks.time_budget.minutes == expected[0]
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_hardware_preset_decides_the_machine_values_on_any_machine(
+    compose: Compose, monkeypatch: pytest.MonkeyPatch, gpu: bool
+) -> None:
+    """hardware=cpu beside a GPU trains like a CPU (model width, crops, budget, CPU precision); a GPU
+    preset keeps the GPU values on a machine without one."""
+    monkeypatch.setattr(hardware, "has_cuda", lambda: gpu)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(hardware, "cuda_has_native_bf16", lambda: True)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)
+    cpu = compose("train", ["hardware=cpu"])
+    cpu_values = (cpu.model.decoder.channels, cpu.data.train_transform.crop_size, cpu.time_budget_minutes)
+    assert cpu_values == (128, 160, 5) and cpu.trainer.precision == "32-true"
+    gpu_cfg = compose("train", ["hardware=h100_80gb"])
+    assert (gpu_cfg.model.decoder.channels, gpu_cfg.data.train_transform.crop_size) == (256, 640)
+    assert gpu_cfg.time_budget_minutes is None
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_hardware_auto_states_the_values_of_the_machine_it_finds(
+    compose: Compose, monkeypatch: pytest.MonkeyPatch, gpu: bool
+) -> None:
+    """auto's hw.pick pairs are the values of hardware/machine/cpu.yaml and gpu.yaml (no drift)."""
+    monkeypatch.setattr(hardware, "has_cuda", lambda: gpu)
+    auto = OmegaConf.to_container(compose("train", []).machine, resolve=True)
+    preset = compose("train", ["hardware=h100_80gb" if gpu else "hardware=cpu"]).machine
+    assert auto == OmegaConf.to_container(preset, resolve=True)
+
+
+def test_machine_resolvers_appear_only_in_the_hardware_presets() -> None:
+    """Only configs/hardware/ asks the machine (hw.*); the other groups read the preset's values."""
+    outside = [
+        f"{path.relative_to(CONFIG_DIR)}:{number}"
+        for path in sorted(Path(CONFIG_DIR).rglob("*.yaml"))
+        if path.relative_to(CONFIG_DIR).parts[0] != "hardware"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "${hw." in line
+    ]
+    assert not outside, f"hw.* resolvers outside configs/hardware/: {outside}"
+
+
 def test_synthetic_pretrain_trains_at_receipt_scale_on_its_own_large_set(compose: Compose) -> None:
     cfg = compose("train", ["experiment=synthetic_pretrain"])
     default = compose("train", [])

@@ -71,14 +71,17 @@ def cpu_has_native_bf16() -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
-def auto_precision() -> str:
+def auto_precision(device: str = "auto") -> str:
     """bf16 autocast where the GPU (or CPU) supports it natively, fp16 autocast on older GPUs, else fp32.
 
-    Losses always run in float32 (autocast is disabled inside them).
+    ``device``: ``auto`` (the GPU when one is usable, else the CPU) or ``cpu`` (the CPU preset, which trains
+    on the CPU even beside a GPU). Losses always run in float32 (autocast is disabled inside them).
     """
     import torch
 
-    if torch.cuda.is_available():
+    if device not in ("auto", "cpu"):
+        raise ValueError(f"hw.precision: expected 'auto' or 'cpu', got {device!r}")
+    if device == "auto" and torch.cuda.is_available():
         return "bf16-mixed" if cuda_has_native_bf16() else "16-mixed"
     return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
 
@@ -145,7 +148,7 @@ def first_set(value: Any, default: Any) -> Any:
 
 
 def register_resolvers() -> None:
-    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:}``, ``${hw.workers:cap[,devices]}`` and
+    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:[cpu]}``, ``${hw.workers:cap[,devices]}`` and
     ``${first_set:value,default}`` (used by the Hydra run directory) once."""
     resolvers: dict[str, Callable[..., Any]] = {
         "hw.pick": pick,
