@@ -30,6 +30,7 @@ __all__ = [
     "EXIT_CUDA_FAULT",
     "EXIT_PEER_FAULT",
     "FaultExit",
+    "closing_line",
     "end_process",
     "error_record",
     "exit_on_cuda_fault",
@@ -38,8 +39,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-EXIT_CUDA_FAULT = 86
-EXIT_PEER_FAULT = 87
+EXIT_CUDA_FAULT = 84  # distinct from 1 (an error), 124 (stall), 86 (compute-sanitizer found errors)
+EXIT_PEER_FAULT = 85
 DEADLINE_S = 7.0  # from the fault to the exit: the promise is 10 s
 CHILD_JOIN_S = 1.0
 
@@ -47,6 +48,11 @@ _active: FaultExit | None = None  # the fault this process is ending for
 
 
 Closing = tuple[str, BaseException | None]  # a message, and the exception whose traceback follows it
+
+
+def closing_line(code: int) -> str:
+    """The last line on the console of a process the fault exit ends (scripts look for it)."""
+    return f"CUDA FAULT: ending the process with exit code {code}."
 
 
 def error_record(message: str, exception: BaseException | None = None) -> logging.LogRecord:
@@ -88,7 +94,7 @@ class FaultExit:
         closing: list[Closing] = [
             (f"CUDA FAULT: the traceback of the first CUDA error ({fault.kind}):", fault.exception),
             (text, None),
-            (f"CUDA FAULT: ending the process with exit code {EXIT_CUDA_FAULT}.", None),
+            (closing_line(EXIT_CUDA_FAULT), None),
         ]
         return cls(code=EXIT_CUDA_FAULT, closing=closing, deadline_s=DEADLINE_S)
 

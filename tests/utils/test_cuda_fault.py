@@ -76,10 +76,10 @@ def test_asynchronous_faults_explain_cuda_launch_blocking(monkeypatch: pytest.Mo
         "scripts/debug_cuda.sh sanitizer memcheck data=receipts",
     ]
     text = explanation(
-        fault, SITE, failure=Path("run/.FAILURE"), crash=Path("run/crash"), commands=commands, exit_code=86
+        fault, SITE, failure=Path("run/.FAILURE"), crash=Path("run/crash"), commands=commands, exit_code=84
     )
     assert "where:   training, global step 3, epoch 0, batch 3" in text and "a.jpg, b.jpg" in text
-    assert "CUDA_LAUNCH_BLOCKING=1 every launch waits" in text and "code 86" in text
+    assert "CUDA_LAUNCH_BLOCKING=1 every launch waits" in text and "code 84" in text
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     fault = find_cuda_fault(torch.AcceleratorError("CUDA error: device-side assert triggered"))
     assert fault is not None and not fault.asynchronous
@@ -135,13 +135,13 @@ def test_the_deadline_ends_the_process_when_a_hook_blocks(
     monkeypatch: pytest.MonkeyPatch, console_and_file: tuple[Path, Path]
 ) -> None:
     exits: Exits = fake_exits(monkeypatch)
-    closing = [("CUDA FAULT: ending the process with exit code 86.", None)]
+    closing = [("CUDA FAULT: ending the process with exit code 84.", None)]
     start = time.monotonic()
-    fault_exit.FaultExit(code=86, closing=closing, deadline_s=0.3).arm()
-    assert exits.event.wait(10) and exits.codes == [86]  # the main thread never called finish()
+    fault_exit.FaultExit(code=84, closing=closing, deadline_s=0.3).arm()
+    assert exits.event.wait(10) and exits.codes == [84]  # the main thread never called finish()
     assert time.monotonic() - start < 5
     console = console_and_file[0].read_text()
-    assert "did not return within 0.3 s" in console and console.rstrip().endswith("exit code 86.")
+    assert "did not return within 0.3 s" in console and console.rstrip().endswith("exit code 84.")
 
 
 def _sleep() -> None:
