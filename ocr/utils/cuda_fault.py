@@ -148,9 +148,9 @@ def is_cuda_fault(exception: BaseException) -> bool:
 def headline(fault: CudaFault, site: FaultSite, exit_code: int) -> str:
     """The first line we print: what faulted and where, and that the process ends now."""
     return (
-        f"CUDA FAULT ({fault.kind}) in {site.describe()}: {fault.summary}. The CUDA context is dead: "
-        f"writing .FAILURE and the crash bundle (host-side data only), then ending the process with exit "
-        f"code {exit_code}; the explanation follows at the end."
+        f"CUDA FAULT ({fault.kind}) in {site.describe()}: {fault.summary}. The CUDA context is dead: the "
+        f"process ends with exit code {exit_code} without another CUDA call, after writing its report "
+        "(host-side data only); the explanation follows at the end."
     )
 
 

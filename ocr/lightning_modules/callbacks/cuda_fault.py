@@ -67,12 +67,7 @@ class CudaFaultExit(Callback):
         if self._watch is not None:
             self._watch.stop()
 
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._batch_idx = batch_idx
-
-    def on_validation_batch_start(
+    def _batch_started(
         self,
         trainer: L.Trainer,
         pl_module: L.LightningModule,
@@ -80,27 +75,10 @@ class CudaFaultExit(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self._batch_idx = batch_idx
+        self._batch_idx = batch_idx  # host-side: which batch was in flight, for the explanation
 
-    def on_test_batch_start(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._batch_idx = batch_idx
-
-    def on_predict_batch_start(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._batch_idx = batch_idx
+    on_train_batch_start = on_validation_batch_start = _batch_started
+    on_test_batch_start = on_predict_batch_start = _batch_started
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException

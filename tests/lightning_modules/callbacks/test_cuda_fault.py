@@ -21,7 +21,7 @@ from ocr.lightning_modules.callbacks.run_status import RunStatus
 from ocr.utils import fault_exit
 from ocr.utils.fault_exit import EXIT_CUDA_FAULT
 from tests.helpers.exits import Exited, fake_exits
-from tests.helpers.triage_tiny import TinyModule, tiny_loader
+from tests.helpers.triage_tiny import TinyModule, quiet_cpu_trainer, tiny_loader
 
 
 class FaultyModule(TinyModule):
@@ -51,20 +51,7 @@ class FaultyModule(TinyModule):
 
 
 def _run(stage: str, root: Path, callbacks: list[Callback]) -> None:
-    trainer = L.Trainer(
-        default_root_dir=root,
-        max_steps=4,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=2,
-        val_check_interval=2,
-        callbacks=callbacks,
-    )
+    trainer = quiet_cpu_trainer(root, callbacks, max_steps=4, limit_val_batches=2, val_check_interval=2)
     module = FaultyModule(stage)
     if stage in ("train", "validate"):
         trainer.fit(module, train_dataloaders=tiny_loader(), val_dataloaders=tiny_loader())
