@@ -91,14 +91,16 @@ def _sync(device: torch.device) -> None:
 
 def variant_config(args: argparse.Namespace, variant: Variant, work: Path) -> DictConfig:
     """configs/train.yaml for ``variant`` with the benchmark's sizes; the variant's keys are applied last."""
-    workers = [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
+    workers: list[str] = []  # --workers unset: the preset's
+    if args.workers is not None:
+        workers = [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
     overrides = [
         "hardware=h100_80gb" if args.device == "cuda" else "hardware=cpu",
         f"data={args.data}",
         f"data.root={args.data_root}",
         f"data.batch_size={args.batch}",
         f"data.train_transform.crop_size={args.size}",
-        *(workers if args.workers is not None else []),
+        *workers,
         *args.overrides,
         f"trainer.precision={variant.precision}",
         f"module.channels_last={variant.channels_last}",

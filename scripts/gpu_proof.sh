@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One command for a GPU machine without uv or network: proves the CUDA-only paths (doctor, sanitizer,
 # a 50-step h100_80gb run under the sync debug mode, injected NaN and bad index, benchmark_gpu.py,
-# receipts training in bf16 and fp32 with CLEval on the test split) in under 20 minutes. Writes
-# outputs/gpu_proof/<timestamp>/proof.json and summary.md. Options: scripts/gpu_proof.sh --help.
+# receipts training in bf16 and fp32 with CLEval on the test split) in one call of at most 9 minutes. Writes
+# outputs/gpu_proof/<timestamp>/proof.json, summary.md and proof_files.tar.gz (--copy-to DIR copies them).
+# Options: scripts/gpu_proof.sh --help (--dry-run prints the plan).
 # PROOF_WHEELS=<folder of .whl files>: the project's missing dependencies, installed first (no index, no
 # dependencies resolved) into a temporary folder on PYTHONPATH. Docs: docs/benchmarks.md ("GPU proof").
 set -uo pipefail

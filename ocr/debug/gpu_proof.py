@@ -1,29 +1,28 @@
 """One command that proves the CUDA paths on a GPU machine: ``scripts/gpu_proof.sh [options]``.
 
-Runs, each in its own process, and checks what each left behind (``ocr.debug.gpu_proof_checks``):
+The plan (``ocr.debug.gpu_proof_steps``), in phases ordered by value, the steps of a phase side by side:
 
-1. ``doctor``: the preflight doctor (exit 0: no check failed).
-2. ``sanitizer_memcheck``: ``debug_cuda.sh sanitizer memcheck``, 20 steps: 0 errors.
-3. ``sanitizer_bad_index``: the same with ``+debug.inject=bad_index``: an error naming the kernel.
-4. ``proof_run``: 50 steps of ``hardware=h100_80gb`` on real receipts (their file names as image ids),
-   compiled (``performance=max``), validation and test, with ``debug=gpu_probe``: ``.SUCCESS``, steady-state
-   steps under ``torch.cuda.set_sync_debug_mode("error")`` except the documented syncs, peak memory of
-   train/val/test, recompiles.
-5. ``nan_loss``: ``+debug.inject=nan_loss``: ``NonFiniteLossError`` naming the step, ``nonfinite.json``,
-   no CUDA fault.
-6. ``bad_index``: ``+debug.inject=bad_index``: a crash bundle, the device-side assert seen as a CUDA fault.
-7. ``benchmark``: ``scripts/benchmark_gpu.py``, the model ceiling against the real pipeline (fp32,
-   bf16 + channels_last, compile) in one process: every variant measured.
-8. ``train_bf16`` (``--train-minutes``, default 5) then ``runners/test.py`` on the test split in both
-   CLEval modes; ``train_fp32`` (``--fp32-minutes``, default 2) and its two tests, to compare.
+1. ``doctor`` (exit 0, the GPU rows ok); ``bad_index`` (``+debug.inject=bad_index``: the device-side
+   assert ends the run by itself within 10 s, exit 84, our explanation last, ``.FAILURE`` and the crash
+   bundle); ``nan_loss`` (``NonFiniteLossError`` naming the step, ``nonfinite.json``, no CUDA fault);
+   ``proof_run`` (50 compiled steps of ``hardware=h100_80gb`` on real receipts under
+   ``debug=gpu_probe``: sync debug mode, peak memory of train/val/test, recompiles, then the test);
+   ``sanitizer_memcheck`` (5 steps under compute-sanitizer memcheck: 0 errors) and ``sanitizer_bad_index``
+   (the injected assert under memcheck: the error and its kernel named).
+2. ``benchmark``: ``scripts/benchmark_gpu.py`` (ceiling against pipeline, fp32, bf16 + channels_last,
+   compile), alone: it is a timing.
+3. ``train_bf16``: receipts training sized by ``--train-minutes`` (2), alone.
+4. ``train_fp32``: the same in fp32, ``--fp32-minutes`` (1), alone.
+5. Both trainings' tests on the test split, CLEval ``competition`` and ``upstream``, side by side.
 
-The whole proof is bounded by ``--budget-minutes`` (default 19 on a GPU): each step's timeout is cut to
-the time left; the training runs' ``max_time`` is their minutes or, when less time is left, what remains
-after their start-up and tests, shared in the ratio of their minutes; a step with no time left fails as
-not run. Writes ``proof.json`` and ``summary.md`` (after every step, atomically; each step's exit status,
-figures and console log) into ``<out>/<timestamp>/``, with each step's run directory. Exit status 0 when
-no step failed. ``--cpu`` (automatic without a CUDA GPU) runs the same steps at tiny sizes on synthetic
-data, with the sanitizer steps skipped, to test the script.
+The whole proof is bounded by ``--budget-minutes`` (9 on a GPU): a step's timeout is cut to the time left,
+a training shrinks to fit what is left, a step that cannot start fails as not run, and a step killed by
+its timeout fails whatever it left. ``proof.json`` and ``summary.md`` are rewritten after every phase;
+at the end ``proof_files.tar.gz`` packs the step logs and the small files each step left (reports,
+figures, crash records; no checkpoints or images), and ``--copy-to DIR`` copies those three files there.
+Exit status 0 when the proof passed. ``--cpu`` (automatic without a CUDA GPU) runs the same plan at tiny
+sizes on synthetic data with the sanitizer steps skipped, to test the script; ``--dry-run`` prints the
+plan (the GPU one unless ``--cpu``) with its commands and estimated times, and runs nothing.
 """
 
 from __future__ import annotations
@@ -31,77 +30,52 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ocr.debug import gpu_proof_checks as checks
 from ocr.debug.gpu_proof_checks import StepResult
+from ocr.debug.gpu_proof_steps import (
+    GPU_ESTIMATE_S,
+    PHASES,
+    STEPS,
+    TESTS,
+    TINY_CPU_RUN,
+    TRAIN_OVERHEAD_S,
+    Plan,
+    Step,
+    StepRun,
+)
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
-__all__ = ["STEPS", "TINY_CPU_RUN", "main", "run_proof"]
+__all__ = ["STEPS", "TINY_CPU_RUN", "main", "run_phases"]
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "sroie-compact"
-STEPS = (
-    "doctor",
-    "sanitizer_memcheck",
-    "sanitizer_bad_index",
-    "proof_run",
-    "nan_loss",
-    "bad_index",
-    "benchmark",
-    "train_bf16",
-    "train_fp32",
-)
-# Tiny synthetic CPU run (images <= 128 px, no workers): the --cpu variant, and the test suite's runs.
-TINY_CPU_RUN = (
-    "data.synthetic.num_train=6",
-    "data.synthetic.num_val=3",
-    "data.synthetic.num_test=3",
-    "data.synthetic.long_side=96",
-    "data.train_transform.crop_size=64",
-    "data.train_transform.train_long_side=96",
-    "data.eval_transform.long_side=96",
-    "data.targets.min_text_size=2",  # text is ~3 px high at 96 px: keep it trainable
-    "data.batch_size=2",
-    "data.eval_batch_size=2",
-    "data.num_workers=0",
-    "data.persistent_workers=false",
-    "data.pin_memory=false",
-    "hardware=cpu",
-    "trainer.precision=32-true",
-    "trainer.check_val_every_n_epoch=1",
-    "trainer.enable_model_summary=false",
-)
-NAN_STEP = {"gpu": 3, "cpu": 1}
-TIMEOUT_S = 900
-GPU_BUDGET_MINUTES = 19.0  # issue 14: the proof finishes in under 20 minutes on one H100/H200
+GPU_BUDGET_MINUTES = 9.0  # one call of a rented GPU: the whole proof in 9 minutes
 MIN_STEP_S = 30.0  # a step started with less time left than this could not finish: not run
-# Time kept back from a training budget (max_time) for what follows it: the process start, the data scan
-# and the last checkpoint of a training run; one runners/test.py run on the test split.
-TRAIN_OVERHEAD_S = 60.0
-TEST_S = 60.0
+POLL_S = 0.2
+TARBALL = "proof_files.tar.gz"
+PACKED_SUFFIXES = (".log", ".json", ".md", ".txt", ".png", ".csv", ".yaml", ".FAILURE", ".SUCCESS")
+PACKED_MAX_BYTES = 2 * 2**20
+NOT_PACKED = ("synthetic", "report_files", "prob_cache", "checkpoints")  # folders of data, not evidence
 
 
-class Proof:
-    """Runs the steps of one proof into ``out``; ``cuda`` picks the GPU or the tiny CPU variant."""
+class Runner:
+    """Runs phases of steps as processes, each with its own log, process group and deadline."""
 
-    def __init__(
-        self, out: Path, cuda: bool, data_root: Path, minutes: dict[str, float], deadline: float | None
-    ) -> None:
+    def __init__(self, out: Path, deadline: float | None) -> None:
         """``deadline``: ``time.monotonic()`` by which every step must have ended (None: no bound)."""
         self.out = out
-        self.cuda = cuda
-        self.data_root = data_root
-        self.minutes = minutes
         self.deadline = deadline
-        self.steps: list[str] = list(STEPS)  # the selected steps (run_proof sets them)
         python_path = os.environ.get("PYTHONPATH")
         self.env = {
             **os.environ,
@@ -112,248 +86,177 @@ class Proof:
             "HF_HUB_OFFLINE": "1",
         }
 
-    def data(self) -> list[str]:
-        """Overrides every training and test run shares: the hardware preset and the data."""
-        if self.cuda:
-            return ["hardware=h100_80gb", "data=receipts", f"data.root={self.data_root}"]
-        return [*TINY_CPU_RUN, f"data.root={self.out / 'synthetic'}"]
-
     def time_left(self) -> float:
         """Seconds left before the deadline (infinite without one)."""
         return float("inf") if self.deadline is None else self.deadline - time.monotonic()
 
-    def _run(
-        self, name: str, argv: list[str], timeout_s: float, env: dict[str, str], log_path: Path
-    ) -> tuple[int, float]:
-        """Run ``argv`` in the repository, console to ``log_path``: (exit status, seconds)."""
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        _say(f"{name}: {' '.join(argv)}  (log: {log_path})")
-        start = time.perf_counter()
-        with log_path.open("w") as log_file:
-            # Its own process group: a timeout ends the step's DataLoader workers and the program under
-            # compute-sanitizer too, so nothing keeps the GPU busy into the next step.
-            process = subprocess.Popen(
-                argv,
-                cwd=REPO,
-                env={**self.env, **env},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            try:
-                code = process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-                log_file.write(f"\n[gpu_proof] timed out after {timeout_s:.0f} s\n")
-                code = 124
-            except BaseException:  # Ctrl-C reaches only this process: the step's group is ended with it
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-                raise
-        return code, time.perf_counter() - start
+    def run(self, steps: Sequence[Step]) -> list[StepRun]:
+        """Start every step, wait for all; a step past its timeout (cut to the time left) is killed."""
+        started, processes, files, limits = time.monotonic(), [], [], []
+        try:
+            for step in steps:
+                log_path = self.out / "logs" / f"{step.name}.log"
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                _say(f"{step.name}: {' '.join(step.argv)}  (log: {log_path})")
+                files.append(log_path.open("w"))
+                # Its own process group: a timeout ends the step's DataLoader workers and the program under
+                # compute-sanitizer too, so nothing keeps the GPU busy into the next phase.
+                processes.append(
+                    subprocess.Popen(
+                        step.argv,
+                        cwd=REPO,
+                        env={**self.env, **step.env},
+                        stdout=files[-1],
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+                limits.append(min(step.timeout_s, self.time_left()))
+            return self._wait(steps, processes, files, limits, started)
+        except BaseException:  # Ctrl-C reaches only this process: end the steps' groups with it
+            for process in processes:
+                _kill_group(process)
+            raise
+        finally:
+            for handle in files:
+                handle.close()
 
-    def step(
+    def _wait(
         self,
-        name: str,
-        title: str,
-        argv: list[str],
-        where: Path,
-        check: Callable[[int, Path], tuple[bool, dict[str, Any]]],
-        timeout_s: float = TIMEOUT_S,
-        env: dict[str, str] | None = None,
-    ) -> StepResult:
-        """Run one step, its timeout cut to the time left, and judge it with ``check(exit status, where)``."""
-        left = self.time_left()
-        if left < MIN_STEP_S:
-            return self.out_of_time(name, title)
-        log_path = self.out / "logs" / f"{name}.log"
-        code, seconds = self._run(name, argv, min(timeout_s, left), env or {}, log_path)
-        passed, details = check(code, where)
-        if code == 124:
-            details = {
-                **details,
-                "problem": f"timed out after {min(timeout_s, left):.0f} s (log: {log_path})",
-            }
-        result = StepResult(
-            name=name,
-            title=title,
-            status="pass" if passed else "fail",
-            seconds=round(seconds, 1),
-            exit_code=code,
-            run_dir=str(where),
-            log=str(log_path),
-            command=" ".join(argv),
-            details=details,
-        )
-        _say(f"{name}: {result.status.upper()} {checks.figures(details)}")
-        return result
+        steps: Sequence[Step],
+        processes: list[subprocess.Popen[bytes]],
+        files: list[Any],
+        limits: list[float],
+        started: float,
+    ) -> list[StepRun]:
+        ended: dict[int, StepRun] = {}
+        while len(ended) < len(steps):
+            for i, process in enumerate(processes):
+                if i in ended:
+                    continue
+                elapsed = time.monotonic() - started
+                code, timed_out = process.poll(), False
+                if code is None and elapsed > limits[i]:
+                    _kill_group(process)
+                    files[i].write(f"\n[gpu_proof] timed out after {limits[i]:.0f} s: killed\n")
+                    code, timed_out = process.wait(), True
+                if code is not None:
+                    log = self.out / "logs" / f"{steps[i].name}.log"
+                    ended[i] = StepRun(code, round(elapsed, 1), timed_out, time.time(), log)
+            time.sleep(POLL_S)
+        return [ended[i] for i in range(len(steps))]
 
-    def train_argv(self, run_dir: Path, overrides: list[str]) -> list[str]:
-        return [
-            sys.executable,
-            "runners/train.py",
-            f"hydra.run.dir={run_dir}",
-            "logger=csv",
-            *self.data(),
-            *overrides,
-        ]
 
-    def out_of_time(self, name: str, title: str) -> StepResult:
-        """A step that cannot run in the time left: failed, as the proof is then incomplete."""
-        why = f"not run: {max(self.time_left(), 0):.0f} s left of the --budget-minutes budget"
-        _say(f"{name}: FAIL ({why})")
-        return StepResult(name=name, title=title, status="fail", details={"problem": why})
+def judge(step: Step, done: StepRun) -> StepResult:
+    """The step's result: its check, failed in any case when its timeout killed it."""
+    passed, details = step.check(done)
+    if done.timed_out:
+        passed = False
+        details = {
+            **details,
+            "problem": f"killed by its timeout after {done.seconds:.0f} s (log: {done.log})",
+        }
+    result = StepResult(
+        name=step.name,
+        title=step.title,
+        status="pass" if passed else "fail",
+        seconds=done.seconds,
+        exit_code=done.exit_code,
+        run_dir=str(step.where),
+        log=str(done.log),
+        command=" ".join(step.argv),
+        details=details,
+    )
+    _say(f"{step.name}: {result.status.upper()} {checks.figures(details)}")
+    return result
 
-    def doctor(self) -> list[StepResult]:
-        out = self.out / "doctor"
-        argv = [sys.executable, "-m", "ocr.doctor", "--out", str(out)] + ([] if self.cuda else ["--fast"])
-        return [self.step("doctor", "doctor", argv, out, checks.check_doctor, timeout_s=600)]
 
-    def sanitizer(self, name: str, inject: bool) -> list[StepResult]:
-        title = "sanitizer memcheck, 20 steps" + (", +debug.inject=bad_index" if inject else "")
-        if not self.cuda:
-            return [_skipped(name, title, "needs a CUDA GPU and compute-sanitizer (--cpu mode)")]
-        out = self.out / name
-        overrides = ["data=receipts", f"data.root={self.data_root}"]
-        overrides += ["+debug.inject=bad_index", "+debug.inject_step=2"] if inject else []
-        argv = ["bash", "scripts/debug_cuda.sh", "sanitizer", "memcheck", *overrides]
-        env = {"DEBUG_OUT": str(out), "DEBUG_STEPS": "20"}
+def run_phases(
+    plan: Plan, runner: Runner, selected: Sequence[str], on_phase: Callable[[list[StepResult]], object]
+) -> list[StepResult]:
+    """Run the selected steps phase by phase; ``on_phase(results so far)`` after each phase."""
+    results: dict[str, StepResult] = {}
+    for phase in PHASES:
+        names = [n for n in phase if n in selected or (n in TESTS and n.split("_test_")[0] in selected)]
+        to_run: list[Step] = []
+        for name in names:
+            left = runner.time_left()
+            built = plan.build(name, results, left)
+            if isinstance(built, Step) and left < MIN_STEP_S:
+                why = f"not run: {max(left, 0):.0f} s left of the --budget-minutes budget"
+                built = StepResult(name=name, title=built.title, status="fail", details={"problem": why})
+            if isinstance(built, StepResult):
+                _say(f"{name}: {built.status.upper()} {checks.figures(built.details)}")
+                results[name] = built
+            else:
+                to_run.append(built)
+        for step, done in zip(to_run, runner.run(to_run) if to_run else [], strict=True):
+            results[step.name] = judge(step, done)
+        if names:
+            on_phase([results[n] for p in PHASES for n in p if n in results])
+    return [results[n] for p in PHASES for n in p if n in results]
 
-        def check(code: int, where: Path) -> tuple[bool, dict[str, Any]]:
-            return checks.check_sanitizer(code, where, expect_errors=inject)
 
-        return [self.step(name, title, argv, out, check, timeout_s=600, env=env)]
+def plan_text(plan: Plan, selected: Sequence[str], budget_minutes: float | None) -> str:
+    """The plan as text: phases, each step's command and timeout, and the estimated time (GPU)."""
+    lines, total = [], 0.0
+    for number, phase in enumerate(PHASES, 1):
+        names = [n for n in phase if n in selected or (n in TESTS and n.split("_test_")[0] in selected)]
+        if not names:
+            continue
+        estimates = [_estimate(plan, n) for n in names]
+        total += max(estimates)
+        together = "side by side" if len(names) > 1 else "alone"
+        lines.append(f"phase {number}: {', '.join(names)} ({together}; about {max(estimates):.0f} s)")
+        for name in names:
+            built = plan.build(name, _trained(), float("inf"))
+            command = " ".join(built.argv) if isinstance(built, Step) else f"({built.status})"
+            timeout = f", timeout {built.timeout_s:.0f} s" if isinstance(built, Step) else ""
+            lines.append(f"  {name}{timeout}: {command}")
+    bound = "" if budget_minutes is None else f" of a {budget_minutes:g}-minute budget"
+    lines.append(f"estimated: {total / 60:.1f} min{bound} (estimates for an H100/H200, not measured)")
+    return "\n".join(lines)
 
-    def proof_run(self) -> list[StepResult]:
-        run = self.out / "proof_run"
-        if self.cuda:
-            budget = ["trainer.max_steps=50", "trainer.check_val_every_n_epoch=5", "performance=max"]
-            budget += ["callbacks.gpu_probe.warmup_steps=10"]
-        else:
-            budget = [
-                "trainer.max_steps=4",
-                "trainer.check_val_every_n_epoch=1",
-                "callbacks.gpu_probe.warmup_steps=1",
-            ]
-        overrides = ["debug=gpu_probe", "trainer.max_epochs=-1", "test_after_fit=true", *budget]
 
-        def check(code: int, where: Path) -> tuple[bool, dict[str, Any]]:
-            return checks.check_proof_run(code, where, cuda=self.cuda)
+def _trained() -> dict[str, StepResult]:
+    """Stand-ins for passed trainings, so the plan shows their tests' commands."""
+    return {
+        name: StepResult(name=name, title=name, status="pass", details={"best_checkpoint": f"<{name} best>"})
+        for name in ("train_bf16", "train_fp32")
+    }
 
-        title = (
-            "50 steps h100_80gb, real receipts, compiled, sync debug"
-            if self.cuda
-            else "proof run (tiny, CPU)"
-        )
-        return [self.step("proof_run", title, self.train_argv(run, overrides), run, check)]
 
-    def injected(self, kind: str) -> list[StepResult]:
-        run = self.out / kind
-        step = NAN_STEP["gpu" if self.cuda else "cpu"]
-        overrides = [
-            f"+debug.inject={kind}",
-            f"+debug.inject_step={step}",
-            f"trainer.max_steps={step + 6}",
-            "trainer.max_epochs=-1",
-            "trainer.limit_val_batches=0",
-            "test_after_fit=false",
-            # On CUDA the NaN weights' logits reach the guard's flag: the check every 5 steps still names
-            # the injected step. The CPU keeps the loss's immediate input assert, so check every step.
-            f"callbacks.nonfinite_guard.check_every_n_steps={5 if self.cuda else 1}",
-        ]
-        if kind == "nan_loss":
+def _estimate(plan: Plan, name: str) -> float:
+    if name in plan.minutes:
+        return plan.minutes[name] * 60 + TRAIN_OVERHEAD_S
+    return float(GPU_ESTIMATE_S[name])
 
-            def check(code: int, where: Path) -> tuple[bool, dict[str, Any]]:
-                return checks.check_nan_loss(code, where, inject_step=step)
 
-        else:
+def pack(out: Path) -> Path:
+    """``out/proof_files.tar.gz``: the step logs and the small files the steps left (no checkpoints,
+    tensors or images but figures), paths relative to ``out``."""
+    tarball = out / TARBALL
+    tmp = tarball.with_suffix(".tmp")
+    with tarfile.open(tmp, "w:gz") as archive:
+        for path in sorted(out.rglob("*")):
+            small = path.is_file() and path.stat().st_size <= PACKED_MAX_BYTES
+            wanted = path.name.endswith(PACKED_SUFFIXES) and not set(NOT_PACKED) & set(path.parts)
+            if small and wanted and path != tarball:
+                archive.add(path, arcname=str(path.relative_to(out)))
+    tmp.replace(tarball)
+    return tarball
 
-            def check(code: int, where: Path) -> tuple[bool, dict[str, Any]]:
-                return checks.check_bad_index(code, where, cuda=self.cuda)
 
-        return [self.step(kind, f"+debug.inject={kind}", self.train_argv(run, overrides), run, check)]
-
-    def benchmark(self) -> list[StepResult]:
-        out = self.out / "benchmark"
-        report = out / "benchmark_gpu.json"
-        argv = [sys.executable, "scripts/benchmark_gpu.py", "--json", str(report)]
-        if self.cuda:
-            argv += ["--device", "cuda", "--data-root", str(self.data_root)]
-        else:
-            argv += ["--device", "cpu", "--data", "synthetic", "--data-root", str(self.out / "synthetic")]
-            argv += ["--size", "64", "--batch", "2", "--steps", "2", "--warmup", "1", "--workers", "0"]
-            argv += list(TINY_CPU_RUN)
-
-        def check(code: int, where: Path) -> tuple[bool, dict[str, Any]]:
-            return checks.check_benchmark(code, where / report.name, cuda=self.cuda)
-
-        title = "benchmark_gpu.py: ceiling vs pipeline" + ("" if self.cuda else " (tiny, CPU)")
-        return [self.step("benchmark", title, argv, out, check, timeout_s=600)]
-
-    def training_seconds(self, name: str) -> float:
-        """The ``max_time`` of training run ``name``: its ``--*-minutes``, or less when the time left minus
-        the runs' overheads and tests is shorter; then the training runs still to come share what is
-        left in the ratio of their minutes (the bf16 run before the fp32 one)."""
-        pending = [name] + (["train_fp32"] if name == "train_bf16" and "train_fp32" in self.steps else [])
-        available = self.time_left() - len(pending) * (TRAIN_OVERHEAD_S + 2 * TEST_S)
-        share = self.minutes[name] / sum(self.minutes[n] for n in pending)
-        return min(self.minutes[name] * 60, available * share)
-
-    def train_and_test(self, name: str, precision: str) -> list[StepResult]:
-        run = self.out / name
-        if self.cuda:
-            seconds = self.training_seconds(name)
-            if seconds < 60:
-                results = [self.out_of_time(name, f"train {precision}")]
-                return results + [
-                    _skipped(f"{name}_test_{mode}", f"test split, CLEval {mode}", f"{name} did not run")
-                    for mode in ("competition", "upstream")
-                ]
-            budget = [
-                "experiment=receipts_r18",
-                f"+trainer.max_time=00:00:{int(seconds) // 60:02d}:{int(seconds) % 60:02d}",
-            ]
-        else:
-            budget = ["trainer.max_steps=4", "trainer.max_epochs=-1", "trainer.check_val_every_n_epoch=1"]
-        overrides = [*budget, f"trainer.precision={precision}", "test_after_fit=false"]
-        if self.cuda:
-            title, timeout_s = f"train {precision}, {seconds / 60:.1f} min", seconds + 2 * TRAIN_OVERHEAD_S
-        else:
-            title, timeout_s = f"train {precision} (tiny, CPU)", TIMEOUT_S
-        trained = self.step(
-            name, title, self.train_argv(run, overrides), run, checks.check_train, timeout_s=timeout_s
-        )
-        results = [trained]
-        for mode in ("competition", "upstream"):
-            test_name = f"{name}_test_{mode}"
-            if trained.status != "pass":
-                results.append(_skipped(test_name, f"test split, CLEval {mode}", f"{name} did not pass"))
-                continue
-            test_dir = self.out / test_name
-            argv = [
-                sys.executable,
-                "runners/test.py",
-                f"hydra.run.dir={test_dir}",
-                f"ckpt='{trained.details['best_checkpoint']}'",  # quoted: checkpoint names hold '='
-                "split=test",
-                f"metric.mode={mode}",
-                *self.data(),
-            ]
-            results.append(
-                self.step(test_name, f"test split, CLEval {mode} ({name})", argv, test_dir, checks.check_test)
-            )
-        return results
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _say(message: str) -> None:
     sys.stdout.write(f"[gpu_proof] {message}\n")
     sys.stdout.flush()
-
-
-def _skipped(name: str, title: str, why: str) -> StepResult:
-    _say(f"{name}: SKIPPED ({why})")
-    return StepResult(name=name, title=title, status="skipped", details={"skipped": why})
 
 
 def _machine(cuda: bool) -> str:
@@ -383,45 +286,26 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def run_proof(
-    proof: Proof, steps: list[str], on_step: Callable[[list[StepResult]], object]
-) -> list[StepResult]:
-    """Run the selected steps in the documented order; ``on_step(results so far)`` after each."""
-    plan: dict[str, Callable[[], list[StepResult]]] = {
-        "doctor": proof.doctor,
-        "sanitizer_memcheck": lambda: proof.sanitizer("sanitizer_memcheck", inject=False),
-        "sanitizer_bad_index": lambda: proof.sanitizer("sanitizer_bad_index", inject=True),
-        "proof_run": proof.proof_run,
-        "nan_loss": lambda: proof.injected("nan_loss"),
-        "bad_index": lambda: proof.injected("bad_index"),
-        "benchmark": proof.benchmark,
-        "train_bf16": lambda: proof.train_and_test("train_bf16", "bf16-mixed"),
-        "train_fp32": lambda: proof.train_and_test("train_fp32", "32-true"),
-    }
-    proof.steps = list(steps)
-    results: list[StepResult] = []
-    for name in STEPS:
-        if name in steps:
-            results += plan[name]()
-            on_step(results)
-    return results
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point: 0 when no step failed, 1 otherwise, 2 on bad arguments."""
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="scripts/gpu_proof.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--cpu", action="store_true", help="tiny CPU variant (automatic without a CUDA GPU)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan (GPU unless --cpu); run nothing"
+    )
     parser.add_argument(
         "--steps", default=",".join(STEPS), help=f"comma-separated subset of {', '.join(STEPS)}"
     )
     parser.add_argument(
         "--out", type=Path, default=REPO / "outputs" / "gpu_proof", help="parent of the timestamped folder"
     )
+    parser.add_argument(
+        "--copy-to", type=Path, default=None, help="copy summary.md, proof.json and the tarball"
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="receipts root (images/, jsons/)")
-    parser.add_argument("--train-minutes", type=float, default=5.0, help="bf16 receipts training budget")
-    parser.add_argument("--fp32-minutes", type=float, default=2.0, help="fp32 receipts training budget")
+    parser.add_argument("--train-minutes", type=float, default=2.0, help="bf16 receipts training budget")
+    parser.add_argument("--fp32-minutes", type=float, default=1.0, help="fp32 receipts training budget")
     parser.add_argument(
         "--budget-minutes",
         type=float,
@@ -429,31 +313,49 @@ def main(argv: list[str] | None = None) -> int:
         help=f"bound on the whole proof (default: {GPU_BUDGET_MINUTES:g} on a GPU, none with --cpu)",
     )
     args = parser.parse_args(argv)
-    started_s = time.monotonic()
-    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
-    unknown = sorted(set(steps) - set(STEPS))
+    args.selected = [s.strip() for s in args.steps.split(",") if s.strip()]
+    unknown = sorted(set(args.selected) - set(STEPS))
     if unknown:
         parser.error(f"--steps: unknown {unknown}; expected a subset of {list(STEPS)}")
     for option, value in (("--train-minutes", args.train_minutes), ("--fp32-minutes", args.fp32_minutes)):
-        if not 1 <= value <= 10:  # issue 14: a training run of at most 10 minutes
+        if not 1 <= value <= 10:  # a training run of at most 10 minutes
             parser.error(f"{option}: expected 1 to 10 minutes, got {value:g}")
-    cuda = not args.cpu and _cuda_available()  # --cpu: this process never imports torch
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: 0 when the proof passed (or the dry run printed), 1 otherwise, 2 on bad arguments."""
+    args = _arguments(argv)
+    started_s = time.monotonic()
+    minutes = {"train_bf16": args.train_minutes, "train_fp32": args.fp32_minutes}
+    if args.dry_run:  # --cpu: this process never imports torch
+        budget = (
+            args.budget_minutes
+            if args.budget_minutes is not None
+            else (None if args.cpu else GPU_BUDGET_MINUTES)
+        )
+        plan = Plan(args.out / "<timestamp>", not args.cpu, args.data.resolve(), minutes)
+        _say(plan_text(plan, args.selected, budget))
+        return 0
+    cuda = not args.cpu and _cuda_available()
     if not cuda and not args.cpu:
         _say(
             "no CUDA GPU visible: running the tiny CPU variant (sanitizer steps skipped); "
             "nothing here proves the GPU"
         )
     if cuda and not (args.data / "jsons").is_dir():
-        parser.error(f"--data: no receipts at {args.data} (expected images/ and jsons/)")
-    started = datetime.now(timezone.utc).strftime("%Y-%m-%d_%H-%M-%S")
-    out = args.out / started
-    out.mkdir(parents=True, exist_ok=True)
+        sys.stderr.write(
+            f"scripts/gpu_proof.sh: --data: no receipts at {args.data} (expected images/, jsons/)\n"
+        )
+        return 2
     budget = (
         args.budget_minutes if args.budget_minutes is not None else (GPU_BUDGET_MINUTES if cuda else None)
     )
-    minutes = {"train_bf16": args.train_minutes, "train_fp32": args.fp32_minutes}
-    deadline = None if budget is None else started_s + budget * 60
-    proof = Proof(out, cuda, args.data.resolve(), minutes, deadline)
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d_%H-%M-%S")
+    out = args.out / started
+    out.mkdir(parents=True, exist_ok=True)
+    runner = Runner(out, None if budget is None else started_s + budget * 60)
+    plan = Plan(out, cuda, args.data.resolve(), minutes)
     _say(f"output: {out}" + ("" if budget is None else f"; time budget {budget:g} min"))
     header = {
         "started": started,
@@ -464,22 +366,29 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     def write(results: list[StepResult], finished: bool) -> str:
-        """proof.json and summary.md of the steps so far (verdict ``running`` until the last step)."""
-        verdict = "fail" if any(r.status == "fail" for r in results) else "pass"
+        """proof.json and summary.md of the steps so far (verdict ``running`` until the end)."""
+        steps = [r.to_dict() for r in results]
+        verdict = checks.verdict(steps, cuda)
         report = {
             **header,
             "finished": datetime.now(timezone.utc).strftime("%Y-%m-%d_%H-%M-%S") if finished else None,
             "verdict": verdict if finished else "running",
             "minutes": round((time.monotonic() - started_s) / 60, 1),
-            "steps": [r.to_dict() for r in results],
+            "steps": steps,
         }
         atomic_write_json(out / "proof.json", report)
         atomic_write_text(out / "summary.md", checks.markdown_summary(report))
         return verdict
 
-    # Written after every step, so a proof stopped half-way still leaves what it found.
-    verdict = write(run_proof(proof, steps, on_step=lambda results: write(results, finished=False)), True)
-    _say(f"{verdict.upper()}: {out / 'summary.md'}")
+    # Written after every phase, so a proof stopped half-way still leaves what it found.
+    results = run_phases(plan, runner, args.selected, on_phase=lambda so_far: write(so_far, finished=False))
+    verdict = write(results, finished=True)
+    tarball = pack(out)
+    if args.copy_to is not None:
+        args.copy_to.mkdir(parents=True, exist_ok=True)
+        for path in (out / "summary.md", out / "proof.json", tarball):
+            shutil.copy2(path, args.copy_to / path.name)
+    _say(f"{verdict.upper()}: {out / 'summary.md'} (files: {tarball})")
     return 0 if verdict == "pass" else 1
 
 

@@ -4,9 +4,11 @@ Kinds: ``exception`` (a RuntimeError at the step), ``nan_loss`` (the output of t
 becomes NaN at the step: a NaN the loss's own input checks cannot see, so the non-finite guard must
 catch it; a module without a ``loss`` submodule gets NaN images instead, on the device and in the CPU
 reference the crash bundle saves),
-``stall`` (sleep ``debug.stall_s`` seconds, default 2.5x the watchdog timeout) and ``bad_index`` (an
+``stall`` (sleep ``debug.stall_s`` seconds, default 2.5x the watchdog timeout), ``bad_index`` (an
 out-of-bounds ``index_select`` on the batch's device: on CUDA a device-side assert that
-compute-sanitizer reports with the kernel name; on the CPU an IndexError from the same op).
+compute-sanitizer reports with the kernel name; on the CPU an IndexError from the same op) and
+``cuda_fault`` (raises the error a device-side assert raises, ``torch.AcceleratorError``, on any device
+and without a failing kernel: how a CPU run tests the CUDA fault path, ``ocr.utils.fault_exit``).
 """
 
 from __future__ import annotations
@@ -32,10 +34,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FAULT_KINDS = ("exception", "nan_loss", "stall", "bad_index")
+FAULT_KINDS = ("exception", "nan_loss", "stall", "bad_index", "cuda_fault")
 DEFAULT_INJECT_STEP = 1
 DEFAULT_STALL_S = 60.0
 STALL_TIMEOUT_FACTOR = 2.5
+# PyTorch's message for cudaErrorAssert; the first line says it was injected.
+CUDA_FAULT_MESSAGE = (
+    "CUDA error: device-side assert triggered [injected by +debug.inject=cuda_fault at global step {step}]\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+    "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+)
 
 
 class InjectedFaultError(RuntimeError):
@@ -48,10 +56,13 @@ def apply_fault(kind: str, batch: dict[str, Any], step: int, stall_s: float = DE
     Raises:
         InjectedFaultError: for ``exception``.
         IndexError: for ``bad_index`` on the CPU (on CUDA the error is asynchronous).
+        torch.AcceleratorError: for ``cuda_fault`` (RuntimeError on a torch without that type).
     """
     images = batch["images"]  # (B, 3, H, W)
     if kind == "exception":
         raise InjectedFaultError(f"injected fault at global step {step} <debug.inject=exception>")
+    if kind == "cuda_fault":
+        raise getattr(torch, "AcceleratorError", RuntimeError)(CUDA_FAULT_MESSAGE.format(step=step))
     if kind == "nan_loss":
         images.fill_(float("nan"))
     elif kind == "stall":

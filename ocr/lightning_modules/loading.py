@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ocr.lightning_modules.build import build_module
+from ocr.lightning_modules.callbacks.cuda_fault import CudaFaultExit
 from ocr.lightning_modules.detection_module import DetectionModule
 from ocr.lightning_modules.legacy import upgrade_run_config
 
@@ -119,15 +122,21 @@ def module_from_checkpoint(path: str | Path, cfg: DictConfig | None = None) -> D
 def restore_for_inference(cfg: DictConfig) -> tuple[DetectionModule, L.Trainer]:
     """What test and predict start from: the module of ``cfg.ckpt`` (:func:`module_from_checkpoint`, a
     warning for each data setting that differs from its training run) and a trainer from ``cfg.trainer``
-    without loggers, callbacks or checkpointing."""
+    without loggers or checkpointing, whose one callback ends the process on a CUDA fault as training
+    does (``CudaFaultExit``)."""
     module = module_from_checkpoint(cfg.ckpt, cfg)
     warn_data_mismatch(module.run_config, cfg.data)
-    return module, inference_trainer(cfg.trainer)
+    return module, inference_trainer(cfg.trainer, [CudaFaultExit(run_dir=cfg.paths.output_dir)])
 
 
-def inference_trainer(trainer_cfg: DictConfig, **overrides: Any) -> L.Trainer:
-    """A trainer from ``trainer_cfg`` (and ``overrides``) without loggers, callbacks or checkpointing."""
-    return instantiate(trainer_cfg, logger=False, callbacks=[], enable_checkpointing=False, **overrides)
+def inference_trainer(
+    trainer_cfg: DictConfig, callbacks: Sequence[Callback] = (), **overrides: Any
+) -> L.Trainer:
+    """A trainer from ``trainer_cfg`` (and ``overrides``) without loggers or checkpointing, with only
+    ``callbacks``."""
+    return instantiate(
+        trainer_cfg, logger=False, callbacks=list(callbacks), enable_checkpointing=False, **overrides
+    )
 
 
 def warn_data_mismatch(run_config: dict[str, Any] | None, data_cfg: DictConfig) -> list[str]:

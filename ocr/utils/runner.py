@@ -16,6 +16,7 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ocr.utils.fault_exit import exit_on_cuda_fault
 from ocr.utils.io import atomic_write_text
 from ocr.utils.resume import ResumeRefusedError
 from ocr.utils.sentinels import failure_written, write_failure
@@ -109,6 +110,7 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
             return task(cfg)
         except BaseException as exc:
             directory = Path(cfg.paths.output_dir)
+            exit_on_cuda_fault(exc, directory)  # a CUDA fault ends the process here (ocr/utils/fault_exit.py)
             # Lightning turns Ctrl-C into SystemExit(1); only a clean exit is not a failure.
             clean_exit = isinstance(exc, SystemExit) and exc.code in (0, None)
             if isinstance(exc, ResumeRefusedError):

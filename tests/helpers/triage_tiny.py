@@ -54,18 +54,27 @@ def fit_tiny(
     accumulate_grad_batches: int = 1,
 ) -> TinyModule:
     module = module or TinyModule()
-    trainer = L.Trainer(
-        default_root_dir=root,
+    trainer = quiet_cpu_trainer(
+        root,
+        callbacks,
         max_steps=max_steps,
+        limit_val_batches=0,
+        accumulate_grad_batches=accumulate_grad_batches,
+    )
+    trainer.fit(module, train_dataloaders=tiny_loader())
+    return module
+
+
+def quiet_cpu_trainer(root: Path, callbacks: list[Callback], **trainer_args: Any) -> L.Trainer:
+    """A CPU trainer without logger, checkpoints, progress bar, model summary or sanity validation."""
+    return L.Trainer(
+        default_root_dir=root,
         accelerator="cpu",
         devices=1,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        limit_val_batches=0,
-        accumulate_grad_batches=accumulate_grad_batches,
         callbacks=callbacks,
+        **{"num_sanity_val_steps": 0, **trainer_args},
     )
-    trainer.fit(module, train_dataloaders=tiny_loader())
-    return module

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -86,15 +87,34 @@ def test_benchmark_predict_times_both_backends_at_both_batch_sizes(
             assert re.search(rf"^\| {backend} \| cpu \| {batch} \| 64 \| 2 \| [\d.]+ \|$", table, re.M), table
 
 
+def _benchmark_gpu() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("benchmark_gpu", REPO_ROOT / "scripts" / "benchmark_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_gpu_default_workers_are_the_presets(tmp_path: Path) -> None:
+    # --workers unset (the default, as scripts/gpu_proof.sh runs it) raised a TypeError comparing None > 0.
+    module = _benchmark_gpu()
+    args = module.argparse.Namespace(
+        device="cpu", data="synthetic", data_root=tmp_path, batch=2, size=64, workers=None, overrides=[]
+    )
+    cfg = module.variant_config(args, module.VARIANTS["fp32"], tmp_path)
+    preset = module.compose_config("train", ["hardware=cpu"], tmp_path)
+    assert cfg.data.num_workers == preset.data.num_workers
+    assert cfg.data.persistent_workers == preset.data.persistent_workers
+    args.workers = 0
+    assert module.variant_config(args, module.VARIANTS["fp32"], tmp_path).data.persistent_workers is False
+
+
 @pytest.mark.slow  # over 20 s on 2 busy cores: two tiny trainings and a generated synthetic set
 def test_benchmark_gpu_measures_ceiling_and_pipeline_on_the_cpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from ocr.lightning_modules.detection_module import DetectionModule
 
-    spec = importlib.util.spec_from_file_location("benchmark_gpu", REPO_ROOT / "scripts" / "benchmark_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _benchmark_gpu()
     hook = DetectionModule.on_after_batch_transfer
     moved: list[int] = []
 

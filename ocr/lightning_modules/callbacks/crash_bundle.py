@@ -4,8 +4,10 @@
 transfer: compact tensors and the ``BatchCoding`` that decodes them, see ``ocr.data.coding``),
 ``config.yaml``, ``environment.json``, ``traceback.txt``, ``state.json`` (step, epoch, exception, last
 good checkpoint) and ``rng.pt``; on a CUDA out-of-memory error also ``memory.txt`` with
-``torch.cuda.memory_summary()`` and a suggestion. Nothing is copied back from the GPU: after an
-asynchronous CUDA fault the context is poisoned and even ``.cpu()`` fails.
+``torch.cuda.memory_summary()`` and a suggestion; on a CUDA fault ``CudaFaultExit`` adds ``fault.json``
+(kind, stage, step, image ids, when it was seen). Nothing is copied back from the GPU, and after a CUDA
+fault (``ocr.utils.cuda_fault``) the device is not queried at all: the context is dead and every CUDA
+call may fail or block.
 """
 
 from __future__ import annotations
@@ -24,22 +26,12 @@ from omegaconf import OmegaConf
 
 from ocr.doctor.environment import collect_environment
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.utils.cuda_fault import is_cuda_fault
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
-__all__ = ["CrashBundle", "crash_dir", "is_cuda_error", "last_checkpoint_path", "write_crash_bundle"]
+__all__ = ["CrashBundle", "crash_dir", "last_checkpoint_path", "write_crash_bundle"]
 
 log = logging.getLogger(__name__)
-
-CUDA_ERROR_MARKERS = (
-    "CUDA error",
-    "CUDA_ERROR",
-    "cuDNN error",
-    "CUBLAS_STATUS",
-    "device-side assert",
-    "illegal memory access",
-    "AcceleratorError",
-    "NCCL",
-)
 
 
 def crash_dir(run_dir: Path, rank: int) -> Path:
@@ -49,14 +41,6 @@ def crash_dir(run_dir: Path, rank: int) -> Path:
     ranks must not overwrite each other's.
     """
     return run_dir / ("crash" if rank == 0 else f"crash-rank{rank}")
-
-
-def is_cuda_error(exception: BaseException) -> bool:
-    """Whether the exception looks like a (possibly sticky) CUDA fault rather than a Python-level error."""
-    if isinstance(exception, torch.cuda.OutOfMemoryError):
-        return False
-    text = f"{type(exception).__name__}: {exception}"
-    return any(marker in text for marker in CUDA_ERROR_MARKERS)
 
 
 def last_checkpoint_path(trainer: L.Trainer) -> str | None:
@@ -69,11 +53,11 @@ def last_checkpoint_path(trainer: L.Trainer) -> str | None:
     return None
 
 
-def _rng_states() -> dict[str, Any]:
-    # CUDA only when initialised and readable: after a fault, reading it can raise.
+def _rng_states(query_cuda: bool) -> dict[str, Any]:
+    # CUDA only when initialised and not after a CUDA fault (reading it would fail or block).
     states = _collect_rng_states(include_cuda=False)
     try:
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if query_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
             states["cuda"] = torch.cuda.get_rng_state_all()
     except Exception as exc:
         states["cuda_error"] = f"{type(exc).__name__}: {exc}"
@@ -146,7 +130,7 @@ def write_crash_bundle(
             CUDA error); ``None`` collects one now.
     """
     crash = crash_dir(run_dir, trainer.global_rank)
-    cuda_fault = is_cuda_error(exception)
+    cuda_fault = is_cuda_fault(exception)
     oom = isinstance(exception, torch.cuda.OutOfMemoryError)
     # A NonFiniteLossError may carry the batch of the first bad step; else the last batch.
     batch = getattr(exception, "cpu_batch", None)
@@ -177,7 +161,7 @@ def write_crash_bundle(
         atomic_write_text(crash / "config.yaml", config)
     env = dict(environment) if environment is not None else collect_environment(query_cuda=not cuda_fault)
     atomic_write_json(crash / "environment.json", env)
-    atomic_write_bytes(crash / "rng.pt", _torch_save_bytes(_rng_states()))
+    atomic_write_bytes(crash / "rng.pt", _torch_save_bytes(_rng_states(query_cuda=not cuda_fault)))
     if oom:
         figures, summary = _memory_report(batch)
         state["memory"] = figures

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from ocr.debug.gpu_probe import sync_allowed
 from ocr.reporting.curves import write_curves
+from ocr.utils.cuda_fault import is_cuda_fault
 
 __all__ = ["TrainingCurves"]
 
@@ -75,19 +76,23 @@ class TrainingCurves(Callback):
     ) -> None:
         if not trainer.is_global_zero:
             return
-        try:
-            self._flush()
-        except RuntimeError as exc:  # a failed CUDA context cannot be read: draw what reached the host
-            log.warning(
-                "Training curves: %d recorded losses unreadable after the failure (%s)",
-                len(self._pending),
-                exc,
-            )
-            self._pending.clear()
+        if is_cuda_fault(exception):  # reading the device after a CUDA fault fails or blocks
+            self._drop_pending("not read after the CUDA fault")
+        else:
+            try:
+                self._flush()
+            except RuntimeError as exc:  # a failed device cannot be read: draw what reached the host
+                self._drop_pending(str(exc))
         try:
             log.info("Training curves up to the failure: %s", write_curves(self.path, self.series))
         except (OSError, ValueError) as exc:  # never hide the run's own exception
             log.error("Could not write %s: %s", self.path, exc)
+
+    def _drop_pending(self, why: str) -> None:
+        log.warning(
+            "Training curves: %d recorded losses unreadable after the failure (%s)", len(self._pending), why
+        )
+        self._pending.clear()
 
     def _add(self, key: str, step: int, value: float) -> None:
         self.series.setdefault(key, []).append((step, value))

@@ -25,8 +25,9 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from ocr.debug.gpu_probe import sync_allowed
-from ocr.lightning_modules.callbacks.crash_bundle import crash_dir, is_cuda_error
+from ocr.lightning_modules.callbacks.crash_bundle import crash_dir
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.utils.cuda_fault import is_cuda_fault
 from ocr.utils.io import atomic_write_json
 
 __all__ = ["NonFiniteGuard", "NonFiniteLossError"]
@@ -181,7 +182,7 @@ class NonFiniteGuard(Callback):
         # Another error (e.g. an injected fault a step later) may hide an earlier NaN: record it beside
         # the crash bundle. Never touch the device after a CUDA fault, and no collective here: the other
         # ranks may not be at this point.
-        if isinstance(exception, NonFiniteLossError) or is_cuda_error(exception):
+        if isinstance(exception, NonFiniteLossError) or is_cuda_fault(exception):
             return
         try:
             bad = self._first_bad_steps(across_ranks=False)

@@ -9,7 +9,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 
-from ocr.utils.sentinels import clear_sentinels, write_failure, write_success
+from ocr.utils.sentinels import clear_sentinels, failure_written, write_failure, write_success
 
 __all__ = ["RunStatus"]
 
@@ -34,12 +34,15 @@ class RunStatus(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if trainer.is_global_zero:
+        if not trainer.is_global_zero:
+            return
+        # For a CUDA fault CudaFaultExit wrote it already, on whichever rank hit the fault.
+        if not failure_written(self.run_dir):
             try:
                 write_failure(self.run_dir, exception)
             except OSError as exc:  # e.g. the disk is full: one line, not a chained traceback
                 log.error("Could not write %s: %s", self.run_dir / ".FAILURE", exc)
-            self._tag_wandb(trainer, "failed")
+        self._tag_wandb(trainer, "failed")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero and not trainer.interrupted:

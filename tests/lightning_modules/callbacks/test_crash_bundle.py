@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ocr.debug.inject import FaultInjector, InjectedFaultError
-from ocr.lightning_modules.callbacks.crash_bundle import CrashBundle, is_cuda_error, write_crash_bundle
+from ocr.lightning_modules.callbacks.crash_bundle import CrashBundle, write_crash_bundle
 from tests.helpers.triage_tiny import TinyModule, fit_tiny, tiny_loader
 
 
@@ -51,10 +51,3 @@ def test_oom_bundle_has_memory_report_and_suggestion(tmp_path: Path) -> None:
     assert state["memory"]["batch_shapes"]["images"] == [8, 3, 16, 16]
     assert (crash / "memory.txt").exists()
     assert json.loads((crash / "environment.json").read_text()) == {"test": True}
-
-
-def test_cuda_error_classification() -> None:
-    assert is_cuda_error(RuntimeError("CUDA error: an illegal memory access was encountered"))
-    assert is_cuda_error(RuntimeError("CUDA error: device-side assert triggered"))
-    assert not is_cuda_error(torch.cuda.OutOfMemoryError("CUDA out of memory"))
-    assert not is_cuda_error(ValueError("images: expected (B, 3, H, W)"))
