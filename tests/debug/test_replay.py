@@ -21,7 +21,8 @@ def _bundle(
     crash = root / "crash"
     crash.mkdir(parents=True)
     composed = compose_config("train")
-    cfg = {"seed": 0, "model": composed.model, "loss": composed.loss, "trainer": {"precision": "32-true"}}
+    model, loss = (OmegaConf.to_container(composed[key], resolve=True) for key in ("model", "loss"))
+    cfg = {"seed": 0, "model": model, "loss": loss, "trainer": {"precision": "32-true"}}  # resolved, as saved
     if debug is not None:
         cfg["debug"] = debug
     if module is not None:
