@@ -25,6 +25,7 @@ from ocr.data.dataset import ImageFolderDataset
 from ocr.data.transforms import EvalTransform
 from ocr.inference.onnx_runtime import INPUT_NAME, OUTPUT_NAME, OnnxProbabilityMap, sidecar_path
 from ocr.types import Batch, Polygon
+from ocr.utils.errors import InputNotFoundError, UsageError
 from ocr.utils.io import atomic_write_bytes, atomic_write_json
 
 __all__ = [
@@ -45,7 +46,7 @@ SIDECAR_FORMAT = "ocr-dbnet-prob-map"
 log = logging.getLogger(__name__)
 
 
-class ParityError(RuntimeError):
+class ParityError(UsageError, RuntimeError):
     """The exported model's output differs from PyTorch's by more than the tolerance."""
 
 
@@ -98,11 +99,11 @@ def parity_batch(image_dir: str | Path, transform: EvalTransform, num_images: in
     """The first ``num_images`` images of ``image_dir`` (sorted names), letterboxed as predict does.
 
     Raises:
-        FileNotFoundError: the folder is missing or holds no images.
+        InputNotFoundError: the folder is missing or holds no images.
     """
     dataset = ImageFolderDataset(image_dir=image_dir, transform=transform)
     if len(dataset) == 0:
-        raise FileNotFoundError(f"parity.image_dir={image_dir}: no images to check the export on")
+        raise InputNotFoundError(f"parity.image_dir={image_dir}: no images to check the export on")
     return collate_batch([dataset[i] for i in range(min(num_images, len(dataset)))])
 
 
@@ -131,8 +132,21 @@ class ParityReport:
 
     @property
     def ok(self) -> bool:
-        """Both figures within their tolerances."""
-        return self.prob_max_abs_diff <= self.prob_tol and self.polygon_max_dist_px <= self.polygon_tol_px
+        """Something was compared and both figures are within their tolerances."""
+        return self.problem is None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the check fails, or None: no image or no polygon compared ("0 vs 0 polygons" checks
+        nothing of the post-processing), or a figure beyond its tolerance."""
+        if not self.images or self.polygons_torch == 0 or self.polygons_onnx == 0:
+            return (
+                "the parity check compared no image or no polygon (check on images where the model finds "
+                "text: parity.image_dir=<folder>, more parity.num_images)"
+            )
+        if self.prob_max_abs_diff > self.prob_tol or self.polygon_max_dist_px > self.polygon_tol_px:
+            return "ONNX output differs from PyTorch's"
+        return None
 
     def summary(self) -> str:
         """One line for logs and errors."""

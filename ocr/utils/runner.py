@@ -6,17 +6,20 @@ import functools
 import importlib.util
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ocr.utils.errors import UsageError, find_usage_error
 from ocr.utils.io import atomic_write_text
+from ocr.utils.output_dir import writable_dir
 from ocr.utils.resume import ResumeRefusedError
 from ocr.utils.sentinels import failure_written, write_failure
 
@@ -30,12 +33,18 @@ __all__ = [
     "run_dir",
     "get_metric_value",
     "quiet_third_party",
+    "exit_with_message",
+    "report_usage_errors",
+    "route_lightning_logs",
 ]
 
 log = logging.getLogger(__name__)
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 RUNNERS_DIR = CONFIG_DIR.parent / "runners"
+# Lightning messages that advertise products rather than describe the run.
+_ADVERTISEMENT = re.compile(r"^\W*Tip: ")
+T = TypeVar("T")
 
 
 def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | None = None) -> DictConfig:
@@ -68,10 +77,12 @@ def load_runner(name: str) -> ModuleType:
 
 
 def run_dir(cfg: DictConfig) -> Path:
-    """The run directory (``paths.output_dir``), created if missing."""
-    path = Path(cfg.paths.output_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The run directory (``paths.output_dir``), created if missing.
+
+    Raises:
+        OutputDirError: it cannot be created or written, naming the key.
+    """
+    return writable_dir(cfg.paths.output_dir, "paths.output_dir", create=True)
 
 
 def instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -126,6 +137,79 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
     return wrapped
 
 
+def report_usage_errors(main: Callable[[DictConfig], T]) -> Callable[[DictConfig], T]:
+    """Decorate a runner's ``@hydra.main`` function: a :class:`~ocr.utils.errors.UsageError` (also one
+    that Hydra's ``instantiate`` wrapped) ends a single run with its message alone on the console and exit
+    status 1, instead of Hydra's "Error executing job" and the traceback, which goes to the run's log
+    file (and ``.FAILURE``). Any other exception, every error with ``HYDRA_FULL_ERROR=1``, and a multirun
+    job's error (recorded by the sweep) go on to Hydra as before."""
+
+    @functools.wraps(main)
+    def wrapped(cfg: DictConfig) -> T:
+        try:
+            return main(cfg)
+        except Exception as exc:
+            usage = find_usage_error(exc)
+            if usage is None or _multirun():
+                raise
+            # The runner's task logged "Run failed: <type>: <message>" when it wrote .FAILURE.
+            logged = usage is exc and failure_written(Path(cfg.paths.output_dir))
+            exit_with_message(exc, usage, logged=logged)
+
+    return wrapped
+
+
+def exit_with_message(exc: BaseException, usage: UsageError, *, logged: bool = False) -> NoReturn:
+    """Log ``usage``'s message (unless ``logged`` already) and exit with status 1; the traceback of
+    ``exc`` goes to the log files only. With ``HYDRA_FULL_ERROR=1``, re-raise ``exc`` instead.
+
+    Raises:
+        SystemExit: status 1.
+    """
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise exc
+    record = log.makeRecord(
+        log.name,
+        logging.ERROR,
+        __file__,
+        0,
+        "Traceback of the error (on the console with HYDRA_FULL_ERROR=1):",
+        (),
+        (type(exc), exc, exc.__traceback__),
+    )
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+    if not logged:
+        log.error("%s", usage)
+    raise SystemExit(1) from None
+
+
+def _multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def route_lightning_logs() -> None:
+    """Each Lightning message once: through the root logger's handlers (Hydra's console and log file), not
+    also through the console handler the ``lightning`` package adds to itself at import (the "INFO: ..."
+    copies); its product tips are dropped."""
+    import lightning  # noqa: F401  # importing it adds the handler removed here
+
+    package = logging.getLogger("lightning")
+    if logging.getLogger().handlers:  # else (no logging configured) its own handler is the only output
+        for handler in package.handlers[:]:
+            package.removeHandler(handler)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_not_an_advertisement)
+
+
+def _not_an_advertisement(record: logging.LogRecord) -> bool:
+    return not _ADVERTISEMENT.match(record.getMessage())
+
+
 def format_metrics(metrics: Mapping[str, float], title: str) -> str:
     """A plain-text table of metrics for the console."""
     if not metrics:
@@ -148,11 +232,22 @@ def get_metric_value(metrics: Mapping[str, Any], name: str | None) -> float | No
 
 
 def quiet_third_party() -> None:
-    """Defaults for a clean console: no albumentations update check; PROJECT_ROOT for ``paths``."""
+    """Defaults for a clean console (no albumentations update check, no warnings the project handles, no
+    ONNX exporter chatter); PROJECT_ROOT for ``paths``."""
     # The module moves only the tensors of a batch on purpose (polygons and geometry stay on the host).
     warnings.filterwarnings("ignore", message=r".*You have overridden `\w+` in `LightningModule`.*")
     # Lightning's own pytree helper on newer torch: not actionable for users.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+    # A resume continues in its own run directory, whose checkpoints folder is not empty on purpose.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    # A checkpoint written between validations resumes the epoch with its remaining number of batches,
+    # drawn afresh (README, "Resume a run"); from one written at a validation the resume is exact.
+    warnings.filterwarnings(
+        "ignore", message=r".*ended before the epoch ended and your dataloader is not resumable"
+    )
+    # The ONNX exporter's graph passes log every rewrite at INFO (dozens of lines per export).
+    for name in ("onnxscript", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
     if "PROJECT_ROOT" not in os.environ:
         os.environ["PROJECT_ROOT"] = str(Path(sys.argv[0]).resolve().parents[1])
