@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from ocr.metrics.files import evaluate_files, worst_images, write_image_results
 from ocr.utils.hardware import register_resolvers  # torch-free at import; hydra.run.dir uses ${first_set:}
-from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
+from ocr.utils.runner import quiet_third_party, report_usage_errors, run_dir, task_wrapper
 
 register_resolvers()
 quiet_third_party()
@@ -58,6 +58,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
 
 @hydra.main(config_path="../configs", config_name="evaluate", version_base="1.3")
+@report_usage_errors
 def main(cfg: DictConfig) -> None:
     """Hydra entry point."""
     evaluate(cfg)

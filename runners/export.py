@@ -2,9 +2,11 @@
 
 uv run runners/export.py ckpt=outputs/train/<run>/checkpoints/best.ckpt [format=onnx] [long_side=1024]
 
-Writes ``model.onnx`` (dynamic batch, height and width) and ``model.onnx.json`` into the run directory;
-``runners/predict.py backend=onnx onnx_model=<file.onnx>`` predicts with it. A failed parity check removes
-the model and exits 1 with the figures.
+The input side, mean/std and post-processing that the parity check runs with and the sidecar records for
+``predict.py backend=onnx`` are the checkpoint's unless given on the command line (``long_side=``,
+``postprocess.*``). Writes ``model.onnx`` (dynamic batch, height and width) and ``model.onnx.json`` into
+the run directory; ``runners/predict.py backend=onnx onnx_model=<file.onnx>`` predicts with it. A failed
+parity check, or one that compared no image or no polygon, removes the model and exits 1 with the figures.
 """
 
 from __future__ import annotations
@@ -20,8 +22,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
+from ocr.utils.errors import ConfigValueError
 from ocr.utils.hardware import register_resolvers
-from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
+from ocr.utils.inference_settings import apply_stored_settings, stored_setting_keys
+from ocr.utils.runner import (
+    quiet_third_party,
+    report_usage_errors,
+    route_lightning_logs,
+    run_dir,
+    save_config,
+    task_wrapper,
+)
 
 register_resolvers()
 quiet_third_party()
@@ -30,26 +41,45 @@ FORMATS = ("onnx",)
 log = logging.getLogger(__name__)
 
 
+def export_long_side(given: int | None, trained: int) -> int:
+    """The input side to export at: ``long_side`` from the command line (warned about when it differs from
+    the training run's evaluation side), else the training run's."""
+    if given is None:
+        return trained
+    if given != trained:
+        log.warning(
+            "long_side=%d (command line) differs from data.eval_transform.long_side=%d in the checkpoint's "
+            "training run: the parity check and the sidecar use %d, and so does predict backend=onnx",
+            given,
+            trained,
+            given,
+        )
+    return given
+
+
 @task_wrapper
 def export(cfg: DictConfig) -> dict[str, str]:
     """Export ``cfg.ckpt``; returns the paths written (model, sidecar)."""
     from ocr.data.transforms import EvalTransform
     from ocr.inference.onnx_export import ParityError, check_parity, export_onnx, parity_batch, write_sidecar
-    from ocr.lightning_modules.loading import module_from_checkpoint
+    from ocr.lightning_modules.loading import CHECKPOINT_SOURCE, load_checkpoint, module_from_loaded
 
     check_config_types(cfg)
     if cfg.format not in FORMATS:
-        raise ValueError(f"format: expected one of {FORMATS}, got {cfg.format!r}")
-    save_config(cfg, run_dir(cfg))
+        raise ConfigValueError(f"format: expected one of {FORMATS}, got {cfg.format!r}")
+    directory = run_dir(cfg)
+    checkpoint = load_checkpoint(cfg.ckpt)
+    run_config = checkpoint["ocr_config"]
+    apply_stored_settings(cfg, run_config, stored_setting_keys(cfg), CHECKPOINT_SOURCE)
+    save_config(cfg, directory)
     postprocess = instantiate(cfg.postprocess)
-    module = module_from_checkpoint(cfg.ckpt)
-    data = OmegaConf.create(module.run_config or {}).data
-    eval_cfg = data.eval_transform
+    module = module_from_loaded(checkpoint, cfg.ckpt, None)
+    data = OmegaConf.create(run_config).data
     transform = EvalTransform(
-        long_side=cfg.long_side or eval_cfg.long_side,
-        mean=eval_cfg.mean,
-        std=eval_cfg.std,
-        fill=eval_cfg.fill,
+        long_side=export_long_side(cfg.long_side, data.eval_transform.long_side),
+        mean=data.eval_transform.mean,
+        std=data.eval_transform.std,
+        fill=data.eval_transform.fill,
     )
     image_dir = cfg.parity.image_dir or str(Path(data.root) / "images" / data.test_split)
     model_path = export_onnx(module.net, cfg.output, sample_size=transform.long_side, opset=cfg.opset)
@@ -61,11 +91,9 @@ def export(cfg: DictConfig) -> dict[str, str]:
         prob_tol=cfg.parity.prob_tol,
         polygon_tol_px=cfg.parity.polygon_tol_px,
     )
-    if not report.ok:
+    if report.problem is not None:
         model_path.unlink()
-        raise ParityError(
-            f"{model_path}: ONNX output differs from PyTorch's, model removed: {report.summary()}"
-        )
+        raise ParityError(f"{model_path}: {report.problem}, model removed: {report.summary()}")
     log.info("Parity: %s", report.summary())
     sidecar = write_sidecar(
         model_path,
@@ -81,7 +109,9 @@ def export(cfg: DictConfig) -> dict[str, str]:
 
 
 @hydra.main(config_path="../configs", config_name="export", version_base="1.3")
+@report_usage_errors
 def main(cfg: DictConfig) -> None:
+    route_lightning_logs()
     export(cfg)
 
 

@@ -23,6 +23,8 @@ from ocr.utils.runner import (
     get_metric_value,
     instantiate_all,
     quiet_third_party,
+    report_usage_errors,
+    route_lightning_logs,
     run_dir,
     save_config,
     task_wrapper,
@@ -94,7 +96,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
 
 @hydra.main(config_path="../configs", config_name="train", version_base="1.3")
+@report_usage_errors
 def main(cfg: DictConfig) -> float | None:
+    route_lightning_logs()
     metrics: dict[str, Any] = train(cfg)
     return get_metric_value(metrics, cfg.optimized_metric)
 
