@@ -20,18 +20,12 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from ocr.utils.cli import lightning_runner
 from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
 from ocr.utils.errors import ConfigValueError
 from ocr.utils.hardware import register_resolvers
-from ocr.utils.runner import (
-    quiet_third_party,
-    report_usage_errors,
-    route_lightning_logs,
-    run_dir,
-    save_config,
-    task_wrapper,
-)
+from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
 quiet_third_party()
@@ -101,9 +95,8 @@ def predict(cfg: DictConfig) -> dict[str, str]:
 
 
 @hydra.main(config_path="../configs", config_name="predict", version_base="1.3")
-@report_usage_errors
+@lightning_runner
 def main(cfg: DictConfig) -> None:
-    route_lightning_logs()
     predict(cfg)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from ocr.utils.cli import exit_with_message
 from ocr.utils.errors import OutputDirError
 
 __all__ = ["OutputDirCheck", "writable_dir"]
@@ -72,8 +73,6 @@ class OutputDirCheck(Callback):
 
     @staticmethod
     def _check(directory: str, key: str) -> None:
-        from ocr.utils.runner import exit_with_message
-
         try:
             writable_dir(directory, key, create=False)  # Hydra creates it next
         except OutputDirError as exc:

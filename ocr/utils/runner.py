@@ -6,18 +6,16 @@ import functools
 import importlib.util
 import logging
 import os
-import re
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ocr.utils.errors import UsageError, find_usage_error
 from ocr.utils.io import atomic_write_text
 from ocr.utils.output_dir import writable_dir
 from ocr.utils.resume import ResumeRefusedError
@@ -33,18 +31,12 @@ __all__ = [
     "run_dir",
     "get_metric_value",
     "quiet_third_party",
-    "exit_with_message",
-    "report_usage_errors",
-    "route_lightning_logs",
 ]
 
 log = logging.getLogger(__name__)
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 RUNNERS_DIR = CONFIG_DIR.parent / "runners"
-# Lightning messages that advertise products rather than describe the run.
-_ADVERTISEMENT = re.compile(r"^\W*Tip: ")
-T = TypeVar("T")
 
 
 def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | None = None) -> DictConfig:
@@ -135,79 +127,6 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
             raise
 
     return wrapped
-
-
-def report_usage_errors(main: Callable[[DictConfig], T]) -> Callable[[DictConfig], T]:
-    """Decorate a runner's ``@hydra.main`` function: a :class:`~ocr.utils.errors.UsageError` (also one
-    that Hydra's ``instantiate`` wrapped) ends a single run with its message alone on the console and exit
-    status 1, instead of Hydra's "Error executing job" and the traceback, which goes to the run's log
-    file (and ``.FAILURE``). Any other exception, every error with ``HYDRA_FULL_ERROR=1``, and a multirun
-    job's error (recorded by the sweep) go on to Hydra as before."""
-
-    @functools.wraps(main)
-    def wrapped(cfg: DictConfig) -> T:
-        try:
-            return main(cfg)
-        except Exception as exc:
-            usage = find_usage_error(exc)
-            if usage is None or _multirun():
-                raise
-            # The runner's task logged "Run failed: <type>: <message>" when it wrote .FAILURE.
-            logged = usage is exc and failure_written(Path(cfg.paths.output_dir))
-            exit_with_message(exc, usage, logged=logged)
-
-    return wrapped
-
-
-def exit_with_message(exc: BaseException, usage: UsageError, *, logged: bool = False) -> NoReturn:
-    """Log ``usage``'s message (unless ``logged`` already) and exit with status 1; the traceback of
-    ``exc`` goes to the log files only. With ``HYDRA_FULL_ERROR=1``, re-raise ``exc`` instead.
-
-    Raises:
-        SystemExit: status 1.
-    """
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise exc
-    record = log.makeRecord(
-        log.name,
-        logging.ERROR,
-        __file__,
-        0,
-        "Traceback of the error (on the console with HYDRA_FULL_ERROR=1):",
-        (),
-        (type(exc), exc, exc.__traceback__),
-    )
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
-    if not logged:
-        log.error("%s", usage)
-    raise SystemExit(1) from None
-
-
-def _multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def route_lightning_logs() -> None:
-    """Each Lightning message once: through the root logger's handlers (Hydra's console and log file), not
-    also through the console handler the ``lightning`` package adds to itself at import (the "INFO: ..."
-    copies); its product tips are dropped."""
-    import lightning  # noqa: F401  # importing it adds the handler removed here
-
-    package = logging.getLogger("lightning")
-    if logging.getLogger().handlers:  # else (no logging configured) its own handler is the only output
-        for handler in package.handlers[:]:
-            package.removeHandler(handler)
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
-        logging.getLogger(name).addFilter(_not_an_advertisement)
-
-
-def _not_an_advertisement(record: logging.LogRecord) -> bool:
-    return not _ADVERTISEMENT.match(record.getMessage())
 
 
 def format_metrics(metrics: Mapping[str, float], title: str) -> str:

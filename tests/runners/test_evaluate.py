@@ -7,17 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
-import pytest
-from omegaconf import DictConfig
 
 from ocr.utils.submission import write_submission_csv
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.tiny_checkpoint import tiny_checkpoint
 
 
 def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -133,30 +128,3 @@ def test_evaluate_runs_with_the_default_run_dir_and_without_torch(tmp_path: Path
     )
     light = subprocess.run([sys.executable, "-c", check, str(REPO_ROOT / "runners" / "evaluate.py")], env=env)
     assert light.returncode == 0, "runners/evaluate.py imports torch"
-
-
-@pytest.mark.slow  # over 20 s on 2 busy cores: the test and predict runners on a tiny checkpoint
-def test_evaluate_on_predicts_submission_equals_test_on_the_same_checkpoint(
-    tmp_path: Path,
-    tiny_run: list[str],
-    compose_cfg: Callable[[str, list[str], Path], DictConfig],
-    runner_module: Callable[[str], ModuleType],
-) -> None:
-    """0.5368 (evaluate on submission.csv) vs 0.5361 (test) was seen: the CSV holds integer pixels, test
-    scored the unrounded polygons. Predictions are now rounded where they are made."""
-    (tmp_path / "ckpt").mkdir()
-    ckpt = tiny_checkpoint(tmp_path / "ckpt", tiny_run)
-    data = [*tiny_run, f"data.root={tmp_path / 'ckpt' / 'data'}"]
-    tested = runner_module("test").evaluate(compose_cfg("test", [*data, f"ckpt={ckpt}"], tmp_path / "test"))
-    images = tmp_path / "ckpt" / "data" / "images" / "test"
-    predicted = runner_module("predict").predict(
-        compose_cfg("predict", [*data, f"ckpt={ckpt}", f"image_dir={images}"], tmp_path / "predict")
-    )
-    gt = tmp_path / "ckpt" / "data" / "jsons" / "test.json"
-    evaluated = runner_module("evaluate").evaluate(
-        compose_cfg("evaluate", [f"gt={gt}", f"pred={predicted['submission']}"], tmp_path / "evaluate")
-    )
-    assert tested["test/hmean"] > 0.0  # polygons were found and matched: the comparison means something
-    assert evaluated["num_images"] == 3
-    for name in ("precision", "recall", "hmean"):
-        assert evaluated[name] == pytest.approx(tested[f"test/{name}"], abs=1e-9), name

@@ -3,6 +3,7 @@ hmean with the best overrides, and cached scores equal to uncached ones."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from collections.abc import Callable
@@ -43,9 +44,9 @@ def _count_forward(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def _multirun(runner_module: Runner, monkeypatch: pytest.MonkeyPatch, overrides: list[str]) -> None:
     monkeypatch.setattr(sys, "argv", ["runners/test.py", "-m", *overrides])
     main = runner_module("test").main
-    # Hydra finds configs/ from the runner's file only for a "__main__" task function; a runner
-    # imported by path has another module name.
-    monkeypatch.setattr(main.__wrapped__, "__module__", "__main__")
+    # Hydra finds configs/ from the runner's file only for a "__main__" task function (the innermost
+    # one, under the runner's decorators); a runner imported by path has another module name.
+    monkeypatch.setattr(inspect.unwrap(main), "__module__", "__main__")
     GlobalHydra.instance().clear()
     try:
         main()

@@ -95,6 +95,7 @@ def test_the_test_runner_scores_at_the_checkpoints_settings_without_a_warning(
         "test", [*data, f"data.root={tmp_path / 'ckpt' / 'data'}", f"ckpt={ckpt}"], tmp_path / "b"
     )
     cfg.postprocess.box_thresh = 0.7
-    runner_module("test").evaluate(cfg)
+    with caplog.at_level(logging.INFO):
+        runner_module("test").evaluate(cfg)
     assert yaml.safe_load((tmp_path / "b" / "config.yaml").read_text())["postprocess"]["box_thresh"] == 0.7
     assert "from the command line: postprocess.box_thresh=0.7 (stored: 0.45)" in caplog.text

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from ocr.utils.cli import route_lightning_logs
 from ocr.utils.resume import ResumeRefusedError
-from ocr.utils.runner import quiet_third_party, route_lightning_logs, task_wrapper
+from ocr.utils.runner import quiet_third_party, task_wrapper
 
 
 def _run(tmp_path: Path, exc: BaseException) -> None:
