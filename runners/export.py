@@ -25,7 +25,7 @@ from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
 from ocr.utils.errors import ConfigValueError
 from ocr.utils.hardware import register_resolvers
-from ocr.utils.inference_settings import apply_stored_settings, stored_setting_keys
+from ocr.utils.inference_settings import apply_stored_settings, export_long_side, stored_setting_keys
 from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
@@ -33,22 +33,6 @@ quiet_third_party()
 
 FORMATS = ("onnx",)
 log = logging.getLogger(__name__)
-
-
-def export_long_side(given: int | None, trained: int) -> int:
-    """The input side to export at: ``long_side`` from the command line (warned about when it differs from
-    the training run's evaluation side), else the training run's."""
-    if given is None:
-        return trained
-    if given != trained:
-        log.warning(
-            "long_side=%d (command line) differs from data.eval_transform.long_side=%d in the checkpoint's "
-            "training run: the parity check and the sidecar use %d, and so does predict backend=onnx",
-            given,
-            trained,
-            given,
-        )
-    return given
 
 
 @task_wrapper

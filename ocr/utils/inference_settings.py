@@ -22,6 +22,7 @@ __all__ = [
     "Choice",
     "apply_stored_settings",
     "command_line_keys",
+    "export_long_side",
     "invocation_overrides",
     "stored_setting_keys",
 ]
@@ -141,3 +142,19 @@ def _log(choices: list[Choice], source: str) -> None:
                 choice.stored,
                 source,
             )
+
+
+def export_long_side(given: int | None, trained: int) -> int:
+    """The input side ``runners/export.py`` exports and checks at: its ``long_side`` when given (a warning
+    when it differs from the training run's ``data.eval_transform.long_side``), else the training run's."""
+    if given is None:
+        return trained
+    if given != trained:
+        log.warning(
+            "long_side=%d (command line) differs from data.eval_transform.long_side=%d in the checkpoint's "
+            "training run: the parity check and the sidecar use %d, and so does predict backend=onnx",
+            given,
+            trained,
+            given,
+        )
+    return given

@@ -13,7 +13,12 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.utils import inference_settings
-from ocr.utils.inference_settings import apply_stored_settings, command_line_keys, stored_setting_keys
+from ocr.utils.inference_settings import (
+    apply_stored_settings,
+    command_line_keys,
+    export_long_side,
+    stored_setting_keys,
+)
 from tests.helpers.tiny_checkpoint import tiny_checkpoint
 
 Compose = Callable[[str, list[str], Path], DictConfig]
@@ -62,6 +67,16 @@ def test_a_group_choice_and_prefixed_overrides_count_as_given() -> None:
     cfg = OmegaConf.create({"postprocess": {"thresh": 0.3}})
     apply_stored_settings(cfg, STORED, ["postprocess.thresh"], "a run", ["postprocess=db"])
     assert cfg.postprocess.thresh == 0.3
+
+
+def test_export_takes_the_runs_long_side_unless_given(caplog: pytest.LogCaptureFixture) -> None:
+    assert export_long_side(None, 512) == 512 and export_long_side(512, 512) == 512
+    assert not caplog.records
+    assert export_long_side(1024, 512) == 1024
+    assert (
+        "long_side=1024 (command line) differs from data.eval_transform.long_side=512 in the checkpoint's"
+        in (caplog.text)
+    )
 
 
 @pytest.mark.slow  # over 20 s on 2 busy cores: the test runner on a tiny checkpoint
