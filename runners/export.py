@@ -68,6 +68,7 @@ def export(cfg: DictConfig) -> dict[str, str]:
         postprocess,
         prob_tol=cfg.parity.prob_tol,
         polygon_tol_px=cfg.parity.polygon_tol_px,
+        min_polygons=cfg.parity.min_polygons,
     )
     if report.problem is not None:
         model_path.unlink()

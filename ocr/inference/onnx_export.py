@@ -120,6 +120,8 @@ class ParityReport:
             point of its counterpart (nearest centroid), both ways; inf when the counts differ.
         prob_tol: tolerance on ``prob_max_abs_diff``.
         polygon_tol_px: tolerance on ``polygon_max_dist_px``.
+        min_polygons: polygons each side must have found for the check to count (0: a network that finds
+            no text, e.g. random weights, passes on its maps alone).
     """
 
     images: list[str]
@@ -129,6 +131,7 @@ class ParityReport:
     polygon_max_dist_px: float
     prob_tol: float
     polygon_tol_px: float
+    min_polygons: int
 
     @property
     def ok(self) -> bool:
@@ -137,9 +140,9 @@ class ParityReport:
 
     @property
     def problem(self) -> str | None:
-        """Why the check fails, or None: no image or no polygon compared ("0 vs 0 polygons" checks
-        nothing of the post-processing), or a figure beyond its tolerance."""
-        if not self.images or self.polygons_torch == 0 or self.polygons_onnx == 0:
+        """Why the check fails, or None: no image, or fewer than ``min_polygons`` polygons, compared ("0 vs 0
+        polygons" checks nothing of the post-processing), or a figure beyond its tolerance."""
+        if not self.images or min(self.polygons_torch, self.polygons_onnx) < self.min_polygons:
             return (
                 "the parity check compared no image or no polygon (check on images where the model finds "
                 "text: parity.image_dir=<folder>, more parity.num_images)"
@@ -180,6 +183,7 @@ def check_parity(
     *,
     prob_tol: float,
     polygon_tol_px: float,
+    min_polygons: int = 1,
 ) -> ParityReport:
     """Run the compact ``batch`` (decoded here) through ``net`` (PyTorch, float32) and the exported model;
     compare maps and polygons."""
@@ -200,6 +204,7 @@ def check_parity(
         ),
         prob_tol=prob_tol,
         polygon_tol_px=polygon_tol_px,
+        min_polygons=min_polygons,
     )
 
 

@@ -23,7 +23,6 @@ __all__ = [
     "apply_stored_settings",
     "command_line_keys",
     "export_long_side",
-    "invocation_overrides",
     "stored_setting_keys",
 ]
 
@@ -55,14 +54,6 @@ class Choice:
         return self.from_command_line and self.stored is not None and self.value != self.stored
 
 
-def invocation_overrides() -> list[str]:
-    """This invocation's command-line overrides (Hydra's ``overrides.task``); [] outside a Hydra run,
-    e.g. a test that composes the config itself."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
 def command_line_keys(overrides: Sequence[str]) -> set[str]:
     """The keys ``overrides`` set (``+``/``~``/``++`` prefixes dropped): ``postprocess.thresh=0.2`` gives
     ``postprocess.thresh``; a group choice (``postprocess=db``) gives the group's name."""
@@ -82,26 +73,24 @@ def stored_setting_keys(cfg: DictConfig, *, targets: bool = False) -> list[str]:
 
 
 def apply_stored_settings(
-    cfg: DictConfig,
-    stored: Mapping[str, Any],
-    keys: Sequence[str],
-    source: str,
-    overrides: Sequence[str] | None = None,
+    cfg: DictConfig, stored: Mapping[str, Any], keys: Sequence[str], source: str
 ) -> list[Choice]:
-    """Set each of ``keys`` in ``cfg`` to its value in ``stored`` unless the command line set it; log where
-    each value came from (one line), and warn for each ``data.*`` value the command line changed.
+    """Set each of ``keys`` in ``cfg`` to its value in ``stored`` unless ``cfg.command_line`` set it; log
+    where each value came from (one line), and warn for each ``data.*`` value the command line changed.
 
     Args:
-        cfg: this invocation's config, changed in place.
+        cfg: this invocation's config, changed in place; ``command_line`` lists its overrides (Hydra's
+            ``overrides.task`` in a run, the composing code's overrides under ``compose_config``).
         stored: the run config of the checkpoint (or the export's sidecar), same key layout.
         keys: full keys to take (see :func:`stored_setting_keys`).
         source: what ``stored`` is, for the log ("the checkpoint's training run").
-        overrides: the command-line overrides; None reads this invocation's (:func:`invocation_overrides`).
 
     Returns:
         One :class:`Choice` per key.
     """
-    given = command_line_keys(invocation_overrides() if overrides is None else overrides)
+    # A config composed by other means than a Hydra run or compose_config has no command line to read.
+    overrides = OmegaConf.select(cfg, "command_line", default=[], throw_on_resolution_failure=False)
+    given = command_line_keys([str(o) for o in overrides or []])
     saved = OmegaConf.create(dict(stored))
     choices = []
     for key in keys:

@@ -41,8 +41,8 @@ RUNNERS_DIR = CONFIG_DIR.parent / "runners"
 
 def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | None = None) -> DictConfig:
     """Compose ``configs/<name>.yaml`` with ``overrides`` outside a Hydra run, as the runners see it (defaults
-    lists applied, hardware resolvers registered); ``paths.output_dir`` is ``output_dir`` when given, else
-    the Hydra run directory."""
+    lists applied, hardware resolvers registered, ``command_line`` = ``overrides`` where the config has
+    it); ``paths.output_dir`` is ``output_dir`` when given, else the Hydra run directory."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -55,6 +55,8 @@ def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | 
     if output_dir is not None:
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)
+    if "command_line" in cfg:  # what Hydra's overrides.task would hold: these overrides were given
+        cfg.command_line = list(overrides)
     return cfg
 
 

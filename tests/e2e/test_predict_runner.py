@@ -19,7 +19,6 @@ import torch.multiprocessing as mp
 from omegaconf import DictConfig
 
 from ocr.data.dataset import IMAGE_SUFFIXES
-from ocr.utils import inference_settings
 from tests.helpers.report_cases import report_data
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
@@ -109,13 +108,10 @@ def test_predict_under_ddp_writes_every_image_once_on_rank_zero(
     trained_run: tuple[Path, Path],
     tmp_path: Path,
     runner_module: Runner,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     image_dir = trained_run[1] / "images" / "test"
     # Thresholds of 0 turn each whole image into one box, so every row depends on its own image's size.
     boxes = ("postprocess.thresh=0", "postprocess.box_thresh=0")
-    # Given as on the command line, so they win over the checkpoint's post-processing.
-    monkeypatch.setattr(inference_settings, "invocation_overrides", lambda: list(boxes))
     predict = runner_module("predict").predict
     single = predict(predict_cfg(image_dir, tmp_path / "single", *boxes))
     ddp = predict_cfg(image_dir, tmp_path / "ddp", *boxes, "trainer.devices=2", "trainer.strategy=ddp")

@@ -12,7 +12,6 @@ import pytest
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from ocr.utils import inference_settings
 from ocr.utils.inference_settings import (
     apply_stored_settings,
     command_line_keys,
@@ -38,10 +37,12 @@ def test_stored_values_are_taken_unless_the_command_line_sets_them(
 ) -> None:
     given = ["data.eval_transform.long_side=1024", "postprocess.thresh=0.35", "+x=1", "data=receipts"]
     cfg = compose_cfg("test", ["ckpt=x", "data.root=/d", *given[:2]], tmp_path)
+    assert list(cfg.command_line) == ["ckpt=x", "data.root=/d", *given[:2]]  # as Hydra's overrides.task
+    cfg.command_line = given
     keys = stored_setting_keys(cfg, targets=True)
     assert keys[:4] == [f"data.eval_transform.{k}" for k in ("long_side", "mean", "std", "fill")]
     with caplog.at_level(logging.INFO):
-        choices = apply_stored_settings(cfg, STORED, keys, "the checkpoint's training run", given)
+        choices = apply_stored_settings(cfg, STORED, keys, "the checkpoint's training run")
     assert cfg.data.eval_transform.long_side == 1024 and cfg.postprocess.thresh == 0.35  # the command line's
     assert list(cfg.data.eval_transform.mean) == [0.5, 0.5, 0.5] and cfg.postprocess.unclip_ratio == 1.8
     assert cfg.data.targets.min_text_size == 2
@@ -64,9 +65,13 @@ def test_a_group_choice_and_prefixed_overrides_count_as_given() -> None:
         "data.root",
         "seed",
     }
-    cfg = OmegaConf.create({"postprocess": {"thresh": 0.3}})
-    apply_stored_settings(cfg, STORED, ["postprocess.thresh"], "a run", ["postprocess=db"])
+    cfg = OmegaConf.create({"postprocess": {"thresh": 0.3}, "command_line": ["postprocess=db"]})
+    apply_stored_settings(cfg, STORED, ["postprocess.thresh"], "a run")
     assert cfg.postprocess.thresh == 0.3
+    # Without a command line to read (composed elsewhere, Hydra's resolver unset), nothing was given.
+    cfg = OmegaConf.create({"postprocess": {"thresh": 0.3}, "command_line": "${hydra:overrides.task}"})
+    apply_stored_settings(cfg, STORED, ["postprocess.thresh"], "a run")
+    assert cfg.postprocess.thresh == 0.25
 
 
 def test_export_takes_the_runs_long_side_unless_given(caplog: pytest.LogCaptureFixture) -> None:
@@ -86,7 +91,6 @@ def test_the_test_runner_scores_at_the_checkpoints_settings_without_a_warning(
     compose_cfg: Compose,
     runner_module: Runner,
     caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Before, test took data.eval_transform and postprocess from its own defaults (512 px here, the
     CPU preset's) and only warned that they differed from the run's (96 px)."""
@@ -105,11 +109,8 @@ def test_the_test_runner_scores_at_the_checkpoints_settings_without_a_warning(
     assert saved["postprocess"]["box_thresh"] == 0.45
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     # A value given on the command line wins, and is logged beside the stored one.
-    monkeypatch.setattr(inference_settings, "invocation_overrides", lambda: ["postprocess.box_thresh=0.7"])
-    cfg = compose_cfg(
-        "test", [*data, f"data.root={tmp_path / 'ckpt' / 'data'}", f"ckpt={ckpt}"], tmp_path / "b"
-    )
-    cfg.postprocess.box_thresh = 0.7
+    given = [*data, f"data.root={tmp_path / 'ckpt' / 'data'}", f"ckpt={ckpt}", "postprocess.box_thresh=0.7"]
+    cfg = compose_cfg("test", given, tmp_path / "b")
     with caplog.at_level(logging.INFO):
         runner_module("test").evaluate(cfg)
     assert yaml.safe_load((tmp_path / "b" / "config.yaml").read_text())["postprocess"]["box_thresh"] == 0.7
