@@ -12,12 +12,7 @@ import pytest
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from ocr.utils.inference_settings import (
-    apply_stored_settings,
-    command_line_keys,
-    export_long_side,
-    stored_setting_keys,
-)
+from ocr.utils import inference_settings as settings
 from tests.helpers.tiny_checkpoint import tiny_checkpoint
 
 Compose = Callable[[str, list[str], Path], DictConfig]
@@ -39,10 +34,10 @@ def test_stored_values_are_taken_unless_the_command_line_sets_them(
     cfg = compose_cfg("test", ["ckpt=x", "data.root=/d", *given[:2]], tmp_path)
     assert list(cfg.command_line) == ["ckpt=x", "data.root=/d", *given[:2]]  # as Hydra's overrides.task
     cfg.command_line = given
-    keys = stored_setting_keys(cfg, targets=True)
+    keys = settings.stored_setting_keys(cfg, targets=True)
     assert keys[:4] == [f"data.eval_transform.{k}" for k in ("long_side", "mean", "std", "fill")]
     with caplog.at_level(logging.INFO):
-        choices = apply_stored_settings(cfg, STORED, keys, "the checkpoint's training run")
+        choices = settings.apply_stored_settings(cfg, STORED, keys, "the checkpoint's training run")
     assert cfg.data.eval_transform.long_side == 1024 and cfg.postprocess.thresh == 0.35  # the command line's
     assert list(cfg.data.eval_transform.mean) == [0.5, 0.5, 0.5] and cfg.postprocess.unclip_ratio == 1.8
     assert cfg.data.targets.min_text_size == 2
@@ -60,24 +55,24 @@ def test_stored_values_are_taken_unless_the_command_line_sets_them(
 
 
 def test_a_group_choice_and_prefixed_overrides_count_as_given() -> None:
-    assert command_line_keys(["postprocess=db", "++data.root=/x", "~seed"]) == {
+    assert settings.command_line_keys(["postprocess=db", "++data.root=/x", "~seed"]) == {
         "postprocess",
         "data.root",
         "seed",
     }
     cfg = OmegaConf.create({"postprocess": {"thresh": 0.3}, "command_line": ["postprocess=db"]})
-    apply_stored_settings(cfg, STORED, ["postprocess.thresh"], "a run")
+    settings.apply_stored_settings(cfg, STORED, ["postprocess.thresh"], "a run")
     assert cfg.postprocess.thresh == 0.3
     # Without a command line to read (composed elsewhere, Hydra's resolver unset), nothing was given.
     cfg = OmegaConf.create({"postprocess": {"thresh": 0.3}, "command_line": "${hydra:overrides.task}"})
-    apply_stored_settings(cfg, STORED, ["postprocess.thresh"], "a run")
+    settings.apply_stored_settings(cfg, STORED, ["postprocess.thresh"], "a run")
     assert cfg.postprocess.thresh == 0.25
 
 
 def test_export_takes_the_runs_long_side_unless_given(caplog: pytest.LogCaptureFixture) -> None:
-    assert export_long_side(None, 512) == 512 and export_long_side(512, 512) == 512
+    assert settings.export_long_side(None, 512) == 512 and settings.export_long_side(512, 512) == 512
     assert not caplog.records
-    assert export_long_side(1024, 512) == 1024
+    assert settings.export_long_side(1024, 512) == 1024
     assert (
         "long_side=1024 (command line) differs from data.eval_transform.long_side=512 in the checkpoint's"
         in (caplog.text)
@@ -86,11 +81,11 @@ def test_export_takes_the_runs_long_side_unless_given(caplog: pytest.LogCaptureF
 
 @pytest.mark.slow  # over 20 s on 2 busy cores: the test runner on a tiny checkpoint
 def test_the_test_runner_scores_at_the_checkpoints_settings_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
     tiny_run: list[str],
     compose_cfg: Compose,
     runner_module: Runner,
-    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Before, test took data.eval_transform and postprocess from its own defaults (512 px here, the
     CPU preset's) and only warned that they differed from the run's (96 px)."""
