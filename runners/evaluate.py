@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from ocr.metrics.files import evaluate_files, worst_images, write_image_results
+from ocr.utils.cli import report_usage_errors
 from ocr.utils.hardware import register_resolvers  # torch-free at import; hydra.run.dir uses ${first_set:}
 from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
 
@@ -58,6 +59,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
 
 @hydra.main(config_path="../configs", config_name="evaluate", version_base="1.3")
+@report_usage_errors
 def main(cfg: DictConfig) -> None:
     """Hydra entry point."""
     evaluate(cfg)

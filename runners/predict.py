@@ -4,7 +4,8 @@ uv run runners/predict.py ckpt=outputs/train/<run>/checkpoints/last.ckpt image_d
 uv run runners/predict.py backend=onnx onnx_model=outputs/export/<run>/model.onnx image_dir=path/to/images
 
 ``backend=onnx`` runs the network exported by ``runners/export.py`` with ONNX Runtime on the CPU; the data
-pipeline, post-processing and outputs are the same.
+pipeline, post-processing and outputs are the same. The evaluation transform and the post-processing come
+from the checkpoint (or the export's sidecar) unless given on the command line.
 
 A folder without image files is an error (exit 1) that names it and the extensions looked for. An
 unreadable image gets an empty row and no overlay. Under DDP, rank 0 gathers and writes everything.
@@ -19,8 +20,10 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from ocr.utils.cli import lightning_runner
 from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
+from ocr.utils.errors import ConfigValueError
 from ocr.utils.hardware import register_resolvers
 from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
 
@@ -33,20 +36,24 @@ BACKENDS = ("torch", "onnx")
 def prepare(cfg: DictConfig) -> tuple[Any, Any, Any]:
     """(datamodule, module, trainer) for ``cfg``: what ``trainer.predict`` runs, for either backend
     (``scripts/benchmark_predict.py`` times the same objects)."""
-    from ocr.lightning_modules.loading import restore_for_inference
+    from ocr.lightning_modules.loading import checkpoint_settings, restore_for_inference
     from ocr.lightning_modules.prediction_io import require_images
 
     if cfg.backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {BACKENDS}, got {cfg.backend!r}")
+        raise ConfigValueError(f"backend: expected one of {BACKENDS}, got {cfg.backend!r}")
+    if cfg.backend == "onnx":
+        from ocr.inference.onnx_runtime import onnx_for_inference, onnx_settings
+
+        onnx_settings(cfg)
+    else:
+        checkpoint = checkpoint_settings(cfg, targets=False)
     # No synthetic generation when predicting; root is read first, as it may interpolate data.synthetic.
     datamodule = instantiate(cfg.data, root=cfg.data.root, predict_image_dir=cfg.image_dir, synthetic=None)
     datamodule.setup("predict")
-    require_images(datamodule.datasets["predict"])
+    require_images(datamodule.datasets["predict"])  # before the network is built
     if cfg.backend == "onnx":
-        from ocr.inference.onnx_runtime import onnx_for_inference
-
         return (datamodule, *onnx_for_inference(cfg))
-    return (datamodule, *restore_for_inference(cfg))
+    return (datamodule, *restore_for_inference(cfg, checkpoint))
 
 
 def model_name(cfg: DictConfig) -> str:
@@ -63,8 +70,8 @@ def predict(cfg: DictConfig) -> dict[str, str]:
 
     check_config_types(cfg)
     directory = run_dir(cfg)
-    save_config(cfg, directory)
     datamodule, module, trainer = prepare(cfg)
+    save_config(cfg, directory)  # with the settings taken from the checkpoint
     collector = attach_report_collector(trainer, cfg.report.prob_long_side) if cfg.report.enabled else None
     # Under DDP each rank predicts its share of the images; rank 0 writes them all, once.
     batches = trainer.predict(module, datamodule=datamodule, return_predictions=True) or []  # never None here
@@ -88,6 +95,7 @@ def predict(cfg: DictConfig) -> dict[str, str]:
 
 
 @hydra.main(config_path="../configs", config_name="predict", version_base="1.3")
+@lightning_runner
 def main(cfg: DictConfig) -> None:
     predict(cfg)
 

@@ -1,7 +1,8 @@
 """Score a checkpoint with CLEval on a labelled split; writes metrics.json and report.html to the run dir.
 
 uv run runners/test.py ckpt=outputs/train/<run>/checkpoints/last.ckpt [split=val|test]
-(pass the data config the run was trained with, e.g. data=receipts data.root=...)
+(pass the dataset the run was trained on, e.g. data=receipts data.root=...; the evaluation transform and
+the post-processing come from the checkpoint unless given on the command line)
 A post-processing sweep runs the network once per image (prob cache) and ends with a table:
 uv run runners/test.py -m ckpt=... split=val postprocess.thresh=0.2,0.3 postprocess.box_thresh=0.5,0.6
 """
@@ -15,8 +16,10 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from ocr.utils.cli import lightning_runner
 from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
+from ocr.utils.errors import ConfigValueError
 from ocr.utils.hardware import register_resolvers
 from ocr.utils.runner import format_metrics, quiet_third_party, run_dir, save_config, task_wrapper
 
@@ -28,7 +31,7 @@ log = logging.getLogger(__name__)
 @task_wrapper
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test (``split=test``) or validate (``split=val``) the checkpoint; returns the metrics."""
-    from ocr.lightning_modules.loading import restore_for_inference
+    from ocr.lightning_modules.loading import checkpoint_settings, restore_for_inference
     from ocr.lightning_modules.prob_cache import open_prob_cache
     from ocr.reporting.analysis import analyse_records, write_analysis
     from ocr.reporting.collect import attach_report_collector
@@ -37,10 +40,11 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     check_config_types(cfg)
     if cfg.split not in ("val", "test"):
-        raise ValueError(f"split: expected 'val' or 'test', got {cfg.split!r}")
+        raise ConfigValueError(f"split: expected 'val' or 'test', got {cfg.split!r}")
+    checkpoint = checkpoint_settings(cfg, targets=True)
     directory = run_dir(cfg)
     save_config(cfg, directory)
-    module, trainer = restore_for_inference(cfg)
+    module, trainer = restore_for_inference(cfg, checkpoint)
     module.prob_cache = open_prob_cache(cfg, directory)
     # Probability maps reach the report from forward passes, which a cache hit skips.
     prob_long_side = 0 if module.prob_cache is not None else cfg.report.prob_long_side
@@ -69,6 +73,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
 
 @hydra.main(config_path="../configs", config_name="test", version_base="1.3")
+@lightning_runner
 def main(cfg: DictConfig) -> None:
     evaluate(cfg)
 

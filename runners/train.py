@@ -15,6 +15,7 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.utils.cli import lightning_runner
 from ocr.utils.commands import accept_unquoted_paths, run_next_commands
 from ocr.utils.config_types import check_config_types
 from ocr.utils.hardware import register_resolvers
@@ -94,6 +95,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
 
 @hydra.main(config_path="../configs", config_name="train", version_base="1.3")
+@lightning_runner
 def main(cfg: DictConfig) -> float | None:
     metrics: dict[str, Any] = train(cfg)
     return get_metric_value(metrics, cfg.optimized_metric)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ocr.utils.errors import InputNotFoundError, UsageError
 from ocr.utils.io import atomic_write_json
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ DONT_CARE_TEXT = "###"
 _MAX_REPR = 80
 
 
-class AnnotationError(ValueError):
+class AnnotationError(UsageError, ValueError):
     """An annotation file is malformed; the message names the file and the JSON path."""
 
 
@@ -89,11 +90,14 @@ def load_annotations(path: str | Path) -> AnnotationSet:
 
     Raises:
         AnnotationError: invalid JSON (with line and column) or a wrong type/shape (with the JSON path).
+        InputNotFoundError: there is no such file.
         OSError: the file cannot be read.
     """
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise InputNotFoundError(f"{path}: annotation file not found") from None
     except UnicodeDecodeError as exc:
         raise AnnotationError(f"{path}: not UTF-8 text ({exc})") from None
     try:

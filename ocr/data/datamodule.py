@@ -22,6 +22,7 @@ from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
 from ocr.data.synthetic.generate import generate_dataset, synthetic_settings
 from ocr.data.transforms import Transform
+from ocr.utils.config_types import NonNegativeInt, PositiveInt
 
 __all__ = ["ReceiptDataModule", "seed_worker"]
 
@@ -67,9 +68,9 @@ class ReceiptDataModule(L.LightningDataModule):
         min_polygon_size: float,
         targets: Mapping[str, float],
         cache_dir: str | None,
-        batch_size: int,
-        eval_batch_size: int,
-        num_workers: int,
+        batch_size: PositiveInt,  # bounds checked when the config is read (check_config_types)
+        eval_batch_size: PositiveInt,
+        num_workers: NonNegativeInt,
         pin_memory: bool,
         persistent_workers: bool,
         synthetic: Mapping[str, int | str] | None,

@@ -25,6 +25,7 @@ from ocr.data.scan import ON_MISSING, load_source, scan_split
 from ocr.data.targets.db import make_db_targets
 from ocr.data.transforms import SourceImage, Transform, TransformResult
 from ocr.types import BatchCoding, Polygon, Sample, TargetParams
+from ocr.utils.errors import InputNotFoundError
 
 __all__ = ["IMAGE_SUFFIXES", "ImageFolderDataset", "ReceiptDataset", "build_sample"]
 
@@ -77,7 +78,7 @@ class ReceiptDataset(Dataset[Sample]):
         self.image_dir = self.root / "images" / split
         self.annotation_path = self.root / "jsons" / f"{split}.json"
         if not self.annotation_path.is_file():
-            raise FileNotFoundError(
+            raise InputNotFoundError(
                 f"{self.annotation_path}: annotation file of split {split!r} not found "
                 f"(expected <root>/jsons/<split>.json, root={self.root})"
             )
@@ -179,7 +180,7 @@ class ImageFolderDataset(Dataset[Sample]):
         """
         self.image_dir = Path(image_dir)
         if not self.image_dir.is_dir():
-            raise FileNotFoundError(f"{self.image_dir}: predict image folder not found")
+            raise InputNotFoundError(f"{self.image_dir}: predict image folder not found")
         self.transform = transform
         self.source_long_side = int(transform.source_long_side)
         self.files = list_images(self.image_dir)

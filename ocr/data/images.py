@@ -19,6 +19,7 @@ import numpy.typing as npt
 from PIL import Image, ImageFile
 
 from ocr.geometry import apply_matrix
+from ocr.utils.errors import UsageError
 
 if TYPE_CHECKING:
     from ocr.types import Polygon
@@ -53,7 +54,7 @@ _TRANSPOSE = {
 }
 
 
-class ImageReadError(OSError):
+class ImageReadError(UsageError, OSError):
     """An image file is missing, unreadable or corrupt; the message names the file and why."""
 
 

@@ -9,16 +9,18 @@ none                  the polygon is ``None``
 malformed             not convertible to (K, 2) numbers (ragged, strings, wrong shape)
 empty                 no points
 non_finite            a NaN or infinite coordinate
+out_of_range          a coordinate beyond +-1e9 px: no image is that large (a unit or encoding error)
 too_few_points        fewer than 3 distinct points (consecutive duplicates are dropped)
 zero_area             no area (collinear points), also after repair
 out_of_image          nothing with area left after clipping to ``[0, width] x [0, height]``
 too_small             the shorter side of its minimum-area rectangle is below ``min_size``
 ====================  =======================================================================
 
-``self_intersecting_repaired`` counts polygons that were invalid and were *kept* after repair: points
-in convex position (a quadrilateral clicked in the wrong order) become their convex hull; anything else
-becomes the largest polygon of shapely's ``make_valid``. Don't-care polygons are sanitised like the
-others and keep their flag; a removed polygon takes its flag with it.
+Every repair is counted too, for polygons that were *kept*: ``self_intersecting_repaired`` for invalid
+ones (points in convex position, a quadrilateral clicked in the wrong order, become their convex hull;
+anything else becomes the largest polygon of shapely's ``make_valid``), ``clipped`` for valid ones that
+reached outside the image and were cut to it. Don't-care polygons are sanitised like the others and keep
+their flag; a removed polygon takes its flag with it.
 """
 
 from __future__ import annotations
@@ -56,10 +58,12 @@ REASONS: tuple[str, ...] = (
     "zero_area",
     "out_of_image",
     "self_intersecting_repaired",
+    "clipped",
     "malformed",
+    "out_of_range",
 )
 _MIN_AREA = 1e-6
-# Coordinates are clamped to +-1e9 px so that areas and intersections stay finite in float64.
+# Beyond this no image exists, and float64 areas and intersections lose their precision.
 _COORD_LIMIT = 1e9
 
 
@@ -176,9 +180,9 @@ def _prepare_group(
     kept: list[npt.NDArray[np.float64] | None] = []
     reasons: list[str | None] = []
     for k, pts in enumerate(stack):
-        if not finite[k]:
+        if not finite[k] or huge[k]:
             kept.append(None)
-            reasons.append("non_finite")
+            reasons.append("non_finite" if not finite[k] else "out_of_range")
             continue
         if repeats[k]:
             pts = _drop_repeats(pts)
@@ -186,7 +190,7 @@ def _prepare_group(
             kept.append(None)
             reasons.append("too_few_points")
         else:
-            kept.append(np.clip(pts, -_COORD_LIMIT, _COORD_LIMIT) if huge[k] else pts)
+            kept.append(pts)
             reasons.append(None)
     return kept, reasons
 
@@ -270,7 +274,7 @@ def _clean(
             return None, "out_of_image"
     if min_size > 0 and _short_side(poly) < min_size:
         return None, "too_small"
-    reason = "self_intersecting_repaired" if repaired else None
+    reason = "self_intersecting_repaired" if repaired else None if inside else "clipped"
     if inside and not repaired:
         return pts.astype(np.float32), reason
     sign = 1.0 if repaired or signed_areas(pts[None])[0] > 0 else -1.0

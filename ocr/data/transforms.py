@@ -24,6 +24,7 @@ from torch import Tensor
 from ocr.data.photometric import PhotometricParams
 from ocr.geometry import apply_matrix, letterbox_geometry
 from ocr.types import Geometry, Polygon
+from ocr.utils.config_types import PositiveInt
 
 __all__ = [
     "EvalTransform",
@@ -87,7 +88,9 @@ def to_chw_tensor(image: npt.NDArray[np.uint8]) -> Tensor:
 class EvalTransform:
     """Letterbox: aspect-preserving resize of the original to ``long_side``, padded bottom/right."""
 
-    def __init__(self, *, long_side: int, mean: Sequence[float], std: Sequence[float], fill: int) -> None:
+    def __init__(
+        self, *, long_side: PositiveInt, mean: Sequence[float], std: Sequence[float], fill: int
+    ) -> None:
         """Build the eval transform.
 
         Args:
@@ -129,8 +132,8 @@ class TrainTransform:
     def __init__(
         self,
         *,
-        crop_size: int,
-        train_long_side: int,
+        crop_size: PositiveInt,
+        train_long_side: PositiveInt,
         scale_range: Sequence[float],
         rotate_limit: float,
         p_rotate: float,

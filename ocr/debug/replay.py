@@ -1,9 +1,10 @@
 """Replay a crash bundle: ``python -m ocr.debug.replay <bundle dir> [--device cpu|cuda] [--blocking]
 [--sanitizer TOOL]``.
 
-Rebuilds the network and loss from the bundle's ``config.yaml`` (weights from the last good checkpoint
-when the bundle names one, else fresh from the config's seed), runs forward + loss + backward on the
-saved CPU batch and says whether the failure reproduces. A fault injected by config
+Rebuilds the network and loss from the bundle's ``config.yaml``, runs forward + loss + backward on the
+saved CPU batch and says whether the failure reproduces, and from which weights (``--weights``; by
+default the first there is of: the weights the bundle kept at a non-finite loss, the last good
+checkpoint it names, fresh ones from the config's seed). A fault injected by config
 (``debug.inject``) at the bundle's step is applied again, as the run did.
 
 Exit status (``git bisect run`` compatible): 0 = the step ran clean (not reproduced), 1 = the failure
@@ -70,7 +71,33 @@ def load_bundle(path: Path) -> Bundle:
     return Bundle(path=path, config=OmegaConf.load(path / "config.yaml"), state=state, batch=batch)
 
 
-def _build(bundle: Bundle, device: str) -> tuple[Any, Any, str]:
+WEIGHT_SOURCES = ("auto", "bundle", "checkpoint", "fresh")
+
+
+def _weights_source(bundle: Bundle, wanted: str) -> tuple[str, Path | None]:
+    """(source, file) of the weights to replay with: ``bundle`` (``weights.pt``, the network at a
+    divergence), ``checkpoint`` (the last good one) or ``fresh``; ``auto`` takes the first available.
+
+    Raises:
+        FileNotFoundError: the source asked for is not there.
+    """
+    saved = bundle.state.get("weights_file")
+    files = {
+        "bundle": bundle.path / saved if saved else None,
+        "checkpoint": Path(bundle.state["last_checkpoint"]) if bundle.state.get("last_checkpoint") else None,
+    }
+    for source in ("bundle", "checkpoint") if wanted == "auto" else (wanted,):
+        path = files.get(source)
+        if source == "fresh" or (path is not None and path.is_file()):
+            return source, path
+        if wanted != "auto":
+            raise FileNotFoundError(
+                f"--weights {wanted}: the bundle has no such weights ({path or 'none named'})"
+            )
+    return "fresh", None
+
+
+def _build(bundle: Bundle, device: str, wanted: str) -> tuple[Any, Any, str]:
     import torch
 
     from ocr.lightning_modules.build import build_net_and_loss
@@ -80,15 +107,21 @@ def _build(bundle: Bundle, device: str) -> tuple[Any, Any, str]:
     seed = cfg.get("seed")
     if seed is not None:
         torch.manual_seed(int(seed))
-    checkpoint: str = bundle.state.get("last_checkpoint") or ""
-    has_checkpoint = bool(checkpoint) and Path(checkpoint).is_file()
-    net, loss = build_net_and_loss(cfg, weights_free=has_checkpoint)
-    source = f"fresh weights (seed {seed})"
-    if has_checkpoint:
-        state_dict = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-        net.load_state_dict(network_weights(state_dict))
-        source = f"checkpoint {checkpoint}"
-    return net.to(device).train(), loss.to(device), source
+    source, path = _weights_source(bundle, wanted)
+    net, loss = build_net_and_loss(cfg, weights_free=path is not None)
+    if path is None:
+        return net.to(device).train(), loss.to(device), f"fresh weights (seed {seed})"
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    net.load_state_dict(network_weights(state["state_dict"] if source == "checkpoint" else state))
+    if source == "checkpoint":
+        described = f"the last checkpoint {path}"
+    else:
+        bad = sum(not torch.isfinite(t).all() for t in net.state_dict().values() if t.is_floating_point())
+        described = (
+            f"the weights the run had at the failure (step {bundle.state.get('global_step')}, {path.name}; "
+            f"{bad} tensors non-finite)"
+        )
+    return net.to(device).train(), loss.to(device), described
 
 
 def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
@@ -113,15 +146,16 @@ def _injected_fault(bundle: Bundle) -> str | None:
     return kind if failed_at == step else None
 
 
-def replay_step(bundle: Bundle, device: str) -> ReplayResult:
-    """Forward + loss + backward of the bundle's batch on ``device``."""
+def replay_step(bundle: Bundle, device: str, weights: str = "auto") -> ReplayResult:
+    """Forward + loss + backward of the bundle's batch on ``device``, from the ``weights`` source
+    (:data:`WEIGHT_SOURCES`)."""
     import torch
 
     from ocr.debug.inject import apply_fault, poison_loss
     from ocr.debug.run_flags import run_flags
     from ocr.utils.hardware import autocast_dtype
 
-    net, loss_fn, source = _build(bundle, device)
+    net, loss_fn, source = _build(bundle, device, weights)
     flags = run_flags(bundle.config)
     forward = flags.apply(net, device)
     sys.stdout.write(f"model: {source}; device: {device}; {flags.describe()}\n")
@@ -172,6 +206,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("bundle", type=Path, help="crash bundle folder (<run dir>/crash) or the run dir")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument(
+        "--weights",
+        choices=WEIGHT_SOURCES,
+        default="auto",
+        help="bundle: the network at a non-finite loss; checkpoint: the last good one; fresh: from the seed; "
+        "auto (default): the first of these the bundle has",
+    )
+    parser.add_argument(
         "--blocking",
         action="store_true",
         help="CUDA_LAUNCH_BLOCKING=1 TORCH_USE_CUDA_DSA=1: errors point at the failing kernel",
@@ -194,6 +235,7 @@ def _run_under_sanitizer(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     command = [sys.executable, "-m", "ocr.debug.replay", str(bundle), "--device", "cuda"]
     command += ["--blocking"] if args.blocking else []
+    command += ["--weights", args.weights]
     report = bundle / f"replay-sanitizer-{args.sanitizer}.txt"
     return run_sanitizer(args.sanitizer, command, report)
 
@@ -221,7 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         f"bundle: {bundle.path}\noriginal failure at step {state.get('global_step')}: "
         f"{state.get('exception_type')}: {state.get('exception_message')}\n"
     )
-    result = replay_step(bundle, args.device)
+    try:
+        result = replay_step(bundle, args.device, args.weights)
+    except FileNotFoundError as exc:
+        sys.stderr.write(f"replay: {exc}\n")
+        return EXIT_UNUSABLE
     verdict = "REPRODUCED" if result.reproduced else "NOT REPRODUCED"
     sys.stdout.write(f"{verdict}: {result.detail}\n")
     if not result.reproduced and state.get("first_bad_step") not in (None, state.get("detected_at_step")):

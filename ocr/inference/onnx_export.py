@@ -25,6 +25,7 @@ from ocr.data.dataset import ImageFolderDataset
 from ocr.data.transforms import EvalTransform
 from ocr.inference.onnx_runtime import INPUT_NAME, OUTPUT_NAME, OnnxProbabilityMap, sidecar_path
 from ocr.types import Batch, Polygon
+from ocr.utils.errors import InputNotFoundError, UsageError
 from ocr.utils.io import atomic_write_bytes, atomic_write_json
 
 __all__ = [
@@ -45,7 +46,7 @@ SIDECAR_FORMAT = "ocr-dbnet-prob-map"
 log = logging.getLogger(__name__)
 
 
-class ParityError(RuntimeError):
+class ParityError(UsageError, RuntimeError):
     """The exported model's output differs from PyTorch's by more than the tolerance."""
 
 
@@ -98,11 +99,11 @@ def parity_batch(image_dir: str | Path, transform: EvalTransform, num_images: in
     """The first ``num_images`` images of ``image_dir`` (sorted names), letterboxed as predict does.
 
     Raises:
-        FileNotFoundError: the folder is missing or holds no images.
+        InputNotFoundError: the folder is missing or holds no images.
     """
     dataset = ImageFolderDataset(image_dir=image_dir, transform=transform)
     if len(dataset) == 0:
-        raise FileNotFoundError(f"parity.image_dir={image_dir}: no images to check the export on")
+        raise InputNotFoundError(f"parity.image_dir={image_dir}: no images to check the export on")
     return collate_batch([dataset[i] for i in range(min(num_images, len(dataset)))])
 
 
@@ -119,6 +120,8 @@ class ParityReport:
             point of its counterpart (nearest centroid), both ways; inf when the counts differ.
         prob_tol: tolerance on ``prob_max_abs_diff``.
         polygon_tol_px: tolerance on ``polygon_max_dist_px``.
+        min_polygons: polygons each side must have found for the check to count (0: a network that finds
+            no text, e.g. random weights, passes on its maps alone).
     """
 
     images: list[str]
@@ -128,11 +131,25 @@ class ParityReport:
     polygon_max_dist_px: float
     prob_tol: float
     polygon_tol_px: float
+    min_polygons: int
 
     @property
     def ok(self) -> bool:
-        """Both figures within their tolerances."""
-        return self.prob_max_abs_diff <= self.prob_tol and self.polygon_max_dist_px <= self.polygon_tol_px
+        """Something was compared and both figures are within their tolerances."""
+        return self.problem is None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the check fails, or None: no image, or fewer than ``min_polygons`` polygons, compared ("0 vs 0
+        polygons" checks nothing of the post-processing), or a figure beyond its tolerance."""
+        if not self.images or min(self.polygons_torch, self.polygons_onnx) < self.min_polygons:
+            return (
+                "the parity check compared no image or no polygon (check on images where the model finds "
+                "text: parity.image_dir=<folder>, more parity.num_images)"
+            )
+        if self.prob_max_abs_diff > self.prob_tol or self.polygon_max_dist_px > self.polygon_tol_px:
+            return "ONNX output differs from PyTorch's"
+        return None
 
     def summary(self) -> str:
         """One line for logs and errors."""
@@ -166,6 +183,7 @@ def check_parity(
     *,
     prob_tol: float,
     polygon_tol_px: float,
+    min_polygons: int = 1,
 ) -> ParityReport:
     """Run the compact ``batch`` (decoded here) through ``net`` (PyTorch, float32) and the exported model;
     compare maps and polygons."""
@@ -186,6 +204,7 @@ def check_parity(
         ),
         prob_tol=prob_tol,
         polygon_tol_px=polygon_tol_px,
+        min_polygons=min_polygons,
     )
 
 

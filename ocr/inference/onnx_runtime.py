@@ -23,8 +23,10 @@ from torch import Tensor
 
 from ocr.data.coding import decode_batch
 from ocr.lightning_modules.detection_module import Prediction, to_predictions
-from ocr.lightning_modules.loading import inference_trainer, warn_data_mismatch
+from ocr.lightning_modules.loading import inference_trainer
 from ocr.types import Batch
+from ocr.utils.errors import ConfigValueError, InputNotFoundError
+from ocr.utils.inference_settings import apply_stored_settings, stored_setting_keys
 
 __all__ = [
     "INPUT_NAME",
@@ -33,6 +35,7 @@ __all__ = [
     "OnnxProbabilityMap",
     "import_onnxruntime",
     "onnx_for_inference",
+    "onnx_settings",
     "read_sidecar",
     "sidecar_path",
 ]
@@ -68,16 +71,16 @@ def read_sidecar(model_path: str | Path) -> dict[str, Any]:
     """The export record of ``model_path`` (input size rule, mean/std, post-process, source, parity).
 
     Raises:
-        FileNotFoundError: the model or its sidecar is missing (both are written by runners/export.py).
+        InputNotFoundError: the model or its sidecar is missing (both are written by runners/export.py).
     """
     model_path = Path(model_path)
     if not model_path.is_file():
-        raise FileNotFoundError(
+        raise InputNotFoundError(
             f"onnx_model={model_path}: expected an .onnx file written by runners/export.py"
         )
     path = sidecar_path(model_path)
     if not path.is_file():
-        raise FileNotFoundError(
+        raise InputNotFoundError(
             f"onnx_model={model_path}: its sidecar {path.name} is missing (runners/export.py writes both; "
             "export the checkpoint again)"
         )
@@ -137,22 +140,28 @@ class OnnxPredictModule(LightningModule):
         return to_predictions(self.network(batch["images"]), batch, self.postprocess)
 
 
-def onnx_for_inference(cfg: DictConfig) -> tuple[OnnxPredictModule, L.Trainer]:
-    """What predict starts from with ``backend=onnx``: the module of ``cfg.onnx_model`` (post-processing from
-    ``cfg``, a warning for each data setting that differs from the export's) and a single-process CPU
-    trainer (ONNX Runtime runs on the host; ``cfg.trainer``'s device and precision do not apply).
+def onnx_settings(cfg: DictConfig) -> None:
+    """Take the export's inference settings into ``cfg`` (in place): the evaluation transform and the
+    post-processing recorded in ``cfg.onnx_model``'s sidecar, except what the command line set (logged).
 
     Raises:
         ModuleNotFoundError: ONNX Runtime is not installed (the message says how to install it).
-        ValueError: ``model`` is not set.
-        FileNotFoundError: the model or its sidecar is missing.
+        ConfigValueError: ``onnx_model`` is not set.
+        InputNotFoundError: the model or its sidecar is missing.
     """
     import_onnxruntime()
     if cfg.onnx_model is None:
-        raise ValueError(
+        raise ConfigValueError(
             "backend=onnx: expected onnx_model=<file.onnx> (written by runners/export.py), got null"
         )
-    warn_data_mismatch(read_sidecar(cfg.onnx_model), cfg.data)
+    source = f"the ONNX export ({sidecar_path(cfg.onnx_model).name})"
+    apply_stored_settings(cfg, read_sidecar(cfg.onnx_model), stored_setting_keys(cfg), source)
+
+
+def onnx_for_inference(cfg: DictConfig) -> tuple[OnnxPredictModule, L.Trainer]:
+    """What predict starts from with ``backend=onnx`` (after :func:`onnx_settings`): the module of
+    ``cfg.onnx_model`` with ``cfg``'s post-processing and a single-process CPU trainer (ONNX Runtime runs
+    on the host; ``cfg.trainer``'s device and precision do not apply)."""
     module = OnnxPredictModule(model_path=cfg.onnx_model, postprocess=instantiate(cfg.postprocess))
     trainer = inference_trainer(
         cfg.trainer, accelerator="cpu", devices=1, strategy="auto", precision="32-true"

@@ -20,6 +20,7 @@ from ocr.data.coding import decode_batch
 from ocr.debug.gpu_probe import sync_allowed
 from ocr.lightning_modules.prob_cache import ProbCache
 from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput, Polygon, Prediction
+from ocr.utils.submission import submission_points
 
 __all__ = ["DetectionModule", "to_predictions"]
 
@@ -28,10 +29,11 @@ log = logging.getLogger(__name__)
 
 def to_predictions(prob_map: Tensor, batch: Batch, postprocess: Callable[..., Any]) -> list[Prediction]:
     """One prediction per image of ``batch`` from its (B, 1, H, W) float32 probability map (any device);
-    shared by the PyTorch and ONNX Runtime backends."""
+    shared by the PyTorch and ONNX Runtime backends. Points are rounded to integer pixels, as the
+    submission CSV holds them, so every score of these predictions is the submission's."""
     results = postprocess(prob_map, batch["geometry"])
     return [
-        Prediction(image_id=image_id, polygons=polygons, scores=scores)
+        Prediction(image_id=image_id, polygons=[submission_points(p) for p in polygons], scores=scores)
         for image_id, (polygons, scores) in zip(batch["image_id"], results, strict=True)
     ]
 

@@ -17,20 +17,27 @@ from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.callbacks.cuda_fault import CudaFaultExit
 from ocr.lightning_modules.detection_module import DetectionModule
 from ocr.lightning_modules.legacy import upgrade_run_config
+from ocr.utils.errors import CheckpointError, InputNotFoundError
+from ocr.utils.inference_settings import apply_stored_settings, stored_setting_keys
 
 __all__ = [
+    "CHECKPOINT_SOURCE",
+    "checkpoint_settings",
     "inference_trainer",
     "load_checkpoint",
+    "load_checkpoint_file",
     "module_from_checkpoint",
+    "module_from_loaded",
     "restore_for_inference",
-    "warn_data_mismatch",
 ]
 
-# Data settings that change what the network sees at evaluation time.
-EVAL_KEYS = ("root", "eval_transform.long_side", "eval_transform.mean", "eval_transform.std")
+CHECKPOINT_SOURCE = "the checkpoint's training run"
 
-# torch.save writes zip archives (since torch 1.6); how far into a refused file to look.
+# torch.save writes zip archives (since torch 1.6); how far into a refused file to look. A zip ends with
+# its end-of-central-directory record (22 bytes plus a comment of at most 64 KiB): a cut file lacks it.
 _ZIP_MAGIC = b"PK\x03\x04"
+_ZIP_END = b"PK\x05\x06"
+_ZIP_TAIL_BYTES = 22 + 2**16
 _HEAD_BYTES = 256
 
 log = logging.getLogger(__name__)
@@ -42,40 +49,60 @@ def load_checkpoint(path: str | Path, key: str = "ckpt") -> dict[str, Any]:
     (:func:`upgrade_run_config`). Errors name the path as the value of the config ``key``.
 
     Raises:
-        FileNotFoundError: naming the path when it is not a file.
-        ValueError: naming the path and what the file is instead of such a checkpoint: empty,
-            a truncated or corrupt zip archive, a text file, other bytes, or an object without the
+        InputNotFoundError: naming the path when it is not a file.
+        CheckpointError: naming the path and what the file is instead of such a checkpoint: empty,
+            a truncated checkpoint or another broken zip, a text file, other bytes, or an object without the
             weights and run config (a bare state dict, a Lightning checkpoint from elsewhere, ...).
     """
-    path = Path(path)
-    if not path.is_file():
-        what = "a directory" if path.is_dir() else "no such file"
-        raise FileNotFoundError(
-            f"{key}={path}: expected a checkpoint file, got {what} "
-            f"(pass {key}=<run dir>/checkpoints/<name>.ckpt)"
-        )
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # unpickling raises anything from EOFError to ValueError
-        raise ValueError(f"{key}={path}: {_unloadable(path)}; torch.load said: {exc}") from None
+    checkpoint = load_checkpoint_file(path, key)
     problem = _not_a_run_checkpoint(checkpoint)
     if problem:
-        raise ValueError(f"{key}={path}: expected a checkpoint written by runners/train.py, got {problem}")
+        raise CheckpointError(
+            f"{key}={path}: expected a checkpoint written by runners/train.py, got {problem}"
+        )
     checkpoint["ocr_config"] = upgrade_run_config(checkpoint["ocr_config"])
     return checkpoint
 
 
+def load_checkpoint_file(path: str | Path, key: str = "ckpt", *, mmap: bool = False) -> Any:
+    """``torch.load`` of ``path`` on the CPU (not weights-only: our checkpoints hold the run config and RNG
+    states), with a file that cannot be loaded named as the value of ``key`` and said what it is.
+
+    Raises:
+        InputNotFoundError: the path is not a file.
+        CheckpointError: the file is empty, truncated, a text file or other bytes.
+    """
+    path = Path(path)
+    if not path.is_file():
+        what = "a directory" if path.is_dir() else "no such file"
+        raise InputNotFoundError(
+            f"{key}={path}: expected a checkpoint file, got {what} "
+            f"(pass {key}=<run dir>/checkpoints/<name>.ckpt)"
+        )
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+    except Exception as exc:  # unpickling raises anything from EOFError to ValueError
+        what = _unloadable(path)
+        said = "" if what.startswith("a truncated") else f"; torch.load said: {exc}"
+        raise CheckpointError(f"{key}={path}: {what}{said}") from None
+
+
 def _unloadable(path: Path) -> str:
-    """What a file that ``torch.load`` refused is, judged from its first bytes."""
+    """What a file that ``torch.load`` refused is, judged from its first (and for a zip, last) bytes."""
+    size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(_HEAD_BYTES)
+        f.seek(max(0, size - _ZIP_TAIL_BYTES))
+        tail = f.read()
     if not head:
         return "an empty file (0 bytes), not a checkpoint"
-    if head.startswith(_ZIP_MAGIC):
+    if head.startswith(_ZIP_MAGIC) and _ZIP_END not in tail:
         return (
-            f"a truncated or corrupt zip archive ({path.stat().st_size} bytes; checkpoints are zip "
-            "archives: was the save or the copy interrupted?)"
+            f"a truncated checkpoint: a zip archive of {size} bytes without its end record (the save "
+            "or the copy was interrupted; resume or test from another checkpoint of the run)"
         )
+    if head.startswith(_ZIP_MAGIC):
+        return f"a corrupt zip archive ({size} bytes; checkpoints are zip archives)"
     # Binary data shows control bytes within a few hundred bytes; "ignore" copes with a cut UTF-8 tail.
     text = head.decode("utf-8", errors="ignore")
     if text and all(c.isprintable() or c.isspace() for c in text):
@@ -103,7 +130,13 @@ def module_from_checkpoint(path: str | Path, cfg: DictConfig | None = None) -> D
     """The checkpoint's network and weights, with what this test or predict invocation (``cfg``) decides:
     post-processing, the metric (where ``cfg`` has one; else the run's), ``module.channels_last``; no
     compile. Without ``cfg`` (ONNX export), the run's own settings in the default memory format."""
-    checkpoint = load_checkpoint(path)
+    return module_from_loaded(load_checkpoint(path), path, cfg)
+
+
+def module_from_loaded(
+    checkpoint: dict[str, Any], path: str | Path, cfg: DictConfig | None
+) -> DetectionModule:
+    """:func:`module_from_checkpoint` of a checkpoint :func:`load_checkpoint` already read from ``path``."""
     run_cfg = OmegaConf.create(checkpoint["ocr_config"])
     with open_dict(run_cfg):
         if cfg is not None:
@@ -119,13 +152,22 @@ def module_from_checkpoint(path: str | Path, cfg: DictConfig | None = None) -> D
     return module
 
 
-def restore_for_inference(cfg: DictConfig) -> tuple[DetectionModule, L.Trainer]:
-    """What test and predict start from: the module of ``cfg.ckpt`` (:func:`module_from_checkpoint`, a
-    warning for each data setting that differs from its training run) and a trainer from ``cfg.trainer``
-    without loggers or checkpointing, whose one callback ends the process on a CUDA fault as training
-    does (``CudaFaultExit``)."""
-    module = module_from_checkpoint(cfg.ckpt, cfg)
-    warn_data_mismatch(module.run_config, cfg.data)
+def checkpoint_settings(cfg: DictConfig, *, targets: bool) -> dict[str, Any]:
+    """Load ``cfg.ckpt`` and take its inference settings into ``cfg`` (in place): the evaluation transform,
+    the loss targets (``targets``: test) and the post-processing of its training run, except what the
+    command line set (logged, see ``ocr.utils.inference_settings``). Returns the checkpoint, for
+    :func:`restore_for_inference`."""
+    checkpoint = load_checkpoint(cfg.ckpt)
+    keys = stored_setting_keys(cfg, targets=targets)
+    apply_stored_settings(cfg, checkpoint["ocr_config"], keys, CHECKPOINT_SOURCE)
+    return checkpoint
+
+
+def restore_for_inference(cfg: DictConfig, checkpoint: dict[str, Any]) -> tuple[DetectionModule, L.Trainer]:
+    """What test and predict start from: the module of ``checkpoint`` (read from ``cfg.ckpt`` by
+    :func:`checkpoint_settings`) and a trainer from ``cfg.trainer`` without loggers or checkpointing, whose
+    one callback ends the process on a CUDA fault as training does (``CudaFaultExit``)."""
+    module = module_from_loaded(checkpoint, cfg.ckpt, cfg)
     return module, inference_trainer(cfg.trainer, [CudaFaultExit(run_dir=cfg.paths.output_dir)])
 
 
@@ -137,24 +179,3 @@ def inference_trainer(
     return instantiate(
         trainer_cfg, logger=False, callbacks=list(callbacks), enable_checkpointing=False, **overrides
     )
-
-
-def warn_data_mismatch(run_config: dict[str, Any] | None, data_cfg: DictConfig) -> list[str]:
-    """Log (and return) the evaluation-time data settings that differ from the training run's.
-
-    Test and predict take ``data`` from their own command line; evaluating at another size than the
-    model was validated at can cost many points (docs/benchmarks.md), so say which keys differ.
-    """
-    trained = OmegaConf.create((run_config or {}).get("data", {}))
-    differences = []
-    for key in EVAL_KEYS:
-        then, now = OmegaConf.select(trained, key), OmegaConf.select(data_cfg, key)
-        if then is not None and now is not None and then != now:
-            differences.append(f"data.{key}={now} here, {then} in the training run")
-    if differences:
-        log.warning(
-            "Data settings differ from the checkpoint's training run (pass the training values "
-            "as overrides if this is not intended): %s",
-            "; ".join(differences),
-        )
-    return differences

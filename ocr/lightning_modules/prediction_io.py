@@ -15,6 +15,7 @@ from ocr.data.annotations import ImageRecord, Word, save_annotations
 from ocr.data.dataset import IMAGE_SUFFIXES, ImageFolderDataset
 from ocr.data.images import ImageReadError, read_image
 from ocr.types import Prediction
+from ocr.utils.errors import InputNotFoundError
 from ocr.utils.io import atomic_write_bytes
 from ocr.utils.submission import write_submission_csv
 from ocr.utils.visualize import draw_polygons
@@ -72,10 +73,10 @@ def require_images(dataset: ImageFolderDataset) -> None:
     """Fail before loading the model when the predict folder holds no image files.
 
     Raises:
-        FileNotFoundError: naming the folder and the extensions looked for.
+        InputNotFoundError: naming the folder and the extensions looked for.
     """
     if len(dataset) == 0:
-        raise FileNotFoundError(
+        raise InputNotFoundError(
             f"image_dir={dataset.image_dir}: no images found (looked recursively for files ending in "
             f"{', '.join(IMAGE_SUFFIXES)}, any case)"
         )

@@ -15,8 +15,9 @@ from ocr.data.annotations import ImageRecord, load_annotations
 from ocr.data.sanitize import sanitize_words
 from ocr.metrics.cleval.evaluate import DatasetResult, ImageResult, evaluate_dataset
 from ocr.metrics.cleval.options import CLEvalOptions
+from ocr.utils.errors import ConfigValueError, InputNotFoundError
 from ocr.utils.io import atomic_write_text
-from ocr.utils.submission import read_submission_csv
+from ocr.utils.submission import SubmissionError, read_submission_csv
 
 __all__ = [
     "load_predictions",
@@ -34,18 +35,18 @@ def load_predictions(path: str | Path) -> dict[str, list[np.ndarray]]:
     """Predicted polygons per file name from a submission ``.csv`` or a predictions ``.json``.
 
     Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: an extension other than .csv/.json, or a malformed file (naming file and row/key).
+        InputNotFoundError: ``path`` does not exist.
+        ConfigValueError: an extension other than .csv/.json, or a malformed file (naming file and row/key).
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"predictions file not found: {path}")
+        raise InputNotFoundError(f"pred={path}: predictions file not found")
     suffix = path.suffix.lower()
     if suffix == ".csv":
         return read_submission_csv(path)
     if suffix == ".json":
         return {name: [w.points for w in rec.words] for name, rec in load_annotations(path).items()}
-    raise ValueError(f"pred={path}: expected a submission .csv or a predictions .json, got {suffix!r}")
+    raise ConfigValueError(f"pred={path}: expected a submission .csv or a predictions .json, got {suffix!r}")
 
 
 def sanitized_ground_truth(
@@ -140,7 +141,7 @@ def match_prediction_names(
         )
     matched.update(stripped)
     if not matched and gt_names and pred_names:
-        raise ValueError(
+        raise SubmissionError(
             f"pred={pred_path}: none of its {len(pred_names)} image names matches one of the "
             f"{len(gt_names)} in gt={gt_path}, even without folders: e.g. {pred_names[0]!r} in the "
             f"predictions, {gt_names[0]!r} in the ground truth"

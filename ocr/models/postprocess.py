@@ -6,7 +6,7 @@ so a contour traced on the thresholded map lies on the same coordinates the targ
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import cv2
 import numpy as np
@@ -17,11 +17,14 @@ from torch import Tensor
 
 from ocr.geometry import to_original
 from ocr.types import Geometry, Polygon
+from ocr.utils.config_types import Bounds, NonNegativeFloat, PositiveInt, check_arguments
+from ocr.utils.errors import ConfigValueError
 
 __all__ = ["DBPostProcessor", "boxes_from_bitmap", "unclip_polygon", "score_polygon", "min_area_box"]
 
 OutputMode = Literal["polygon", "box"]
 OUTPUT_MODES = ("polygon", "box")
+Probability = Annotated[float, Bounds(0.0, 1.0)]
 # Douglas-Peucker tolerance for polygon mode, relative to the contour perimeter (DB reference: 0.01).
 APPROX_EPSILON_RATIO = 0.01
 # pyclipper works on integers: offset in 1/256 px so the result keeps sub-pixel precision.
@@ -144,19 +147,25 @@ class DBPostProcessor:
     def __init__(
         self,
         *,
-        thresh: float,
-        box_thresh: float,
-        unclip_ratio: float,
-        max_candidates: int,
-        min_size: float,
+        thresh: Probability,
+        box_thresh: Probability,
+        unclip_ratio: NonNegativeFloat,  # 0: no expansion
+        max_candidates: PositiveInt,
+        min_size: NonNegativeFloat,
         output: OutputMode,
     ) -> None:
         if output not in OUTPUT_MODES:
-            raise ValueError(f"postprocess.output: expected one of {OUTPUT_MODES}, got {output!r}")
-        if not 0.0 <= thresh <= 1.0 or not 0.0 <= box_thresh <= 1.0:
-            raise ValueError(
-                f"postprocess.thresh/box_thresh: expected values in [0, 1], got {thresh}, {box_thresh}"
-            )
+            raise ConfigValueError(f"postprocess.output: expected one of {OUTPUT_MODES}, got {output!r}")
+        # The bounds are the annotations above; a config is checked against them when it is read.
+        check_arguments(
+            DBPostProcessor,
+            "postprocess",
+            thresh=thresh,
+            box_thresh=box_thresh,
+            unclip_ratio=unclip_ratio,
+            max_candidates=max_candidates,
+            min_size=min_size,
+        )
         self.thresh = thresh
         self.box_thresh = box_thresh
         self.unclip_ratio = unclip_ratio

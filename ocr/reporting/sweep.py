@@ -33,6 +33,9 @@ JOB_FILE = "sweep_job.json"
 METRICS_FILE = "metrics.json"
 SUMMARY_NAME = "sweep_summary"
 COMMAND = "uv run runners/test.py"
+# Sweep-time choices the best command leaves out: it scores the picked settings on the test split, with
+# its report.
+SWEEP_ONLY_KEYS = ("split", "report.enabled", "prob_cache.enabled", "prob_cache.dir")
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,13 @@ def _varying(rows: list[SweepRow]) -> list[str]:
 
 
 def best_command(rows: list[SweepRow]) -> str | None:
-    """The best completed job's command line, ready to paste; None when no job completed."""
+    """The best completed job's command line on the test split (its overrides without the sweep-only
+    ``split``, ``report.enabled`` and ``prob_cache.*``), ready to paste; None when no job completed."""
     best = next((r for r in rows if r.status == "completed"), None)
-    return None if best is None else " ".join([COMMAND, *map(shlex.quote, best.overrides)])
+    if best is None:
+        return None
+    kept = [o for o in best.overrides if o.lstrip("+~").partition("=")[0] not in SWEEP_ONLY_KEYS]
+    return " ".join([COMMAND, *map(shlex.quote, kept)])
 
 
 def _markdown(rows: list[SweepRow], keys: list[str]) -> str:

@@ -55,9 +55,20 @@ def run_overrides(run_dir: Path) -> list[str]:
     return [str(o) for o in yaml.safe_load(records[0].read_text()) or []] if records else []
 
 
+# Data options test and predict do not take from the run's command line: the checkpoint carries the
+# evaluation transform (ocr.utils.inference_settings), and these others only shape training batches.
+_NOT_FOR_INFERENCE = ("data.eval_transform", "data.train_transform", "data.targets", "data.batch_size")
+
+
 def _data_overrides(overrides: Sequence[str]) -> list[str]:
+    """The run's overrides that choose the data test and predict read (dataset, splits, loader)."""
     keys = [o.lstrip("+~").partition("=")[0] for o in overrides]
-    return [o for o, k in zip(overrides, keys, strict=True) if k == "data" or k.startswith("data.")]
+    return [
+        o
+        for o, k in zip(overrides, keys, strict=True)
+        if (k == "data" or k.startswith("data."))
+        and not any(k == skip or k.startswith(f"{skip}.") for skip in _NOT_FOR_INFERENCE)
+    ]
 
 
 def next_commands(
@@ -69,11 +80,14 @@ def next_commands(
     image_dir: Path | None,
     more_training: str,
 ) -> str:
-    """The commands that test, predict with and resume this run, one per line under a comment.
+    """The commands that test, predict with, export and resume this run, one per line under a comment.
+
+    Test, predict and export read the evaluation transform and the post-processing from the checkpoint, so
+    only the run's data options that choose the images (dataset, splits, loader) are passed on.
 
     Args:
         runners: the ``runners/`` folder (shown relative to the working directory).
-        checkpoint: the checkpoint to test and predict with.
+        checkpoint: the checkpoint to test, predict with and export.
         run_dir: the run directory (what ``resume=`` takes).
         overrides: the run's command-line overrides; its data options are passed on to test and predict.
         image_dir: images to predict (None: a placeholder the user replaces).
@@ -88,6 +102,8 @@ def next_commands(
         f"{launcher}/test.py {ckpt} {data}".rstrip(),
         "# predict a folder of images: submission.csv, predictions.json, overlays",
         f"{launcher}/predict.py {ckpt} {images} overlays=true {data}".rstrip(),
+        "# export to ONNX (parity-checked against PyTorch on the run's test images)",
+        f"{launcher}/export.py {ckpt}",
         f"# train on in this run's directory, to {more_training}",
         f"{launcher}/train.py {override('resume', run_dir)} {more_training}",
     ]

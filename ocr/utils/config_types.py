@@ -5,6 +5,10 @@ Hydra checks keys (struct mode) but not the types of values bound for ``_target_
 target's annotated signature and names the full key of every value of the wrong type, all at once,
 before anything is instantiated. Annotations it cannot judge (generic callables and iterables, protocols,
 type variables, unresolvable names) are not checked: the constructor still validates those.
+
+Sizes, counts and thresholds declare their range in the signature, ``batch_size: PositiveInt`` or
+``thresh: Annotated[float, Bounds(0.0, 1.0)]``, so ``data.batch_size=-2`` is named here, at config read,
+not by torch once the data loader starts; :func:`check_arguments` applies the same bounds in a constructor.
 """
 
 from __future__ import annotations
@@ -13,40 +17,133 @@ import collections.abc
 import inspect
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-__all__ = ["ConfigValueTypeError", "check_config_types"]
+from ocr.utils.errors import ConfigValueError, UsageError
+
+__all__ = [
+    "Bounds",
+    "ConfigValueTypeError",
+    "NonNegativeFloat",
+    "NonNegativeInt",
+    "PositiveFloat",
+    "PositiveInt",
+    "check_arguments",
+    "check_config_types",
+]
 
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 _SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str", Path: "path (str)"}
 
 
-class ConfigValueTypeError(TypeError):
+class ConfigValueTypeError(UsageError, TypeError):
     """Config values of the wrong type; the message names each full key, expected and found."""
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """``Annotated`` metadata: the interval a numeric argument must lie in (None: unbounded on that side).
+
+    Attributes:
+        low: smallest allowed value.
+        high: largest allowed value.
+        low_open: ``low`` itself is not allowed (a ratio that must be > 0).
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` ("expected ..."), or None; values of other types are not judged."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        too_high = self.high is not None and value > self.high
+        return f"expected {self.describe()}, got {value}" if too_low or too_high else None
+
+    def describe(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"a value in {'(' if self.low_open else '['}{self.low}, {self.high}]"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {self.low}"
+        return f"<= {self.high}"
+
+
+PositiveInt = Annotated[int, Bounds(low=1)]
+NonNegativeInt = Annotated[int, Bounds(low=0)]
+PositiveFloat = Annotated[float, Bounds(low=0.0, low_open=True)]
+NonNegativeFloat = Annotated[float, Bounds(low=0.0)]
+
+
 def check_config_types(cfg: DictConfig) -> None:
-    """Check every value bound for a ``_target_`` argument against that argument's annotation.
+    """Check every value bound for a ``_target_`` argument against that argument's annotation (type,
+    and :class:`Bounds` where the annotation carries them).
 
     Raises:
-        ConfigValueTypeError: one or more values have the wrong type (all are listed).
+        ConfigValueTypeError: one or more values have the wrong type (all problems are listed).
+        ConfigValueError: the types fit, but values are out of their bounds (all are listed).
     """
     problems = _check_node(cfg, "")
-    if problems:
-        raise ConfigValueTypeError(
-            f"config: {len(problems)} value(s) of the wrong type (fix them in the YAML or on the command "
-            "line):\n  " + "\n  ".join(problems)
+    if not problems:
+        return
+    listed = "\n  ".join(problems)
+    if _all_range(problems):
+        raise ConfigValueError(
+            f"config: {len(problems)} value(s) out of range (fix them in the YAML or on the command line):"
+            f"\n  {listed}"
         )
+    raise ConfigValueTypeError(
+        f"config: {len(problems)} value(s) of the wrong type{' or out of range' * _any_range(problems)} (fix "
+        f"them in the YAML or on the command line):\n  {listed}"
+    )
+
+
+def check_arguments(target: Any, prefix: str, **values: Any) -> None:
+    """The :class:`Bounds` of ``target``'s annotated parameters applied to ``values`` (for a constructor
+    called without a config; ``prefix`` is its config group, named in the message).
+
+    Raises:
+        ConfigValueError: naming every value out of its bounds.
+    """
+    hints = _parameter_hints(target)
+    problems = [
+        f"{prefix}.{name}: {problem}"
+        for name, value in values.items()
+        if (problem := _bounds_problem(value, hints.get(name))) is not None
+    ]
+    if problems:
+        raise ConfigValueError("; ".join(problems))
+
+
+class _OutOfRange(str):
+    """A problem message about a value's bounds (the others are about its type)."""
+
+
+def _any_range(problems: list[str]) -> bool:
+    return any(isinstance(p, _OutOfRange) for p in problems)
+
+
+def _all_range(problems: list[str]) -> bool:
+    return all(isinstance(p, _OutOfRange) for p in problems)
+
+
+def _bounds_problem(value: Any, hint: Any) -> str | None:
+    if typing.get_origin(hint) is not Annotated:
+        return None
+    found = (b.problem(value) for b in hint.__metadata__ if isinstance(b, Bounds))
+    return next((p for p in found if p is not None), None)
 
 
 def _check_node(node: DictConfig, path: str) -> list[str]:
-    hints = _parameter_hints(node)
+    hints = _node_hints(node)
     problems = []
     for key in node:
         key = str(key)
@@ -66,7 +163,7 @@ def _check_node(node: DictConfig, path: str) -> list[str]:
     return problems
 
 
-def _parameter_hints(node: DictConfig) -> dict[str, Any]:
+def _node_hints(node: DictConfig) -> dict[str, Any]:
     """Annotation of each parameter of the node's ``_target_`` (empty when it has none or cannot load)."""
     if "_target_" not in node:
         return {}
@@ -74,6 +171,11 @@ def _parameter_hints(node: DictConfig) -> dict[str, Any]:
         target = get_object(str(node._target_))
     except Exception:  # noqa: BLE001 - a target that cannot load is instantiate's error to report
         return {}
+    return _parameter_hints(target)
+
+
+def _parameter_hints(target: Any) -> dict[str, Any]:
+    """Annotation of each parameter of a class's constructor or a function (postponed ones evaluated)."""
     # A class's own __init__, which mypy flags as read off an instance.
     function = inspect.unwrap(target.__init__ if isinstance(target, type) else target)  # type: ignore[misc]
     try:
@@ -98,10 +200,18 @@ def _check(value: Any, hint: Any, path: str) -> list[str]:
     if isinstance(value, DictConfig) and "_target_" in value:
         return _check_node(value, path)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        problems = _check(value, args[0], path)
+        bounds = None if problems else _bounds_problem(value, hint)
+        return problems + ([_OutOfRange(f"{path}: {bounds}")] if bounds else [])
     if origin in (typing.Union, types.UnionType):
         results = [(arg, _check(value, arg, path)) for arg in args]
         if any(not problems for _, problems in results):
             return []
+        # The value has the type of one alternative, but not its bounds: say that, not "expected int or null".
+        out_of_range = [p for _, problems in results if problems and _all_range(problems) for p in problems]
+        if out_of_range:
+            return out_of_range
         # A list or mapping with one list or mapping alternative: report that one's item problems.
         kind = _value_kind(value)
         same_kind = [problems for arg, problems in results if kind != "scalar" and _kind(arg) == kind]
@@ -159,6 +269,8 @@ def _scalar_fits(value: Any, hint: type) -> bool:
 
 
 def _kind(hint: Any) -> str:
+    if typing.get_origin(hint) is Annotated:
+        return _kind(typing.get_args(hint)[0])
     base = typing.get_origin(hint) or hint
     return "mapping" if base in _MAPPINGS else "sequence" if base in _SEQUENCES else "scalar"
 
@@ -171,6 +283,8 @@ def _value_kind(value: Any) -> str:
 
 def _describe(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        return _describe(args[0])
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(arg) for arg in args)
     if hint is type(None):

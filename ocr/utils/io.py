@@ -11,6 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ocr.utils.errors import UsageError
+
 __all__ = [
     "DiskFullError",
     "atomic_write_bytes",
@@ -30,7 +32,7 @@ OUT_OF_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 TEMP_SUFFIX = ".tmp"
 
 
-class DiskFullError(OSError):
+class DiskFullError(UsageError, OSError):
     """A write failed for lack of disk space; the message names the file, the free space and the fix."""
 
 

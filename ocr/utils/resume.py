@@ -16,6 +16,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from ocr.utils.errors import UsageError
+
 __all__ = [
     "CONTROL_KEYS",
     "Resume",
@@ -32,7 +34,7 @@ CONTROL_KEYS = ("resume", "ckpt_path", "resume_allow_data_change")
 _ABSENT = object()
 
 
-class ResumeRefusedError(ValueError):
+class ResumeRefusedError(UsageError, ValueError):
     """A resume refused before it changed anything (an override that does not fit, another output
     directory, changed data): the run directory keeps its status."""
 
@@ -101,10 +103,10 @@ def _checkpoint_step(path: Path) -> int:
                     type(exc).__name__,
                     exc,
                 )
-    import torch
+    from ocr.lightning_modules.loading import load_checkpoint_file
 
-    # Killed between the rename and the JSON: the checkpoint itself is complete.
-    return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+    # Killed between the rename and the JSON: the checkpoint itself is complete (else named as truncated).
+    return int(load_checkpoint_file(path, "checkpoint", mmap=True)["global_step"])
 
 
 def _sidecar_fingerprint(meta: Path) -> str | None:

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ocr.utils.fault_exit import exit_on_cuda_fault
 from ocr.utils.io import atomic_write_text
+from ocr.utils.output_dir import writable_dir
 from ocr.utils.resume import ResumeRefusedError
 from ocr.utils.sentinels import failure_written, write_failure
 
@@ -41,8 +42,8 @@ RUNNERS_DIR = CONFIG_DIR.parent / "runners"
 
 def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | None = None) -> DictConfig:
     """Compose ``configs/<name>.yaml`` with ``overrides`` outside a Hydra run, as the runners see it (defaults
-    lists applied, hardware resolvers registered); ``paths.output_dir`` is ``output_dir`` when given, else
-    the Hydra run directory."""
+    lists applied, hardware resolvers registered, ``command_line`` = ``overrides`` where the config has
+    it); ``paths.output_dir`` is ``output_dir`` when given, else the Hydra run directory."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -55,6 +56,8 @@ def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | 
     if output_dir is not None:
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)
+    if "command_line" in cfg:  # what Hydra's overrides.task would hold: these overrides were given
+        cfg.command_line = list(overrides)
     return cfg
 
 
@@ -69,10 +72,12 @@ def load_runner(name: str) -> ModuleType:
 
 
 def run_dir(cfg: DictConfig) -> Path:
-    """The run directory (``paths.output_dir``), created if missing."""
-    path = Path(cfg.paths.output_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The run directory (``paths.output_dir``), created if missing.
+
+    Raises:
+        OutputDirError: it cannot be created or written, naming the key.
+    """
+    return writable_dir(cfg.paths.output_dir, "paths.output_dir", create=True)
 
 
 def instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -150,11 +155,22 @@ def get_metric_value(metrics: Mapping[str, Any], name: str | None) -> float | No
 
 
 def quiet_third_party() -> None:
-    """Defaults for a clean console: no albumentations update check; PROJECT_ROOT for ``paths``."""
+    """Defaults for a clean console (no albumentations update check, no warnings the project handles, no
+    ONNX exporter chatter); PROJECT_ROOT for ``paths``."""
     # The module moves only the tensors of a batch on purpose (polygons and geometry stay on the host).
     warnings.filterwarnings("ignore", message=r".*You have overridden `\w+` in `LightningModule`.*")
     # Lightning's own pytree helper on newer torch: not actionable for users.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+    # A resume continues in its own run directory, whose checkpoints folder is not empty on purpose.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    # A checkpoint written between validations resumes the epoch with its remaining number of batches,
+    # drawn afresh (README, "Resume a run"); from one written at a validation the resume is exact.
+    warnings.filterwarnings(
+        "ignore", message=r".*ended before the epoch ended and your dataloader is not resumable"
+    )
+    # The ONNX exporter's graph passes log every rewrite at INFO (dozens of lines per export).
+    for name in ("onnxscript", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
     if "PROJECT_ROOT" not in os.environ:
         os.environ["PROJECT_ROOT"] = str(Path(sys.argv[0]).resolve().parents[1])

@@ -14,15 +14,26 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from ocr.utils.errors import UsageError
 from ocr.utils.io import atomic_write_text
 
-__all__ = ["SubmissionError", "write_submission_csv", "read_submission_csv", "HEADER"]
+__all__ = ["HEADER", "SubmissionError", "read_submission_csv", "submission_points", "write_submission_csv"]
 
 HEADER = ("filename", "polygons")
 
 
-class SubmissionError(ValueError):
+class SubmissionError(UsageError, ValueError):
     """A submission CSV is malformed; the message names the file and the row."""
+
+
+def submission_points(polygon: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """``polygon``'s points as the submission holds them: rounded to integer pixels (float32 array).
+
+    Predictions are rounded once, where they are made (``to_predictions``), so validation, test, the
+    results page, ``predictions.json`` and this CSV all score the same polygons: an evaluation of the CSV
+    (``runners/evaluate.py``) then equals ``runners/test.py`` on the same checkpoint.
+    """
+    return np.rint(np.asarray(polygon, dtype=np.float64)).astype(np.float32)
 
 
 def _format_polygon(polygon: npt.ArrayLike, name: str, index: int) -> str:
@@ -31,7 +42,7 @@ def _format_polygon(polygon: npt.ArrayLike, name: str, index: int) -> str:
         raise ValueError(
             f"{name}: polygon {index}: expected finite (K >= 3, 2) points, got shape {pts.shape}"
         )
-    return " ".join(str(int(v)) for v in np.rint(pts).astype(np.int64).ravel())
+    return " ".join(str(int(v)) for v in submission_points(pts).astype(np.int64).ravel())
 
 
 def write_submission_csv(path: str | Path, predictions: Mapping[str, Sequence[npt.ArrayLike]]) -> Path:

@@ -80,8 +80,9 @@ def test_every_reason_in_one_call_and_flags_follow_their_polygon():
         "abc",
         BOX,
         [[-10, -10], [50, -10], [50, 20], [-10, 20]],
+        [[0, 0], [1e12, 0], [1e12, 10], [0, 10]],
     ]
-    ignore = [True, False, True, False, True, False, True, True, False, True, False]
+    ignore = [True, False, True, False, True, False, True, True, False, True, False, True]
     kept, flags, counts = sanitize_polygons(polys, ignore, W, H)
     assert set(counts) == set(REASONS)
     assert all(v == 1 for v in counts.values())
@@ -112,20 +113,30 @@ def test_closing_point_and_flat_list_are_accepted():
         np.testing.assert_array_equal(k, np.array(BOX, np.float32))
 
 
-def test_clipping_keeps_the_inside_part_and_orientation():
+def test_clipping_keeps_the_inside_part_and_orientation_and_is_counted():
     poly = np.array([[-10, -10], [50, -10], [50, 20], [-10, 20]], np.float32)
     kept, _, counts = _one(poly)
-    assert counts == {}
+    assert counts == {"clipped": 1}
     clipped = ShapelyPolygon(kept[0])
     assert clipped.equals(ShapelyPolygon([[0, 0], [50, 0], [50, 20], [0, 20]]))
     assert clipped.exterior.is_ccw == ShapelyPolygon(poly).exterior.is_ccw
 
 
-def test_huge_coordinates_are_clipped_without_overflow():
-    poly = [[-1e300, -1e300], [1e300, -1e300], [1e300, 1e300], [-1e300, 1e300]]
-    kept, _, counts = _one(poly)
-    assert counts == {}
-    assert ShapelyPolygon(kept[0]).equals(ShapelyPolygon([[0, 0], [W, 0], [W, H], [0, H]]))
+@pytest.mark.parametrize("big", [1e12, 1e300, 2e9])
+def test_coordinates_beyond_any_image_remove_the_polygon_and_are_counted(big):
+    """They used to be clamped, then clipped: a whole-image text box, without a count."""
+    poly = [[-big, -big], [big, -big], [big, big], [-big, big]]
+    assert _one(poly) == ([], [], {"out_of_range": 1})
+    one_wild_point = [[10, 10], [40, 10], [big, 30], [10, 30]]
+    assert _one(one_wild_point) == ([], [], {"out_of_range": 1})
+
+
+def test_every_kept_polygon_that_changed_is_counted():
+    """Unchanged polygons count nothing; each repair counts one reason (clipped, self-intersecting)."""
+    polys = [BOX, [[-5, 10], [40, 10], [40, 30], [-5, 30]], [[10, 10], [40, 30], [40, 10], [10, 30]]]
+    kept, _, counts = sanitize_polygons(polys, [False] * 3, W, H)
+    changed = sum(not np.array_equal(k, np.asarray(p, np.float32)) for k, p in zip(kept, polys, strict=True))
+    assert counts == {"clipped": 1, "self_intersecting_repaired": 1} and changed == 2
 
 
 @pytest.mark.parametrize("angle", [0.0, 17.0, 45.0, 90.0, 133.0])
@@ -141,7 +152,7 @@ def test_too_small_uses_the_minimum_area_rectangle(angle):
         shift = min(50 / abs(d[0]), 40 / abs(d[1])) * d  # the centre (50, 40) walks to the nearest border
     assert _one(thin + shift)[2] == {"too_small": 1}
     kept, _, counts = _one(ok + shift)
-    assert counts == {} and ShapelyPolygon(kept[0]).area < ShapelyPolygon(ok).area * 0.75
+    assert counts == {"clipped": 1} and ShapelyPolygon(kept[0]).area < ShapelyPolygon(ok).area * 0.75
 
 
 def test_zero_or_negative_image_size_removes_everything_without_raising():

@@ -88,3 +88,27 @@ def test_replay_mirrors_the_runs_memory_format(tmp_path: Path, capsys: pytest.Ca
     crash = _bundle(tmp_path, module={"channels_last": True, "compile": False})
     assert main([str(crash)]) == EXIT_CLEAN
     assert "channels_last=True, cudnn.benchmark=False, compile=False" in capsys.readouterr().out
+
+
+def test_a_divergence_replays_from_the_weights_the_bundle_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A non-finite loss from optimizer.lr=1e6 replayed as NOT REPRODUCED: replay started from fresh
+    weights, on which the saved batch runs cleanly. The bundle now keeps the diverged weights."""
+    from ocr.lightning_modules.build import build_net_and_loss
+
+    crash = _bundle(tmp_path)
+    net, _ = build_net_and_loss(OmegaConf.load(crash / "config.yaml"))
+    with torch.no_grad():
+        for parameter in net.parameters():
+            parameter.mul_(1e20).mul_(1e20)  # overflows float32: what huge steps leave behind
+    torch.save(net.state_dict(), crash / "weights.pt")
+    state = json.loads((crash / "state.json").read_text())
+    (crash / "state.json").write_text(json.dumps({**state, "weights_file": "weights.pt"}))
+    assert main([str(crash)]) == EXIT_REPRODUCED
+    out = capsys.readouterr().out
+    assert "model: the weights the run had at the failure (step 1, weights.pt;" in out
+    assert "\nREPRODUCED: " in out
+    assert main([str(crash), "--weights", "fresh"]) == EXIT_CLEAN  # what replay did before
+    assert "model: fresh weights (seed 0)" in capsys.readouterr().out
+    assert main([str(crash), "--weights", "checkpoint"]) == EXIT_UNUSABLE  # the bundle names none

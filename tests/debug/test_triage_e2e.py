@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from ocr.debug import replay
 from ocr.debug.inject import InjectedFaultError
 from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteLossError
+from ocr.models.loss.checks import LossInputError
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
 
@@ -82,6 +83,24 @@ def test_nan_loss_bundle_names_step_and_replay_reproduces(
     state = _assert_bundle(tmp_path, "NonFiniteLossError")
     assert state["first_bad_step"] == 1
     assert replay.main([str(tmp_path), "--device", "cpu"]) == replay.EXIT_REPRODUCED
+
+
+def test_a_divergence_from_a_huge_learning_rate_replays_from_the_kept_weights(
+    runner: ModuleType,
+    make_cfg: Callable[[Path, list[str]], DictConfig],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """optimizer.lr=1e6: the bundle replayed as NOT REPRODUCED from fresh weights; it keeps the run's."""
+    cfg = make_cfg(tmp_path, ["trainer.max_steps=4", "optimizer.lr=1e6"])
+    with pytest.raises((NonFiniteLossError, LossInputError)):  # on the CPU the loss's own check sees it
+        runner.train(cfg)
+    state = json.loads((tmp_path / "crash" / "state.json").read_text())
+    assert state["weights_file"] == "weights.pt"
+    capsys.readouterr()
+    assert replay.main([str(tmp_path), "--device", "cpu"]) == replay.EXIT_REPRODUCED
+    assert "model: the weights the run had at the failure" in capsys.readouterr().out
+    assert replay.main([str(tmp_path), "--device", "cpu", "--weights", "fresh"]) == replay.EXIT_CLEAN
 
 
 def test_stall_dumps_stacks_and_run_finishes(

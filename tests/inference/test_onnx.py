@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import cv2
+import numpy as np
 import pytest
 import torch
 from omegaconf import DictConfig
 
-from ocr.inference.onnx_export import ParityError, ProbabilityMapNet, check_parity, parity_batch
+from ocr.inference.onnx_export import (
+    ParityError,
+    ParityReport,
+    ProbabilityMapNet,
+    check_parity,
+    parity_batch,
+)
 from ocr.inference.onnx_runtime import OnnxProbabilityMap, sidecar_path
 from ocr.lightning_modules.loading import module_from_checkpoint
 
@@ -123,3 +132,61 @@ def test_onnx_matches_pytorch_on_real_receipts(
     report = check_parity(net, exported, batch, postprocess, prob_tol=1e-3, polygon_tol_px=1.0)
     assert report.ok, report.summary()
     assert report.polygons_torch > 0
+
+
+def test_a_parity_check_that_compared_no_polygon_fails(
+    tmp_path: Path, exported: Path, tiny_checkpoint: Path
+) -> None:
+    """ "0 vs 0 polygons" used to pass: it checks nothing of the post-processing."""
+    from ocr.data.transforms import EvalTransform
+    from ocr.models.postprocess import DBPostProcessor
+
+    blank = tmp_path / "blank"
+    blank.mkdir()
+    cv2.imwrite(str(blank / "white.png"), np.full((80, 60, 3), 255, np.uint8))
+    postprocess = DBPostProcessor(
+        thresh=0.3, box_thresh=1.0, unclip_ratio=1.5, max_candidates=1000, min_size=3, output="box"
+    )
+    net = module_from_checkpoint(tiny_checkpoint).net
+    transform = EvalTransform(long_side=96, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), fill=0)
+    report = check_parity(
+        net, exported, parity_batch(blank, transform, 3), postprocess, prob_tol=1e-3, polygon_tol_px=1.0
+    )
+    assert (report.polygons_torch, report.polygons_onnx) == (0, 0) and report.prob_max_abs_diff <= 1e-3
+    assert not report.ok and "compared no image or no polygon" in str(report.problem)
+    nothing = ParityReport(
+        images=[],
+        prob_max_abs_diff=0.0,
+        polygons_torch=0,
+        polygons_onnx=0,
+        polygon_max_dist_px=0.0,
+        prob_tol=1e-3,
+        polygon_tol_px=1.0,
+        min_polygons=0,
+    )
+    assert not nothing.ok  # no image compared: never a pass
+
+
+def test_predict_with_onnx_takes_the_exports_settings_and_names_the_source_of_a_difference(
+    tmp_path: Path,
+    exported: Path,
+    small_images: Path,
+    compose_cfg: Compose,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from ocr.inference.onnx_runtime import onnx_settings
+
+    overrides = ["backend=onnx", f"onnx_model={exported}", f"image_dir={small_images}", "hardware=cpu"]
+    cfg = compose_cfg("predict", overrides, tmp_path)
+    assert cfg.data.eval_transform.long_side != 96  # the export's (the tiny run's) is 96
+    onnx_settings(cfg)
+    assert cfg.data.eval_transform.long_side == 96
+    given = ["data.eval_transform.long_side=128", "postprocess.thresh=0.4"]
+    cfg = compose_cfg("predict", [*overrides, *given], tmp_path)
+    with caplog.at_level(logging.INFO):
+        onnx_settings(cfg)
+    assert (cfg.data.eval_transform.long_side, cfg.postprocess.thresh) == (128, 0.4)
+    assert (
+        "data.eval_transform.long_side=128 (command line) differs from 96 in the ONNX export "
+        "(model.onnx.json)" in caplog.text
+    )

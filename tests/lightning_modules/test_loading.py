@@ -23,8 +23,17 @@ def _truncated(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
+def _corrupt(path: Path) -> None:
+    """Whole length, end record intact, the middle overwritten."""
+    torch.save(RUN_CHECKPOINT, path)
+    data = bytearray(path.read_bytes())
+    data[100:-200] = bytes(len(data) - 300)
+    path.write_bytes(bytes(data))
+
+
 BAD_FILES = {
-    "truncated": (_truncated, "a truncated or corrupt zip archive"),
+    "truncated": (_truncated, "a truncated checkpoint: a zip archive of"),
+    "corrupt": (_corrupt, "a corrupt zip archive ("),
     "text": (lambda p: p.write_text("12 34\nnot a checkpoint\n"), "a text file, not a PyTorch checkpoint"),
     "empty": (lambda p: p.write_bytes(b""), "an empty file (0 bytes)"),
     "binary": (

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -128,6 +130,22 @@ def test_invalid_arguments():
         make_processor()(torch.zeros(SIZE, SIZE), [SCALED])
     with pytest.raises(ValueError, match="geometry: expected 2 records"):
         make_processor()(torch.zeros(2, 1, SIZE, SIZE), [SCALED])
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("unclip_ratio", -1.0, ">= 0.0"),  # accepted before: hmean 0.54 -> 0.13 on real receipts
+        ("box_thresh", 1.5, "a value in [0.0, 1.0]"),
+        ("thresh", -0.1, "a value in [0.0, 1.0]"),
+        ("max_candidates", 0, ">= 1"),
+        ("min_size", -1, ">= 0.0"),
+    ],
+)
+def test_every_value_out_of_its_range_is_named(key, value, expected):
+    message = rf"^postprocess\.{key}: expected {re.escape(expected)}, got {value}$"
+    with pytest.raises(ValueError, match=message):
+        make_processor(**{key: value})
 
 
 def test_unclip_polygon_offsets_by_area_ratio_over_perimeter():

@@ -66,8 +66,10 @@ def test_evaluate_reports_a_malformed_submission(tmp_path: Path) -> None:
     (tmp_path / "gt.json").write_text(json.dumps({"images": {}}))
     (tmp_path / "sub.csv").write_text("filename,polygons\na.jpg,1 2 3\n")
     proc = _run(tmp_path, "gt=gt.json", "pred=sub.csv")
-    assert proc.returncode != 0
-    assert "sub.csv:2: polygon 0" in proc.stderr
+    assert proc.returncode == 1
+    assert "sub.csv:2: polygon 0" in proc.stdout
+    # Our own error: the message alone, no "Error executing job" and traceback from Hydra.
+    assert "Traceback" not in proc.stdout + proc.stderr and "Error executing job" not in proc.stderr
 
 
 def pytest_approx(value: float):
@@ -102,11 +104,12 @@ def test_evaluate_fails_when_no_prediction_name_matches(tmp_path: Path) -> None:
     word = _one_word_gt(tmp_path, ["a.jpg", "b.jpg"])
     write_submission_csv(tmp_path / "sub.csv", {"images/test/x.png": [word], "y.png": []})
     proc = _run(tmp_path, "gt=gt.json", "pred=sub.csv")
-    assert proc.returncode != 0
+    assert proc.returncode == 1
     assert (
         "pred=sub.csv: none of its 2 image names matches one of the 2 in gt=gt.json, even without "
         "folders: e.g. 'images/test/x.png' in the predictions, 'a.jpg' in the ground truth"
-    ) in proc.stderr
+    ) in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
 
 
 def test_evaluate_runs_with_the_default_run_dir_and_without_torch(tmp_path: Path) -> None:

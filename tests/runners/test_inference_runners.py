@@ -38,7 +38,7 @@ def test_test_runner_names_a_checkpoint_it_cannot_load(
         ckpt.write_text("epoch=3 step=120\n")
     cfg = compose_cfg("test", [*tiny_run, f"ckpt={ckpt}"], tmp_path / "run")
     expected = {
-        "truncated": "a truncated or corrupt zip archive",
+        "truncated": "a truncated checkpoint: a zip archive of 2000 bytes without its end record",
         "text": "a text file, not a PyTorch checkpoint",
     }
     with pytest.raises(ValueError, match=f"ckpt={ckpt}: {expected[kind]}"):
@@ -72,3 +72,7 @@ def test_an_old_checkpoint_name_is_accepted_unquoted_on_the_command_line(tmp_pat
     # Hydra read the override: the runner got as far as opening the file, and names it.
     assert result.returncode == 1
     assert f"ckpt={ckpt}: a text file, not a PyTorch checkpoint" in result.stderr + result.stdout
+    # Our own error: its message alone on the console; the traceback in the run's log file only.
+    console = result.stdout + result.stderr
+    assert "Traceback" not in console and "Error executing job" not in console, console
+    assert "Traceback (most recent call last)" in (tmp_path / "run" / "test.log").read_text()

@@ -64,7 +64,36 @@ def test_next_commands_carry_the_runs_data_options(tmp_path: Path) -> None:
     lines = text.splitlines()
     assert lines[1] == f"uv run runners/test.py ckpt={NEW} data=receipts 'data.root=/data/my receipts'"
     assert lines[3].startswith(f"uv run runners/predict.py ckpt={NEW} image_dir=path/to/images overlays=true")
-    assert lines[5] == f"uv run runners/train.py resume={tmp_path} trainer.max_steps=40"
+    assert lines[5] == f"uv run runners/export.py ckpt={NEW}"
+    assert lines[7] == f"uv run runners/train.py resume={tmp_path} trainer.max_steps=40"
+
+
+def test_next_commands_leave_out_what_the_checkpoint_carries(tmp_path: Path) -> None:
+    """The evaluation transform, the loss targets and the post-processing come from the checkpoint; the
+    train transform and batch size never mattered to test or predict."""
+    overrides = [
+        "data.synthetic.num_test=3",
+        "data.eval_transform.long_side=96",
+        "data.train_transform.crop_size=64",
+        "data.targets.min_text_size=2",
+        "data.batch_size=2",
+        "data.eval_batch_size=2",
+        "data.num_workers=0",
+        "postprocess.thresh=0.2",
+        "hardware=cpu",
+    ]
+    text = next_commands(
+        runners=Path("runners").resolve(),
+        checkpoint=Path(NEW),
+        run_dir=tmp_path,
+        overrides=overrides,
+        image_dir=None,
+        more_training="trainer.max_steps=40",
+    )
+    data = "data.synthetic.num_test=3 data.eval_batch_size=2 data.num_workers=0"
+    lines = text.splitlines()
+    assert lines[1] == f"uv run runners/test.py ckpt={NEW} {data}"
+    assert lines[3] == f"uv run runners/predict.py ckpt={NEW} image_dir=path/to/images overlays=true {data}"
 
 
 @pytest.mark.parametrize(
@@ -80,4 +109,4 @@ def test_a_training_run_offers_its_test_images_and_twice_its_budget(
     )
     lines = run_next_commands(cfg, tmp_path, Path(NEW)).splitlines()
     assert f" image_dir={images} " in lines[3]
-    assert lines[5] == f"uv run {os.path.relpath(RUNNERS)}/train.py resume={tmp_path} {more}"
+    assert lines[7] == f"uv run {os.path.relpath(RUNNERS)}/train.py resume={tmp_path} {more}"

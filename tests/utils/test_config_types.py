@@ -10,6 +10,7 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.utils.config_types import ConfigValueTypeError, check_config_types
+from ocr.utils.errors import ConfigValueError, UsageError
 from tests.helpers.paths import REPO_ROOT
 
 CONFIG_DIR = REPO_ROOT / "configs"
@@ -101,3 +102,37 @@ def test_each_runner_names_the_key_and_leaves_a_failure(
     with pytest.raises(TypeError, match=r"data\.batch_size: expected int, got 'abc' \(str\)"):
         getattr(runner_module(runner), task)(cfg)
     assert "data.batch_size" in (tmp_path / "run" / ".FAILURE").read_text()
+
+
+def test_sizes_counts_and_post_processing_ranges_are_named_at_config_read(
+    compose_cfg: Compose, tmp_path: Path
+) -> None:
+    """data.batch_size=-2 used to fail in torch's DataLoader 12 s later; unclip_ratio=-1 was accepted."""
+    overrides = [
+        "data.batch_size=-2",
+        "data.eval_batch_size=0",
+        "data.num_workers=-1",
+        "data.eval_transform.long_side=0",
+        "postprocess.unclip_ratio=-1",
+        "postprocess.box_thresh=1.5",
+    ]
+    with pytest.raises(ConfigValueError) as info:
+        check_config_types(compose_cfg("train", overrides, tmp_path))
+    assert str(info.value).splitlines() == [
+        "config: 6 value(s) out of range (fix them in the YAML or on the command line):",
+        "  data.batch_size: expected >= 1, got -2",
+        "  data.eval_batch_size: expected >= 1, got 0",
+        "  data.num_workers: expected >= 0, got -1",
+        "  data.eval_transform.long_side: expected >= 1, got 0",
+        "  postprocess.box_thresh: expected a value in [0.0, 1.0], got 1.5",
+        "  postprocess.unclip_ratio: expected >= 0.0, got -1",
+    ]
+    assert isinstance(info.value, UsageError)
+
+
+def test_a_wrong_type_and_a_range_problem_are_listed_together(compose_cfg: Compose, tmp_path: Path) -> None:
+    cfg = compose_cfg("train", ["data.batch_size=abc", "postprocess.thresh=2"], tmp_path)
+    assert sorted(p.strip() for p in _problems(cfg)) == [
+        "data.batch_size: expected int, got 'abc' (str)",
+        "postprocess.thresh: expected a value in [0.0, 1.0], got 2",
+    ]

@@ -1,15 +1,19 @@
-"""task_wrapper: every failed run leaves .FAILURE, including Ctrl-C (Lightning's SystemExit(1))."""
+"""task_wrapper: every failed run leaves .FAILURE, including Ctrl-C (Lightning's SystemExit(1)); logs a
+person can read."""
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
+from ocr.utils.cli import route_lightning_logs
 from ocr.utils.resume import ResumeRefusedError
-from ocr.utils.runner import task_wrapper
+from ocr.utils.runner import quiet_third_party, task_wrapper
 
 
 def _run(tmp_path: Path, exc: BaseException) -> None:
@@ -49,3 +53,42 @@ def test_a_refused_resume_keeps_the_runs_status(tmp_path: Path) -> None:
     _run(tmp_path, ResumeRefusedError("resume: the data changed"))
     assert (tmp_path / "run" / ".SUCCESS").is_file()
     assert not (tmp_path / "run" / ".FAILURE").exists()
+
+
+def test_each_lightning_line_appears_once_and_tips_not_at_all() -> None:
+    """The lightning package's own console handler printed an "INFO: ..." copy of every line that Hydra's
+    handlers printed too; the "Tip: try litlogger" lines advertise products."""
+    from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+    records: list[logging.LogRecord] = []
+    collect = logging.Handler()
+    collect.emit = records.append  # type: ignore[method-assign]
+    root = logging.getLogger()
+    root.addHandler(collect)
+    try:
+        route_lightning_logs()
+        rank_zero_info("GPU available: False, used: False")
+        rank_zero_info("💡 Tip: For seamless cloud logging, try installing [litlogger]")
+    finally:
+        root.removeHandler(collect)
+    assert [r.getMessage() for r in records] == ["GPU available: False, used: False"]
+    assert not logging.getLogger("lightning").handlers
+
+
+def test_warnings_the_project_handles_and_onnx_chatter_are_silenced() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_third_party()
+        warnings.warn(
+            "Checkpoint directory /run/checkpoints exists and is not empty.", UserWarning, stacklevel=1
+        )
+        warnings.warn(
+            "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not "
+            "resumable. This can cause unreliable results if further training is done.",
+            UserWarning,
+            stacklevel=1,
+        )
+        warnings.warn("something new", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["something new"]
+    assert not logging.getLogger("onnxscript.optimizer._constant_folding").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("onnx_ir.passes.common.unused_removal").isEnabledFor(logging.INFO)

@@ -5,9 +5,10 @@ transfer: compact tensors and the ``BatchCoding`` that decodes them, see ``ocr.d
 ``config.yaml``, ``environment.json``, ``traceback.txt``, ``state.json`` (step, epoch, exception, last
 good checkpoint) and ``rng.pt``; on a CUDA out-of-memory error also ``memory.txt`` with
 ``torch.cuda.memory_summary()`` and a suggestion; on a CUDA fault ``CudaFaultExit`` adds ``fault.json``
-(kind, stage, step, image ids, when it was seen). Nothing is copied back from the GPU, and after a CUDA
-fault (``ocr.utils.cuda_fault``) the device is not queried at all: the context is dead and every CUDA
-call may fail or block.
+(kind, stage, step, image ids, when it was seen); after a divergence (non-finite loss or logits) also
+``weights.pt``, the network as it was when the run stopped (:func:`save_divergence_weights`). Nothing is
+copied back from the GPU, and after a CUDA fault (``ocr.utils.cuda_fault``) the device is not queried at
+all: the context is dead and every CUDA call may fail or block.
 """
 
 from __future__ import annotations
@@ -26,12 +27,22 @@ from omegaconf import OmegaConf
 
 from ocr.doctor.environment import collect_environment
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.models.loss.checks import LOGIT_NAMES, LossInputError, device_message
 from ocr.utils.cuda_fault import is_cuda_fault
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
-__all__ = ["CrashBundle", "crash_dir", "last_checkpoint_path", "write_crash_bundle"]
+__all__ = [
+    "WEIGHTS_FILE",
+    "CrashBundle",
+    "crash_dir",
+    "last_checkpoint_path",
+    "save_divergence_weights",
+    "write_crash_bundle",
+]
 
 log = logging.getLogger(__name__)
+
+WEIGHTS_FILE = "weights.pt"
 
 
 def crash_dir(run_dir: Path, rank: int) -> Path:
@@ -167,8 +178,39 @@ def write_crash_bundle(
         state["memory"] = figures
         atomic_write_text(crash / "memory.txt", summary or "memory_summary unavailable\n")
         log.error(figures["suggestion"])
+    state["weights_file"] = save_divergence_weights(crash, pl_module, exception)
     atomic_write_json(crash / "state.json", state)
     return crash
+
+
+def save_divergence_weights(
+    crash: Path, pl_module: L.LightningModule, exception: BaseException
+) -> str | None:
+    """After a divergence (a non-finite loss, or non-finite logits caught by the loss's checks), write the
+    network's weights as they are now to ``crash/weights.pt`` (CPU, keyed as ``DBNet.state_dict()``) and
+    return the file name; else None.
+
+    A divergence (``optimizer.lr=1e6``) builds up over updates: fresh weights, or the last checkpoint
+    (which the non-finite guard keeps finite), run the saved batch cleanly, so replay needs these weights to
+    reproduce it. Never after a CUDA fault: the device cannot be read then.
+    """
+    net = getattr(pl_module, "net", None)
+    if not _is_divergence(exception) or not isinstance(net, torch.nn.Module):
+        return None
+    weights = {key: value.detach().cpu().clone() for key, value in net.state_dict().items()}
+    atomic_write_bytes(crash / WEIGHTS_FILE, _torch_save_bytes(weights))
+    return WEIGHTS_FILE
+
+
+def _is_divergence(exception: BaseException) -> bool:
+    # Imported here: the guard's module imports this one.
+    from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteLossError
+
+    if isinstance(exception, NonFiniteLossError):
+        return True
+    return isinstance(exception, LossInputError) and any(
+        device_message(name) in str(exception) for name in LOGIT_NAMES
+    )
 
 
 class CrashBundle(Callback):

@@ -28,6 +28,7 @@ from ocr.debug.gpu_probe import sync_allowed
 from ocr.lightning_modules.callbacks.crash_bundle import crash_dir
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
 from ocr.utils.cuda_fault import is_cuda_fault
+from ocr.utils.errors import UsageError
 from ocr.utils.io import atomic_write_json
 
 __all__ = ["NonFiniteGuard", "NonFiniteLossError"]
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 NO_BAD_STEP = torch.iinfo(torch.long).max  # stands for "all finite" in the cross-rank minimum
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(UsageError, FloatingPointError):
     """A non-finite loss or gradient; ``step`` is the first bad global step, ``what`` names the tensor."""
 
     def __init__(self, step: int, what: str, checked_at: int) -> None:

@@ -12,6 +12,7 @@ from ocr.doctor.checks import CheckResult, check_checkpoint_space, fast_checks, 
 from ocr.doctor.cli import format_table
 from ocr.lightning_modules.callbacks.checkpoint import estimate_checkpoint_bytes
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.utils.errors import UsageError
 from ocr.utils.io import atomic_write_json
 
 __all__ = ["Preflight", "PreflightError"]
@@ -19,7 +20,7 @@ __all__ = ["Preflight", "PreflightError"]
 log = logging.getLogger(__name__)
 
 
-class PreflightError(RuntimeError):
+class PreflightError(UsageError, RuntimeError):
     """A preflight check failed and ``fail_on_error`` is set."""
 
 

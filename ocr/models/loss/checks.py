@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ocr.types import TARGET_KEYS, DBOutput
+from ocr.utils.errors import UsageError
 
 __all__ = [
     "LossInputError",
@@ -38,7 +39,7 @@ MAX_DEVICE_MESSAGE = 160
 ValueCheckMode = Literal["strict", "assert", "flag"]
 
 
-class LossInputError(ValueError):
+class LossInputError(UsageError, ValueError):
     """A loss input has the wrong key, shape, dtype, device or values."""
 
 

@@ -11,6 +11,8 @@ import torch
 
 from ocr.debug.inject import FaultInjector, InjectedFaultError
 from ocr.lightning_modules.callbacks.crash_bundle import CrashBundle, write_crash_bundle
+from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteLossError
+from ocr.models.loss.checks import LossInputError, device_message
 from tests.helpers.triage_tiny import TinyModule, fit_tiny, tiny_loader
 
 
@@ -51,3 +53,28 @@ def test_oom_bundle_has_memory_report_and_suggestion(tmp_path: Path) -> None:
     assert state["memory"]["batch_shapes"]["images"] == [8, 3, 16, 16]
     assert (crash / "memory.txt").exists()
     assert json.loads((crash / "environment.json").read_text()) == {"test": True}
+
+
+@pytest.mark.parametrize(
+    ("exception", "kept"),
+    [
+        (NonFiniteLossError(step=3, what="loss", checked_at=4), True),
+        (LossInputError(f"{device_message('prob_logits')} (image ids: ['a.jpg'])"), True),
+        (LossInputError("prob_map: expected shape (B, 1, H, W), got (2, 3) (image ids: ['a.jpg'])"), False),
+        (InjectedFaultError("injected"), False),
+    ],
+)
+def test_a_divergence_keeps_the_networks_weights_for_replay(
+    tmp_path: Path, exception: Exception, kept: bool
+) -> None:
+    module = TinyModule()
+    module.last_cpu_batch = {"images": torch.zeros(2, 3, 16, 16)}
+    trainer = L.Trainer(default_root_dir=tmp_path, logger=False, accelerator="cpu")
+    crash = write_crash_bundle(tmp_path, trainer, module, exception, environment={"test": True})
+    state = json.loads((crash / "state.json").read_text())
+    assert state["weights_file"] == ("weights.pt" if kept else None)
+    assert (crash / "weights.pt").is_file() == kept
+    if kept:
+        saved = torch.load(crash / "weights.pt", weights_only=False)
+        assert saved.keys() == module.net.state_dict().keys()
+        assert all(torch.equal(saved[k], v) for k, v in module.net.state_dict().items())

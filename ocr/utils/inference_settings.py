@@ -1,0 +1,149 @@
+"""The inference settings a checkpoint (or an ONNX export) carries, and which of them an invocation uses.
+
+A model is trained, validated and exported with one evaluation transform (long side, mean, std, fill),
+one definition of its loss targets and one post-processing. ``runners/test.py``, ``runners/predict.py``
+and ``runners/export.py`` take them from the checkpoint's run config (``predict.py backend=onnx`` from the
+export's sidecar), as MMOCR and docTR read them from the model's config; a value given on this
+invocation's command line wins and is logged beside the stored one. So the printed next commands need
+only the options that choose the images to score the checkpoint as it was validated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+__all__ = [
+    "EVAL_TRANSFORM_KEYS",
+    "Choice",
+    "apply_stored_settings",
+    "command_line_keys",
+    "export_long_side",
+    "stored_setting_keys",
+]
+
+# What the network sees at evaluation time, under data.eval_transform.
+EVAL_TRANSFORM_KEYS = ("long_side", "mean", "std", "fill")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where one setting's value came from.
+
+    Attributes:
+        key: full config key (``postprocess.thresh``).
+        value: the value used.
+        stored: the value in the checkpoint or export (None when it holds none).
+        from_command_line: the command line set it (else the stored value was taken, when there is one).
+    """
+
+    key: str
+    value: Any
+    stored: Any
+    from_command_line: bool
+
+    @property
+    def differs(self) -> bool:
+        """A command-line value other than the stored one."""
+        return self.from_command_line and self.stored is not None and self.value != self.stored
+
+
+def command_line_keys(overrides: Sequence[str]) -> set[str]:
+    """The keys ``overrides`` set (``+``/``~``/``++`` prefixes dropped): ``postprocess.thresh=0.2`` gives
+    ``postprocess.thresh``; a group choice (``postprocess=db``) gives the group's name."""
+    return {o.lstrip("+~").partition("=")[0] for o in overrides}
+
+
+def stored_setting_keys(cfg: DictConfig, *, targets: bool = False) -> list[str]:
+    """The keys of ``cfg`` that a checkpoint supplies: ``data.eval_transform.*`` (when ``cfg`` has a data
+    config), ``data.targets.*`` when ``targets`` (test: its loss then has the validation loss's
+    definition), and every ``postprocess.*`` value."""
+    keys = [f"postprocess.{k}" for k in cfg.postprocess if not str(k).startswith("_")]
+    if targets:
+        keys = [f"data.targets.{k}" for k in cfg.data.targets] + keys
+    if "data" in cfg:
+        keys = [f"data.eval_transform.{k}" for k in EVAL_TRANSFORM_KEYS] + keys
+    return keys
+
+
+def apply_stored_settings(
+    cfg: DictConfig, stored: Mapping[str, Any], keys: Sequence[str], source: str
+) -> list[Choice]:
+    """Set each of ``keys`` in ``cfg`` to its value in ``stored`` unless ``cfg.command_line`` set it; log
+    where each value came from (one line), and warn for each ``data.*`` value the command line changed.
+
+    Args:
+        cfg: this invocation's config, changed in place; ``command_line`` lists its overrides (Hydra's
+            ``overrides.task`` in a run, the composing code's overrides under ``compose_config``).
+        stored: the run config of the checkpoint (or the export's sidecar), same key layout.
+        keys: full keys to take (see :func:`stored_setting_keys`).
+        source: what ``stored`` is, for the log ("the checkpoint's training run").
+
+    Returns:
+        One :class:`Choice` per key.
+    """
+    # A config composed by other means than a Hydra run or compose_config has no command line to read.
+    overrides = OmegaConf.select(cfg, "command_line", default=[], throw_on_resolution_failure=False)
+    given = command_line_keys([str(o) for o in overrides or []])
+    saved = OmegaConf.create(dict(stored))
+    choices = []
+    for key in keys:
+        stored_value = _plain(OmegaConf.select(saved, key))
+        explicit = key in given or key.rpartition(".")[0] in given  # postprocess=<option> sets them all
+        if stored_value is not None and not explicit:
+            OmegaConf.update(cfg, key, stored_value, merge=False)
+        choices.append(Choice(key, _plain(OmegaConf.select(cfg, key)), stored_value, explicit))
+    _log(choices, source)
+    return choices
+
+
+def _plain(value: Any) -> Any:
+    return (
+        OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig | ListConfig) else value
+    )
+
+
+def _log(choices: list[Choice], source: str) -> None:
+    taken = [f"{c.key}={c.value}" for c in choices if not c.from_command_line and c.stored is not None]
+    given = [
+        f"{c.key}={c.value}" + (f" (stored: {c.stored})" if c.differs else "")
+        for c in choices
+        if c.from_command_line
+    ]
+    missing = [c.key for c in choices if not c.from_command_line and c.stored is None]
+    parts = [f"from {source}: {', '.join(taken) or 'none'}"]
+    parts += [f"from the command line: {', '.join(given)}"] if given else []
+    parts += [f"not in {source}, this config's: {', '.join(missing)}"] if missing else []
+    log.info("Inference settings %s", "; ".join(parts))
+    for choice in choices:
+        if choice.differs and choice.key.startswith("data."):
+            log.warning(
+                "%s=%s (command line) differs from %s in %s: the network sees other inputs than it was "
+                "validated on; drop the override to use the stored value",
+                choice.key,
+                choice.value,
+                choice.stored,
+                source,
+            )
+
+
+def export_long_side(given: int | None, trained: int) -> int:
+    """The input side ``runners/export.py`` exports and checks at: its ``long_side`` when given (a warning
+    when it differs from the training run's ``data.eval_transform.long_side``), else the training run's."""
+    if given is None:
+        return trained
+    if given != trained:
+        log.warning(
+            "long_side=%d (command line) differs from data.eval_transform.long_side=%d in the checkpoint's "
+            "training run: the parity check and the sidecar use %d, and so does predict backend=onnx",
+            given,
+            trained,
+            given,
+        )
+    return given
