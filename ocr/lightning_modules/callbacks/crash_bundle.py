@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 
 from ocr.doctor.environment import collect_environment
+from ocr.lightning_modules.callbacks.interrupt import is_interruption
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
@@ -206,6 +207,8 @@ class CrashBundle(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        if is_interruption(exception):  # a stop by Ctrl-C or SIGTERM is no crash
+            return
         run_dir = resolve_run_dir(self.dirpath, trainer)
         try:
             crash = write_crash_bundle(run_dir, trainer, pl_module, exception, self._environment)

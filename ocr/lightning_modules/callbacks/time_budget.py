@@ -10,7 +10,8 @@ every epoch the callback compares that epoch's step time and the last validation
 plan, and when the rest no longer fits it trains fewer epochs (never more), with a warning. It does so
 before the epoch's last step, so that Lightning's decision to validate that epoch follows the new plan: the
 last epoch of any plan validates. The plan is saved in checkpoints: a resumed run keeps it instead of
-measuring again, unless the resume changed the run's length (``trainer.max_steps=400``): then it plans again.
+measuring again, unless the resume changed the run's length (``trainer.max_steps=400``) or its budget
+(``time_budget_minutes=10``): then it plans again, for the budget counted from the resumed process's start.
 """
 
 from __future__ import annotations
@@ -176,7 +177,8 @@ class TimeBudget(Callback):
         self._validates_by_epochs = True  # False: validation every N steps (check_val_every_n_epoch=null)
         self._images_per_batch = 1
         self._epoch_steps: list[tuple[int, float]] = []  # this epoch's first and last (global step, time)
-        self._planned_for: tuple[int, int] | None = None  # the configured (steps, interval) of a loaded plan
+        # A loaded plan's configured (optimizer steps, validation interval, minutes); None: not recorded.
+        self._planned_for: tuple[int, int, float | None] | None = None
         self._validation_started: float | None = None
         self._validation_seconds: float | None = None  # the last validation's wall time
 
@@ -186,12 +188,12 @@ class TimeBudget(Callback):
         total = trainer.estimated_stepping_batches  # max_steps or max_epochs, whichever ends first
         self._configured = (int(total) if math.isfinite(total) else -1, trainer.check_val_every_n_epoch or 1)
         self._validates_by_epochs = trainer.check_val_every_n_epoch is not None
-        if self.plan is not None and self._planned_for not in (None, self._configured):
+        if self.plan is not None and self._planned_for not in (None, (*self._configured, self.minutes)):
             log.info(
-                "time budget: the run was planned for %d configured steps, now %d (a resume that trains "
-                "longer or shorter): planning again",
-                self._planned_for[0],
-                self._configured[0],
+                "time budget: the run was planned for %s (configured steps, validation interval, minutes), "
+                "the resumed one asks for %s: planning again",
+                self._planned_for,
+                (*self._configured, self.minutes),
             )
             self.plan = None
         if self.plan is not None:
@@ -363,13 +365,15 @@ class TimeBudget(Callback):
         return {
             "plan": asdict(self.plan) if self.plan is not None else None,
             "configured": list(self._configured),
+            "minutes": self.minutes,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("plan")
         self.plan = BudgetPlan(**saved) if saved is not None else None
         configured = state_dict.get("configured")  # absent in checkpoints before it was saved
-        self._planned_for = (int(configured[0]), int(configured[1])) if configured else None
+        if configured:
+            self._planned_for = (int(configured[0]), int(configured[1]), state_dict.get("minutes"))
 
 
 def _steps_per_epoch(trainer: L.Trainer) -> int:

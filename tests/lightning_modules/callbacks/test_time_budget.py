@@ -221,7 +221,7 @@ def _resumed(minutes: float, plan: BudgetPlan, configured: tuple[int, int] | Non
     resumed = TimeBudget(minutes=minutes, test_after_fit=False)
     state: dict[str, Any] = {"plan": asdict(plan)}
     if configured is not None:
-        state["configured"] = list(configured)
+        state.update(configured=list(configured), minutes=minutes)
     resumed.load_state_dict(state)
     return resumed
 
@@ -236,6 +236,19 @@ def test_resumed_run_keeps_the_saved_plan(
     assert trainer.global_step == 8 and module.validations == 1
     [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
     assert factor.total_steps == 8
+
+
+def test_a_resume_that_trains_longer_plans_again(
+    tmp_path: Path, clock: SimpleNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`resume=<run> trainer.max_steps=16` after a run planned for its 8 configured steps: the saved plan
+    (8 steps) would end the resumed run at once."""
+    resumed = _resumed(10.0, BudgetPlan(8, val_every=1, seconds_per_step=1.0), (8, 1))
+    with caplog.at_level(logging.INFO, logger=time_budget.__name__):
+        trainer = _fit(tmp_path, resumed, _ScheduledTiny(clock), max_steps=16)
+    assert trainer.global_step == 16 and resumed.plan is not None and resumed.plan.max_steps == 16
+    assert "planned for (8, 1, 10.0) (configured steps, validation interval, minutes), the resumed one asks " in caplog.text
+    assert "for (16, 1, 10.0): planning again" in caplog.text
 
 
 def test_an_interval_that_does_not_divide_the_epochs_still_validates_the_last(
