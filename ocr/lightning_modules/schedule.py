@@ -2,7 +2,7 @@
 
 On resume the schedule follows the run's config, not the checkpoint: a run resumed with another length
 (``trainer.max_steps=400`` after 200) or other ``scheduler.*`` values is re-planned, from the step it
-resumes at, as if the new schedule had been planned from the start (:meth:`WarmupDecaySchedule.load_state_dict`).
+resumes at, as if the new schedule had been planned from the start (``WarmupDecaySchedule``).
 """
 
 from __future__ import annotations

@@ -103,7 +103,9 @@ def next_commands(
 
 def resume_command(run_dir: Path, more_training: str = "", runners: Path = RUNNERS) -> str:
     """The command that resumes the run in ``run_dir``, with ``more_training`` (overrides) added."""
-    return f"uv run {os.path.relpath(runners)}/train.py {override('resume', run_dir)} {more_training}".rstrip()
+    return (
+        f"uv run {os.path.relpath(runners)}/train.py {override('resume', run_dir)} {more_training}".rstrip()
+    )
 
 
 def run_next_commands(cfg: Any, run_dir: Path, checkpoint: Path) -> str:

@@ -213,7 +213,9 @@ class RunLock:
             stale = self._stale_owner()
             if stale is not None:
                 owner, reason = stale
-                log.warning("Run folder %s: taking over the lock of %s: %s", self.run_dir, owner.describe(), reason)
+                log.warning(
+                    "Run folder %s: taking over the lock of %s: %s", self.run_dir, owner.describe(), reason
+                )
             atomic_write_json(self.path, asdict(self.owner))
 
     def release(self) -> None:
@@ -242,7 +244,9 @@ def read_run_id(run_dir: str | os.PathLike[str]) -> str | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: expected a run record with a run_id, got {type(exc).__name__}: {exc}") from None
+        raise ValueError(
+            f"{path}: expected a run record with a run_id, got {type(exc).__name__}: {exc}"
+        ) from None
     return str(run_id)
 
 

@@ -102,7 +102,9 @@ def claim_run(cfg: DictConfig) -> RunClaim:
         claimed.held_logs = []
         return claimed
     if cfg.get("run_id") is not None:
-        raise RunRefusedError(f"run_id={cfg.run_id}: the run's identity is set by the runner, not the command line")
+        raise RunRefusedError(
+            f"run_id={cfg.run_id}: the run's identity is set by the runner, not the command line"
+        )
     launching = is_launching_process()
     lock = RunLock(run_dir) if launching else None
     if lock is not None:

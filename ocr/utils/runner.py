@@ -136,7 +136,9 @@ def _interrupted(directory: Path, exc: BaseException) -> int | None:
     exit_code = interrupted_exit_code(directory)
     if exit_code is None and isinstance(exc, KeyboardInterrupt):
         exit_code = 128 + signal.SIGINT
-        write_interrupted(directory, "interrupted by Ctrl-C outside training (nothing new to save)", exit_code)
+        write_interrupted(
+            directory, "interrupted by Ctrl-C outside training (nothing new to save)", exit_code
+        )
         log.warning("Run interrupted by Ctrl-C outside training: %s", directory)
     return exit_code
 

@@ -154,7 +154,9 @@ def test_a_resume_that_trains_longer_replans_the_schedule_over_the_new_total(
     assert "lr 0 -> " in caplog.text
 
 
-def test_a_resume_with_the_same_settings_restores_the_schedule_exactly(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_resume_with_the_same_settings_restores_the_schedule_exactly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     def scheduler() -> torch.optim.lr_scheduler.LRScheduler:
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
         return build_warmup_scheduler(

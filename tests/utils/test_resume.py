@@ -279,11 +279,16 @@ def test_another_runs_checkpoint_is_refused_naming_both_runs(tmp_path: Path) -> 
     with pytest.raises(ResumeRefusedError) as refused:
         resume_run(composed, [])
     message = str(refused.value)
-    assert f"ckpt_path={other}: the checkpoint belongs to another run, bbbb written in {tmp_path / 'b'}" in message
+    assert (
+        f"ckpt_path={other}: the checkpoint belongs to another run, bbbb written in {tmp_path / 'b'}"
+        in message
+    )
     assert "this folder holds run aaaa" in message and "resume_allow_other_run=true" in message
 
 
-def test_another_runs_checkpoint_goes_on_when_allowed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_another_runs_checkpoint_goes_on_when_allowed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     _save(tmp_path / "a", "last.ckpt", 9, run_id="aaaa")
     other = _save(tmp_path / "b", "last.ckpt", 12, run_id="bbbb")
     composed = _composed(tmp_path / "a", ckpt_path=str(other), resume_allow_other_run=True)

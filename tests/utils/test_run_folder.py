@@ -26,7 +26,11 @@ from ocr.utils.run_folder import (
 )
 from tests.helpers.paths import REPO_ROOT
 
-HOLD = "import sys, time; from ocr.utils.run_folder import RunLock; RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)"
+# A process that owns the folder given as its argument until it is killed.
+HOLD = (
+    "import sys, time; from ocr.utils.run_folder import RunLock; RunLock(sys.argv[1]).acquire(); "
+    "print('held', flush=True); time.sleep(600)"
+)
 
 
 def _listing(folder: Path) -> dict[str, tuple[int, int]]:
@@ -125,7 +129,12 @@ def test_a_lock_that_names_no_owner_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("env", "launching"),
-    [({}, True), ({"LOCAL_RANK": "1"}, False), ({"SLURM_PROCID": "0", "LOCAL_RANK": "0"}, True), ({"RANK": "3"}, False)],
+    [
+        ({}, True),
+        ({"LOCAL_RANK": "1"}, False),
+        ({"SLURM_PROCID": "0", "LOCAL_RANK": "0"}, True),
+        ({"RANK": "3"}, False),
+    ],
 )
 def test_only_the_launching_process_of_a_distributed_run_owns_the_folder(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], launching: bool

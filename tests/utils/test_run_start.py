@@ -1,4 +1,4 @@
-"""A run's start: refusals write nothing into the run folder (not even Hydra's files), one owner per folder."""
+"""A run's start: refusals write nothing into the run folder (nor Hydra's files); one owner per folder."""
 
 from __future__ import annotations
 
@@ -83,7 +83,9 @@ def test_a_second_training_process_in_a_busy_folder_writes_nothing(tmp_path: Pat
     owner, before Hydra writes its .hydra/ record and the log file."""
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    owner = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert owner.stdout is not None and owner.stdout.readline() == "held\n"
         before = _listing(run)
@@ -124,7 +126,9 @@ def test_a_resume_that_changes_the_model_is_refused_before_anything_is_written(t
     before = _listing(tmp_path / "run")
     result = _train_cli(f"resume={tmp_path / 'run'}", "model.decoder.channels=64")
     assert result.returncode == 1
-    assert "'model.decoder.channels=64' changes model.decoder.channels (16 in the run's config)" in result.stdout
+    assert (
+        "'model.decoder.channels=64' changes model.decoder.channels (16 in the run's config)" in result.stdout
+    )
     assert "size mismatch" not in result.stdout + result.stderr
     assert _listing(tmp_path / "run") == before  # .SUCCESS kept; no .hydra/, train.log, lock
 

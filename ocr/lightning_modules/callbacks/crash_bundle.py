@@ -207,7 +207,7 @@ class CrashBundle(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if is_interruption(exception):  # a stop by Ctrl-C or SIGTERM is no crash
+        if is_interruption(exception, trainer):  # a stop by Ctrl-C or SIGTERM is no crash
             return
         run_dir = resolve_run_dir(self.dirpath, trainer)
         try:

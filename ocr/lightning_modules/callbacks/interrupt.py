@@ -6,7 +6,8 @@ DDP rank 0 broadcasts it at the next step, so all ranks stop together), and its 
 ``SIGTERMException`` at the next step boundary, or between validation batches. This callback turns the
 first Ctrl-C into the same stop by calling that handler, so a Ctrl-C in the middle of an optimizer step
 never leaves a half-updated state; a second Ctrl-C raises ``KeyboardInterrupt`` at once (no checkpoint:
-the state may be mid-step). SLURM's ``SIGUSR1`` requeue of Lightning's ``SLURMEnvironment`` is left alone.
+the state may be mid-step), as does the stall watchdog's interrupt, which is a failure. SLURM's
+``SIGUSR1`` requeue of Lightning's ``SLURMEnvironment`` is left alone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
+from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
 from ocr.utils.commands import resume_command
 from ocr.utils.sentinels import write_interrupted
 
@@ -34,9 +36,15 @@ log = logging.getLogger(__name__)
 EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
 
 
-def is_interruption(exception: BaseException) -> bool:
-    """True for a stop by a signal (Ctrl-C or SIGTERM), which is not a failure."""
-    return isinstance(exception, KeyboardInterrupt | SIGTERMException)
+def is_interruption(exception: BaseException, trainer: L.Trainer) -> bool:
+    """True for a stop by a signal (Ctrl-C or SIGTERM), which is not a failure; the interrupt of the
+    trainer's stall watchdog (``exit_on_stall``) is one."""
+    return isinstance(exception, KeyboardInterrupt | SIGTERMException) and not _stalled(trainer)
+
+
+def _stalled(trainer: L.Trainer) -> bool:
+    callbacks = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connector
+    return any(isinstance(c, StallWatchdog) and c.interrupted_for_stall for c in callbacks)
 
 
 class GracefulInterrupt(Callback):
@@ -51,21 +59,25 @@ class GracefulInterrupt(Callback):
         self.run_dir = Path(run_dir)
         self.ctrl_c = False
         self._previous_handler: Any = None  # SIGINT's handler before fit, restored after it
+        self._trainer: L.Trainer | None = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # After Lightning registered its handlers (after on_fit_start): it restores SIGINT's original at
         # its teardown, also when fit ends with an exception (when callbacks' teardown is not called).
+        self._trainer = trainer
         if threading.current_thread() is threading.main_thread():  # signal handlers belong to it
             self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._trainer = None
         if self._previous_handler is not None:
             signal.signal(signal.SIGINT, self._previous_handler)
             self._previous_handler = None
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         sigterm_handler = signal.getsignal(signal.SIGTERM)
-        if self.ctrl_c or not callable(sigterm_handler):
+        stalled = self._trainer is not None and _stalled(self._trainer)
+        if self.ctrl_c or stalled or not callable(sigterm_handler):
             raise KeyboardInterrupt
         self.ctrl_c = True
         log.warning(
@@ -77,7 +89,7 @@ class GracefulInterrupt(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if not is_interruption(exception):
+        if not is_interruption(exception, trainer):
             return
         cause = "Ctrl-C" if self.ctrl_c or isinstance(exception, KeyboardInterrupt) else "SIGTERM"
         saved = None

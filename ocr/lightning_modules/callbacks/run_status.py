@@ -36,7 +36,9 @@ class RunStatus(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if is_interruption(exception):  # not a failure: GracefulInterrupt marks it (or the runner does)
+        if is_interruption(
+            exception, trainer
+        ):  # not a failure: GracefulInterrupt marks it (or the runner does)
             return
         if trainer.is_global_zero:
             try:

@@ -10,11 +10,13 @@ import lightning as L
 import pytest
 import torch
 
+from ocr.debug.inject import FaultInjector
 from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
 from ocr.lightning_modules.callbacks.interrupt import GracefulInterrupt
 from ocr.lightning_modules.callbacks.run_status import RunStatus
+from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
 from ocr.utils.sentinels import interrupted_exit_code
-from tests.helpers.triage_tiny import TinyModule, tiny_loader
+from tests.helpers.triage_tiny import TinyModule, fit_tiny, tiny_loader
 
 STEPS_PER_EPOCH = 4  # 8 images, batch 2
 
@@ -78,7 +80,9 @@ def _saved_step(path: Path) -> int:
     return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
 
 
-@pytest.mark.parametrize(("signum", "cause", "exit_code"), [(signal.SIGTERM, "SIGTERM", 143), (signal.SIGINT, "Ctrl-C", 130)])
+@pytest.mark.parametrize(
+    ("signum", "cause", "exit_code"), [(signal.SIGTERM, "SIGTERM", 143), (signal.SIGINT, "Ctrl-C", 130)]
+)
 def test_a_signal_mid_training_saves_the_current_step_and_marks_the_run_interrupted(
     tmp_path: Path, signum: int, cause: str, exit_code: int
 ) -> None:
@@ -87,7 +91,10 @@ def test_a_signal_mid_training_saves_the_current_step_and_marks_the_run_interrup
         _fit(tmp_path, _Signalled((signum,), step=6))
     assert _saved_step(tmp_path / "checkpoints" / "last.ckpt") == 7
     status = (tmp_path / ".INTERRUPTED").read_text()
-    assert f"interrupted by {cause} at step 7; {tmp_path / 'checkpoints' / 'last.ckpt'} holds that step" in status
+    assert (
+        f"interrupted by {cause} at step 7; {tmp_path / 'checkpoints' / 'last.ckpt'} holds that step"
+        in status
+    )
     assert f"Resume: uv run runners/train.py resume={tmp_path}" in status
     assert not (tmp_path / ".FAILURE").exists() and interrupted_exit_code(tmp_path) == exit_code
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored after fit
@@ -117,3 +124,20 @@ def test_a_validation_cut_by_a_signal_runs_again_in_full_on_resume(tmp_path: Pat
     assert resumed.steps[0] == 8 and resumed.val_batches == 2 * 4  # steps 8 and 12, 4 batches each
     best = [p.name for p in (tmp_path / "checkpoints").glob("best_*.ckpt")]
     assert best == ["best_hmean0.1200_epoch02.ckpt"]
+
+
+def test_the_stall_watchdogs_interrupt_stays_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """exit_on_stall interrupts the main thread like a Ctrl-C would: that is a failure, reported at once."""
+    monkeypatch.setattr(StallWatchdog, "_hard_exit", staticmethod(lambda waited_s: None))
+    callbacks = [
+        StallWatchdog(timeout_s=1.0, repeat=False, exit_on_stall=True, dirpath=str(tmp_path)),
+        RunStatus(run_dir=str(tmp_path)),
+        GracefulInterrupt(run_dir=str(tmp_path)),
+        FaultInjector(kind="stall", step=1, stall_s=3.0),
+    ]
+    with pytest.raises(SystemExit):
+        fit_tiny(tmp_path, callbacks, max_steps=3)
+    assert "KeyboardInterrupt" in (tmp_path / ".FAILURE").read_text()
+    assert not (tmp_path / ".INTERRUPTED").exists() and interrupted_exit_code(tmp_path) is None

@@ -200,7 +200,9 @@ def test_the_last_epoch_of_a_replanned_run_validates_and_leaves_a_best_checkpoin
     assert "training 44 steps (11 epochs), validating every 4 epochs" in caplog.text
     assert "training 8 steps instead of 44" in caplog.text
     assert trainer.global_step == 8 and module.validations == 1
-    assert [p.name for p in (tmp_path / "checkpoints").glob("best_*.ckpt")] == ["best_hmean0.5000_epoch01.ckpt"]
+    assert [p.name for p in (tmp_path / "checkpoints").glob("best_*.ckpt")] == [
+        "best_hmean0.5000_epoch01.ckpt"
+    ]
 
 
 def test_budget_reserves_the_test_after_fit(tmp_path: Path, clock: SimpleNamespace) -> None:
@@ -247,7 +249,10 @@ def test_a_resume_that_trains_longer_plans_again(
     with caplog.at_level(logging.INFO, logger=time_budget.__name__):
         trainer = _fit(tmp_path, resumed, _ScheduledTiny(clock), max_steps=16)
     assert trainer.global_step == 16 and resumed.plan is not None and resumed.plan.max_steps == 16
-    assert "planned for (8, 1, 10.0) (configured steps, validation interval, minutes), the resumed one asks " in caplog.text
+    assert (
+        "planned for (8, 1, 10.0) (configured steps, validation interval, minutes), the resumed one asks "
+        in caplog.text
+    )
     assert "for (16, 1, 10.0): planning again" in caplog.text
 
 
