@@ -1,4 +1,4 @@
-"""A tiny LightningModule and loader for the triage callback tests (2 conv layers, random tensors)."""
+"""A tiny LightningModule, loader and quiet trainer for the callback tests (2 conv layers, random tensors)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 from torch.utils.data import DataLoader
+
+from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
 
 
 class TinyModule(L.LightningModule):
@@ -69,3 +71,29 @@ def fit_tiny(
     )
     trainer.fit(module, train_dataloaders=tiny_loader())
     return module
+
+
+def quiet_trainer(root: Path, callbacks: list[Callback], **options: Any) -> L.Trainer:
+    """A CPU trainer without logger, progress bar, summary or sanity check; ``options`` are the run's own."""
+    return L.Trainer(
+        default_root_dir=root,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        **options,
+    )
+
+
+def run_checkpoint(dirpath: Path, every_n_steps: int | None = None) -> RunCheckpoint:
+    """The run's checkpoint callback (best by ``val/hmean``, ``last.ckpt``) writing into ``dirpath``."""
+    return RunCheckpoint(
+        dirpath=str(dirpath),
+        monitor="val/hmean",
+        mode="max",
+        save_top_k=1,
+        every_n_steps=every_n_steps,
+        every_n_minutes=None,
+    )

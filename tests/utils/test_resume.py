@@ -23,7 +23,6 @@ from ocr.utils.resume import (
     resume_from_command_line,
     resume_run,
 )
-from ocr.utils.run_folder import write_run_record
 from tests.helpers.paths import REPO_ROOT
 
 RUN_CONFIG = {
@@ -46,9 +45,9 @@ def _save(run: Path, name: str, step: int, with_json: bool = True, run_id: str |
     path = run / "checkpoints" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     config = json.loads(json.dumps(RUN_CONFIG))
-    if run_id is not None:
+    if run_id is not None:  # as the runner records it: in run.json and in the checkpoint's config
         config["run_id"] = run_id
-        write_run_record(run, run_id)
+        (run / "run.json").write_text(json.dumps({"run_id": run_id}))
     config["paths"]["output_dir"] = str(run)
     config["callbacks"]["checkpoint"]["dirpath"] = str(run / "checkpoints")
     config["logger"]["csv"]["save_dir"] = str(run)

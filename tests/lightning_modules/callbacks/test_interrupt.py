@@ -11,12 +11,11 @@ import pytest
 import torch
 
 from ocr.debug.inject import FaultInjector
-from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
 from ocr.lightning_modules.callbacks.interrupt import GracefulInterrupt
 from ocr.lightning_modules.callbacks.run_status import RunStatus
 from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
 from ocr.utils.sentinels import interrupted_exit_code
-from tests.helpers.triage_tiny import TinyModule, fit_tiny, tiny_loader
+from tests.helpers.triage_tiny import TinyModule, fit_tiny, quiet_trainer, run_checkpoint, tiny_loader
 
 STEPS_PER_EPOCH = 4  # 8 images, batch 2
 
@@ -53,25 +52,9 @@ def _fit(run: Path, module: TinyModule, ckpt_path: Path | None = None) -> L.Trai
     callbacks = [
         RunStatus(run_dir=str(run)),
         GracefulInterrupt(run_dir=str(run)),
-        RunCheckpoint(
-            dirpath=str(run / "checkpoints"),
-            monitor="val/hmean",
-            mode="max",
-            save_top_k=1,
-            every_n_steps=None,
-            every_n_minutes=None,
-        ),
+        run_checkpoint(run / "checkpoints"),
     ]
-    trainer = L.Trainer(
-        default_root_dir=run,
-        max_steps=3 * STEPS_PER_EPOCH,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=callbacks,
-    )
+    trainer = quiet_trainer(run, callbacks, max_steps=3 * STEPS_PER_EPOCH)
     trainer.fit(module, tiny_loader(), tiny_loader(), ckpt_path=ckpt_path, weights_only=False)
     return trainer
 

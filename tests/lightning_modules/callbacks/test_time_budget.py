@@ -14,7 +14,7 @@ from ocr.lightning_modules.callbacks import time_budget
 from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
 from ocr.lightning_modules.callbacks.time_budget import BudgetPlan, Costs, TimeBudget, plan_epochs
 from ocr.lightning_modules.schedule import WarmupDecay, build_warmup_scheduler
-from tests.helpers.triage_tiny import TinyModule, tiny_loader
+from tests.helpers.triage_tiny import TinyModule, run_checkpoint, tiny_loader
 
 SECONDS_PER_STEP = 1.0
 
@@ -187,14 +187,7 @@ def test_the_last_epoch_of_a_replanned_run_validates_and_leaves_a_best_checkpoin
     # not to validate it, the run ended without any validation and without a best checkpoint.
     callback = TimeBudget(minutes=1.1, test_after_fit=False, measure_steps=2, skip_steps=1)
     module = _SlowingAfterFirstEpoch(clock)
-    checkpoint = RunCheckpoint(
-        dirpath=str(tmp_path / "checkpoints"),
-        monitor="val/hmean",
-        mode="max",
-        save_top_k=1,
-        every_n_steps=None,
-        every_n_minutes=None,
-    )
+    checkpoint = run_checkpoint(tmp_path / "checkpoints")
     with caplog.at_level(logging.INFO, logger=time_budget.__name__):
         trainer = _fit(tmp_path, callback, module, checkpoint, check_val_every_n_epoch=4)
     assert "training 44 steps (11 epochs), validating every 4 epochs" in caplog.text
