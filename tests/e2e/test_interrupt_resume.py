@@ -51,7 +51,14 @@ def test_a_signal_mid_training_keeps_the_work_and_prints_the_resume_command(
         "callbacks.progress_bar.every_n_seconds=0",  # a line after every step
     ]
     process = subprocess.Popen(
-        command, cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command,
+        cwd=REPO_ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # As from a terminal: a test run started in the background would pass SIGINT on ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert process.stdout is not None
     output = []

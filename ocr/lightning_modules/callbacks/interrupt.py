@@ -65,7 +65,10 @@ class GracefulInterrupt(Callback):
         # After Lightning registered its handlers (after on_fit_start): it restores SIGINT's original at
         # its teardown, also when fit ends with an exception (when callbacks' teardown is not called).
         self._trainer = trainer
-        if threading.current_thread() is threading.main_thread():  # signal handlers belong to it
+        # Signal handlers belong to the main thread. A SIGINT ignored on purpose (a background job of a
+        # script, which the script's Ctrl-C must not stop) stays ignored.
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
