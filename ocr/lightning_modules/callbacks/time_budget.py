@@ -21,7 +21,7 @@ import math
 import os
 import time
 from collections.abc import Sized
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
 import lightning as L
@@ -111,14 +111,15 @@ def rest_cost(costs: Costs, max_steps: int, val_every: int) -> float:
 
 def plan_epochs(costs: Costs, max_steps: int, val_every: int) -> tuple[int, bool]:
     """The most whole epochs whose remaining steps, validations (every ``val_every`` epochs and at the last)
-    and after-fit work fit in ``costs.seconds_left``: at least one, at most ``max_steps`` steps (``-1``: no
-    cap). Returns ``(epochs, fits)``; ``fits`` is False when even one epoch is too long."""
+    and after-fit work fit in ``costs.seconds_left``: at least up to the end of the epoch in progress (of
+    the next one at an epoch's end: a resumed run trains), at most ``max_steps`` steps (``-1``: no cap).
+    Returns ``(epochs, fits)``; ``fits`` is False when even that one epoch is too long."""
 
     def cost(epochs: int) -> float:
         return rest_cost(costs, epochs * costs.steps_per_epoch, val_every)
 
     cap = math.inf if max_steps < 0 else max(1, max_steps // costs.steps_per_epoch)
-    epochs = 1
+    epochs = costs.steps_done // costs.steps_per_epoch + 1
     while epochs + 1 <= cap and cost(epochs + 1) <= costs.seconds_left:
         epochs += 1
     return epochs, cost(epochs) <= costs.seconds_left
@@ -292,9 +293,7 @@ class TimeBudget(Callback):
         costs = self._costs(trainer, seconds_per_step)
         if rest_cost(costs, self.plan.max_steps, self.plan.val_every) <= costs.seconds_left:
             return self.plan
-        plan = fit_epochs(costs, self.plan.max_steps, self.plan.val_every)[0]
-        this_epoch_ends = min(self.plan.max_steps, (trainer.current_epoch + 1) * costs.steps_per_epoch)
-        return plan if plan.max_steps >= this_epoch_ends else replace(plan, max_steps=this_epoch_ends)
+        return fit_epochs(costs, self.plan.max_steps, self.plan.val_every)[0]
 
     def _plan(self, trainer: L.Trainer, minutes: float, seconds_per_step: float) -> BudgetPlan:
         costs = self._costs(trainer, seconds_per_step)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,14 @@ from ocr.utils.sentinels import interrupted_exit_code
 from tests.helpers.triage_tiny import TinyModule, fit_tiny, quiet_trainer, run_checkpoint, tiny_loader
 
 STEPS_PER_EPOCH = 4  # 8 images, batch 2
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_as_on_a_terminal() -> Iterator[None]:
+    """Python's Ctrl-C handler, also when pytest runs in the background (SIGINT ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 class _Signalled(TinyModule):
@@ -124,3 +133,11 @@ def test_the_stall_watchdogs_interrupt_stays_a_failure(
         fit_tiny(tmp_path, callbacks, max_steps=3)
     assert "KeyboardInterrupt" in (tmp_path / ".FAILURE").read_text()
     assert not (tmp_path / ".INTERRUPTED").exists() and interrupted_exit_code(tmp_path) is None
+
+
+def test_a_sigint_ignored_on_purpose_stays_ignored(tmp_path: Path) -> None:
+    """A background job of a script ignores SIGINT, so that the script's Ctrl-C does not stop it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _fit(tmp_path, _Signalled((signal.SIGINT,), step=6))
+    assert (tmp_path / ".SUCCESS").exists() and not (tmp_path / ".INTERRUPTED").exists()
+    assert _saved_step(tmp_path / "checkpoints" / "last.ckpt") == 3 * STEPS_PER_EPOCH

@@ -63,6 +63,12 @@ def test_plan_keeps_one_epoch_and_says_when_it_does_not_fit() -> None:
     assert _plan(3.0) == (1, False)
 
 
+def test_a_resumed_plan_trains_at_least_one_more_epoch() -> None:
+    """Planned again after 2 epochs (a resume that trains longer): ending there would train nothing."""
+    assert _plan(3.0, steps_done=20) == (3, False)
+    assert _plan(3.0, steps_done=27) == (3, False)  # the epoch in progress ends
+
+
 class _ScheduledTiny(TinyModule):
     """TinyModule with the project's warm-up + poly schedule, each step advancing a fake clock."""
 
