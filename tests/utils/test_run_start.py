@@ -78,6 +78,7 @@ def test_the_identity_is_not_a_command_line_key(tmp_path: Path) -> None:
         claim_run(_cfg(tmp_path, run_id="x"))
 
 
+@pytest.mark.slow  # the training runner's command line: its start-up
 def test_a_second_training_process_in_a_busy_folder_writes_nothing(tmp_path: Path) -> None:
     """Two runs started together with the same hydra.run.dir: the second refuses at start, naming the
     owner, before Hydra writes its .hydra/ record and the log file."""
@@ -99,6 +100,7 @@ def test_a_second_training_process_in_a_busy_folder_writes_nothing(tmp_path: Pat
     assert _listing(run) == before  # no .hydra/, no train.log
 
 
+@pytest.mark.slow  # the training runner's command line: its start-up
 def test_a_resume_of_a_folder_that_does_not_exist_creates_nothing(tmp_path: Path) -> None:
     result = _train_cli(f"resume={tmp_path / 'typo'}")
     assert result.returncode == 1 and f"resume={tmp_path / 'typo'}: no such run directory" in result.stdout
@@ -121,6 +123,7 @@ def _fake_run(run: Path, channels: int) -> Path:
     return path
 
 
+@pytest.mark.slow  # the training runner's command line: its start-up
 def test_a_resume_that_changes_the_model_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     _fake_run(tmp_path / "run", channels=16)
     before = _listing(tmp_path / "run")
