@@ -19,6 +19,8 @@ from ocr.utils.cli import lightning_runner
 from ocr.utils.commands import accept_unquoted_paths, run_next_commands
 from ocr.utils.config_types import check_config_types
 from ocr.utils.hardware import register_resolvers
+from ocr.utils.resume import Resume
+from ocr.utils.run_start import claim_run
 from ocr.utils.runner import (
     format_metrics,
     get_metric_value,
@@ -35,7 +37,14 @@ quiet_third_party()
 
 @task_wrapper
 def train(cfg: DictConfig) -> dict[str, float]:
-    """Fit, then test with the best checkpoint; returns the final metrics."""
+    """Claim the run folder (refusals write nothing), fit, then test with the best checkpoint; returns
+    the final metrics."""
+    with claim_run(cfg) as claim:
+        return fit_and_test(claim.run_config(cfg), claim.resume)
+
+
+def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
+    """Fit (from ``resume`` when given), then test with the best checkpoint; the final metrics."""
     import lightning as L
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
@@ -43,11 +52,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from ocr.lightning_modules.build import build_module
     from ocr.lightning_modules.callbacks.checkpoint import scalar_metrics
     from ocr.utils.io import atomic_write_json
-    from ocr.utils.resume import resume_from_command_line
 
-    resume = resume_from_command_line(cfg)
-    if resume is not None:
-        cfg = resume.config
     check_config_types(cfg)
     directory = run_dir(cfg)
     if cfg.seed is not None:

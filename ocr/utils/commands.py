@@ -16,7 +16,14 @@ from typing import Any
 
 import yaml
 
-__all__ = ["accept_unquoted_paths", "next_commands", "override", "run_next_commands", "run_overrides"]
+__all__ = [
+    "accept_unquoted_paths",
+    "next_commands",
+    "override",
+    "resume_command",
+    "run_next_commands",
+    "run_overrides",
+]
 
 RUNNERS = Path(__file__).resolve().parents[2] / "runners"
 
@@ -105,9 +112,16 @@ def next_commands(
         "# export to ONNX (parity-checked against PyTorch on the run's test images)",
         f"{launcher}/export.py {ckpt}",
         f"# train on in this run's directory, to {more_training}",
-        f"{launcher}/train.py {override('resume', run_dir)} {more_training}",
+        resume_command(run_dir, more_training, runners),
     ]
     return "\n".join(lines)
+
+
+def resume_command(run_dir: Path, more_training: str = "", runners: Path = RUNNERS) -> str:
+    """The command that resumes the run in ``run_dir``, with ``more_training`` (overrides) added."""
+    return (
+        f"uv run {os.path.relpath(runners)}/train.py {override('resume', run_dir)} {more_training}".rstrip()
+    )
 
 
 def run_next_commands(cfg: Any, run_dir: Path, checkpoint: Path) -> str:

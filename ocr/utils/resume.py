@@ -3,6 +3,7 @@
 ``runners/train.py resume=<run dir>`` continues in that directory from its latest checkpoint (or the
 one ``ckpt_path`` names). The resolved config stored in the checkpoint is the run's config, so neither
 a changed default nor ``hardware=auto`` on another machine changes a resumed run behind the user's back.
+Everything here only reads: a refused resume (:class:`ResumeRefusedError`) has written nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from ocr.utils.errors import UsageError
+from ocr.utils.run_folder import RunRefusedError, read_run_id
 
 __all__ = [
     "CONTROL_KEYS",
@@ -30,13 +31,18 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Keys that steer this invocation rather than describe the run: always taken from the command line.
-CONTROL_KEYS = ("resume", "ckpt_path", "resume_allow_data_change")
+CONTROL_KEYS = ("resume", "ckpt_path", "resume_allow_data_change", "resume_allow_other_run")
+# Config groups a resume cannot change: what the checkpoint restores would silently override them.
+FIXED_ON_RESUME = {
+    "model": "the checkpoint's weights are those of the run's network",
+    "optimizer": "the optimizer's state, its learning rate included, is restored from the checkpoint",
+}
 _ABSENT = object()
 
 
-class ResumeRefusedError(UsageError, ValueError):
+class ResumeRefusedError(RunRefusedError, ValueError):
     """A resume refused before it changed anything (an override that does not fit, another output
-    directory, changed data): the run directory keeps its status."""
+    directory, another run's checkpoint, changed data): the run directory keeps its status."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class Resume:
     config: DictConfig
     overrides: list[str]
     data_fingerprint: str | None
+    run_id: str | None  # the run the checkpoint belongs to, when it is this run (None: not recorded)
 
     @property
     def config_name(self) -> str:
@@ -181,10 +188,64 @@ def _apply_overrides(run_cfg: DictConfig, composed: DictConfig, overrides: Seque
             )
         if isinstance(value, ListConfig):
             value = OmegaConf.to_container(value, resolve=True)
+        _check_fixed_key(run_cfg, key, value, str(override.input_line))
         with open_dict(run_cfg):
             OmegaConf.update(run_cfg, key, value, force_add=adding)
         applied.append(str(override.input_line))  # None only for overrides not parsed from text
     return applied
+
+
+def _check_fixed_key(run_cfg: DictConfig, key: str, value: Any, override: str) -> None:
+    """Refuse ``override`` when it changes a key of :data:`FIXED_ON_RESUME` (naming both values)."""
+    group = key.split(".", 1)[0]
+    if group not in FIXED_ON_RESUME:
+        return
+    current = OmegaConf.select(run_cfg, key, default=_ABSENT)
+    if isinstance(current, DictConfig | ListConfig):
+        current = OmegaConf.to_container(current, resolve=True)
+    if current == value:
+        return
+    was = "not set" if current is _ABSENT else repr(current)
+    raise ResumeRefusedError(
+        f"resume: '{override}' changes {key} ({was} in the run's config): {FIXED_ON_RESUME[group]}, so a "
+        f"resumed run cannot change {group}.*. Start a new run for it (model.init_from=<checkpoint> starts "
+        "from these weights with a fresh optimizer)"
+    )
+
+
+def _check_same_run(run_dir: Path, checkpoint_path: Path, run_config: dict[str, Any], allow: bool) -> bool:
+    """Whether the checkpoint belongs to the run in ``run_dir``: by run identity when both record one,
+    else by where the file lies. A checkpoint of another run is refused, naming both, unless ``allow``.
+
+    Raises:
+        ResumeRefusedError: another run's checkpoint without ``resume_allow_other_run=true``.
+    """
+    folder_id = read_run_id(run_dir)
+    checkpoint_id = run_config.get("run_id")
+    if folder_id is not None and checkpoint_id is not None:
+        same = folder_id == checkpoint_id
+    else:
+        same = run_dir in checkpoint_path.resolve().parents
+    if same:
+        return True
+    written_in = run_config.get("paths", {}).get("output_dir", "an unknown folder")
+    message = (
+        f"resume={run_dir} with ckpt_path={checkpoint_path}: the checkpoint belongs to another run, "
+        f"{checkpoint_id or '(no run id recorded)'} written in {written_in}; this folder holds run "
+        f"{folder_id or '(no run id recorded)'}"
+    )
+    if allow:
+        log.warning(
+            "%s; going on <resume_allow_other_run=true>: this run continues from that checkpoint's state "
+            "and config",
+            message,
+        )
+        return False
+    raise ResumeRefusedError(
+        f"{message}. Resume that run in its own folder (resume=<its folder>), start a new run from its "
+        "weights (model.init_from=<checkpoint>), or pass resume_allow_other_run=true to continue this run "
+        "from it"
+    )
 
 
 def _migrate_checkpoint_callback(cfg: DictConfig, composed: DictConfig) -> list[str]:
@@ -228,9 +289,9 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
         FileNotFoundError: no checkpoint to resume from.
         ValueError: an override that cannot apply to the run's config, or another output directory.
     """
-    from ocr.lightning_modules.loading import load_checkpoint
-
     run_dir = Path(composed.resume).resolve()
+    if not run_dir.is_dir():
+        raise ResumeRefusedError(f"resume={composed.resume}: no such run directory ({run_dir})")
     output_dir = Path(composed.paths.output_dir).resolve()
     if output_dir != run_dir:
         raise ResumeRefusedError(
@@ -238,8 +299,11 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
             f"{output_dir} (hydra.run.dir or paths.output_dir): drop that override"
         )
     checkpoint_path, step = find_checkpoint(run_dir, composed.ckpt_path)
+    from ocr.lightning_modules.loading import load_checkpoint  # torch and Lightning: only once needed
+
     checkpoint = load_checkpoint(checkpoint_path)
     run_config = checkpoint["ocr_config"]
+    same_run = _check_same_run(run_dir, checkpoint_path, run_config, composed.resume_allow_other_run)
     saved_dir = str(run_config["paths"]["output_dir"])
     if Path(saved_dir).resolve() != run_dir:
         log.warning("Resume: the run was written in %s; its paths now point to %s", saved_dir, run_dir)
@@ -273,7 +337,8 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
         step,
         ", ".join(applied) or "none",
     )
-    return Resume(checkpoint_path, step, cfg, applied, fingerprint)
+    run_id = run_config.get("run_id") if same_run else None
+    return Resume(checkpoint_path, step, cfg, applied, fingerprint, run_id)
 
 
 def resume_from_command_line(cfg: DictConfig) -> Resume | None:

@@ -6,6 +6,7 @@ import functools
 import importlib.util
 import logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -19,8 +20,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ocr.utils.fault_exit import exit_on_cuda_fault
 from ocr.utils.io import atomic_write_text
 from ocr.utils.output_dir import writable_dir
-from ocr.utils.resume import ResumeRefusedError
-from ocr.utils.sentinels import failure_written, write_failure
+from ocr.utils.run_folder import RunRefusedError
+from ocr.utils.sentinels import failure_written, interrupted_exit_code, write_failure, write_interrupted
 
 __all__ = [
     "compose_config",
@@ -118,10 +119,13 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
             exit_on_cuda_fault(exc, directory)  # a CUDA fault ends the process here (ocr/utils/fault_exit.py)
             # Lightning turns Ctrl-C into SystemExit(1); only a clean exit is not a failure.
             clean_exit = isinstance(exc, SystemExit) and exc.code in (0, None)
-            if isinstance(exc, ResumeRefusedError):
+            if isinstance(exc, RunRefusedError):
                 # Refused before anything ran: the run's own status (.SUCCESS or .FAILURE) stays as it was.
-                log.error("Resume refused; the run directory's status is unchanged: %s", directory)
+                log.error("Run refused; the run directory is unchanged: %s", directory)
                 raise
+            exit_code = _interrupted(directory, exc)
+            if exit_code is not None:
+                raise SystemExit(exit_code) from None
             if not failure_written(directory) and not clean_exit:
                 try:
                     write_failure(directory, exc)
@@ -131,6 +135,19 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
             raise
 
     return wrapped
+
+
+def _interrupted(directory: Path, exc: BaseException) -> int | None:
+    """The exit code of a run stopped by a signal (the callbacks recorded it in ``.INTERRUPTED``; a Ctrl-C
+    outside fit is recorded here), None for any other exception."""
+    exit_code = interrupted_exit_code(directory)
+    if exit_code is None and isinstance(exc, KeyboardInterrupt):
+        exit_code = 128 + signal.SIGINT
+        write_interrupted(
+            directory, "interrupted by Ctrl-C outside training (nothing new to save)", exit_code
+        )
+        log.warning("Run interrupted by Ctrl-C outside training: %s", directory)
+    return exit_code
 
 
 def format_metrics(metrics: Mapping[str, float], title: str) -> str:

@@ -1,4 +1,4 @@
-"""A tiny LightningModule and loader for the triage callback tests (2 conv layers, random tensors)."""
+"""A tiny LightningModule, loader and quiet trainer for the callback tests (2 conv layers, random tensors)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader
+
+from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
 
 
 class TinyModule(L.LightningModule):
@@ -66,15 +68,28 @@ def fit_tiny(
 
 
 def quiet_cpu_trainer(root: Path, callbacks: list[Callback], **trainer_args: Any) -> L.Trainer:
-    """A CPU trainer without logger, checkpoints, progress bar, model summary or sanity validation."""
+    """A CPU trainer without logger, progress bar, model summary or sanity validation; checkpointing only
+    when ``callbacks`` hold a checkpoint callback; ``trainer_args`` are the run's own."""
     return L.Trainer(
         default_root_dir=root,
         accelerator="cpu",
         devices=1,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=callbacks,
         **{"num_sanity_val_steps": 0, **trainer_args},
+    )
+
+
+def run_checkpoint(dirpath: Path, every_n_steps: int | None = None) -> RunCheckpoint:
+    """The run's checkpoint callback (best by ``val/hmean``, ``last.ckpt``) writing into ``dirpath``."""
+    return RunCheckpoint(
+        dirpath=str(dirpath),
+        monitor="val/hmean",
+        mode="max",
+        save_top_k=1,
+        every_n_steps=every_n_steps,
+        every_n_minutes=None,
     )

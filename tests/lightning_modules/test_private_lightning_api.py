@@ -114,3 +114,14 @@ def test_loop_internals_behind_validation_follows() -> None:
     assert "self._data_fetcher" in inspect.getsource(_FitLoop.__init__), _changed(
         "_FitLoop._data_fetcher (gone)", CHECKPOINT_USER
     )
+
+
+def test_loop_state_behind_a_validation_pending_on_resume() -> None:
+    """RunCheckpoint.save_on_interrupt marks a cut validation so that Lightning runs it again on resume: a
+    validation batch started and none finished is Lightning's RESTARTED_MID_EVALUATION."""
+    from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
+
+    source = inspect.getsource(_EvaluationLoop.update_restart_stage)
+    assert "self.batch_progress.total.processed == self.batch_progress.total.started - 1" in source, _changed(
+        "_EvaluationLoop.update_restart_stage", CHECKPOINT_USER
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,7 +30,10 @@ RUN_CONFIG = {
     "resume": None,
     "ckpt_path": None,
     "resume_allow_data_change": False,
+    "resume_allow_other_run": False,
     "paths": {"output_dir": "/old/place/run"},
+    "model": {"decoder": {"channels": 128}},
+    "optimizer": {"lr": 0.001},
     "trainer": {"max_steps": 200, "accelerator": "cpu"},
     "data": {"root": "/data/receipts", "batch_size": 8, "scale_range": [0.5, 3.0]},
     "callbacks": {"checkpoint": {"dirpath": "/old/place/run/checkpoints"}},
@@ -37,10 +41,13 @@ RUN_CONFIG = {
 }
 
 
-def _save(run: Path, name: str, step: int, with_json: bool = True) -> Path:
+def _save(run: Path, name: str, step: int, with_json: bool = True, run_id: str | None = None) -> Path:
     path = run / "checkpoints" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     config = json.loads(json.dumps(RUN_CONFIG))
+    if run_id is not None:  # as the runner records it: in run.json and in the checkpoint's config
+        config["run_id"] = run_id
+        (run / "run.json").write_text(json.dumps({"run_id": run_id}))
     config["paths"]["output_dir"] = str(run)
     config["callbacks"]["checkpoint"]["dirpath"] = str(run / "checkpoints")
     config["logger"]["csv"]["save_dir"] = str(run)
@@ -161,7 +168,7 @@ def test_init_from_with_resume_is_refused(tmp_path: Path) -> None:
 def test_data_fingerprint_change_is_refused_unless_allowed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    resume = Resume(tmp_path / "last.ckpt", 9, OmegaConf.create({}), [], "aaaa1111")
+    resume = Resume(tmp_path / "last.ckpt", 9, OmegaConf.create({}), [], "aaaa1111", None)
     prepared = []
     datamodule = SimpleNamespace(
         fingerprint="bbbb2222", root=tmp_path / "data", prepare_data=lambda: prepared.append(True)
@@ -244,3 +251,63 @@ def test_an_older_checkpoint_fingerprint_comes_from_its_sidecar_when_readable(
         resume = resume_run(_composed(tmp_path), [f"resume={tmp_path}"])
     assert resume.data_fingerprint == expected
     assert (expected is None) == ("cannot read the data fingerprint" in caplog.text)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "run_value"), [("model.decoder.channels", 64, 128), ("optimizer.lr", 0.01, 0.001)]
+)
+def test_a_change_that_the_checkpoint_would_undo_is_refused(
+    tmp_path: Path, key: str, value: float, run_value: float
+) -> None:
+    """The weights are the run's network's and the optimizer state (its lr) is restored from the checkpoint:
+    such an override would fail with size mismatches, or be ignored silently."""
+    _save(tmp_path, "last.ckpt", 9)
+    composed = _composed(tmp_path)
+    OmegaConf.update(composed, key, value)  # as Hydra composes `<key>=<value>`
+    expected = f"'{key}={value}' changes {key} ({run_value} in the run's config)"
+    with pytest.raises(ResumeRefusedError, match=re.escape(expected)):
+        resume_run(composed, [f"{key}={value}"])
+    OmegaConf.update(composed, key, run_value)
+    resume_run(composed, [f"{key}={run_value}"])  # the run's own value changes nothing
+
+
+def test_another_runs_checkpoint_is_refused_naming_both_runs(tmp_path: Path) -> None:
+    _save(tmp_path / "a", "last.ckpt", 9, run_id="aaaa")
+    other = _save(tmp_path / "b", "last.ckpt", 12, run_id="bbbb")
+    composed = _composed(tmp_path / "a", ckpt_path=str(other))
+    with pytest.raises(ResumeRefusedError) as refused:
+        resume_run(composed, [])
+    message = str(refused.value)
+    assert (
+        f"ckpt_path={other}: the checkpoint belongs to another run, bbbb written in {tmp_path / 'b'}"
+        in message
+    )
+    assert "this folder holds run aaaa" in message and "resume_allow_other_run=true" in message
+
+
+def test_another_runs_checkpoint_goes_on_when_allowed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _save(tmp_path / "a", "last.ckpt", 9, run_id="aaaa")
+    other = _save(tmp_path / "b", "last.ckpt", 12, run_id="bbbb")
+    composed = _composed(tmp_path / "a", ckpt_path=str(other), resume_allow_other_run=True)
+    with caplog.at_level(logging.WARNING, logger="ocr.utils.resume"):
+        resume = resume_run(composed, [])
+    assert "going on <resume_allow_other_run=true>" in caplog.text
+    assert resume.run_id is None and resume.step == 12
+    assert resume.config.paths.output_dir == str(tmp_path / "a")  # nothing points into the other run
+
+
+@pytest.mark.parametrize(("inside", "refused"), [(True, False), (False, True)])
+def test_checkpoints_without_a_run_id_belong_to_the_folder_they_lie_in(
+    tmp_path: Path, inside: bool, refused: bool
+) -> None:
+    """Runs from before run identities: a checkpoint is the run's when it lies in the run's folder."""
+    _save(tmp_path / "a", "last.ckpt", 9)
+    elsewhere = _save(tmp_path / "a" if inside else tmp_path / "b", "best.ckpt", 6)
+    composed = _composed(tmp_path / "a", ckpt_path=str(elsewhere))
+    if refused:
+        with pytest.raises(ResumeRefusedError, match="(no run id recorded)"):
+            resume_run(composed, [])
+    else:
+        assert resume_run(composed, []).step == 6

@@ -1,5 +1,5 @@
-"""task_wrapper: every failed run leaves .FAILURE, including Ctrl-C (Lightning's SystemExit(1)); logs a
-person can read."""
+"""task_wrapper: a failed run leaves .FAILURE (Lightning's SystemExit(1) included), Ctrl-C .INTERRUPTED;
+logs a person can read."""
 
 from __future__ import annotations
 
@@ -25,10 +25,24 @@ def _run(tmp_path: Path, exc: BaseException) -> None:
         task(OmegaConf.create({"paths": {"output_dir": str(tmp_path / "run")}}))
 
 
-@pytest.mark.parametrize("exc", [ValueError("bad data"), SystemExit(1), KeyboardInterrupt()])
+@pytest.mark.parametrize("exc", [ValueError("bad data"), SystemExit(1)])
 def test_failures_leave_a_report(tmp_path: Path, exc: BaseException) -> None:
     _run(tmp_path, exc)
     assert type(exc).__name__ in (tmp_path / "run" / ".FAILURE").read_text()
+
+
+def test_a_ctrl_c_outside_training_marks_the_run_interrupted(tmp_path: Path) -> None:
+    """Not "Run failed: KeyboardInterrupt: " with an empty message; the shell's exit code for Ctrl-C."""
+
+    @task_wrapper
+    def task(cfg: object) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises((SystemExit, KeyboardInterrupt)) as exited:
+        task(OmegaConf.create({"paths": {"output_dir": str(tmp_path / "run")}}))
+    assert isinstance(exited.value, SystemExit) and exited.value.code == 130
+    assert "interrupted by Ctrl-C" in (tmp_path / "run" / ".INTERRUPTED").read_text()
+    assert not (tmp_path / "run" / ".FAILURE").exists()
 
 
 @pytest.mark.parametrize("code", [0, None])

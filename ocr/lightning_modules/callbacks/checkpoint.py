@@ -123,6 +123,7 @@ class RunCheckpoint(ModelCheckpoint):
         self.every_n_minutes = every_n_minutes
         self._last_write_time = time.monotonic()
         self._rng_for_next_epoch: dict[str, Any] | None = None
+        self._validation_pending = False  # the checkpoint being saved interrupts a validation
         self._git_commit = git_commit(Path(__file__).parent)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -170,6 +171,22 @@ class RunCheckpoint(ModelCheckpoint):
         datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning's connector
         checkpoint["data_fingerprint"] = getattr(datamodule, "fingerprint", None)
         checkpoint["saved_at_epoch_end"] = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        if self._validation_pending:
+            _mark_validation_pending(checkpoint)
+
+    def save_on_interrupt(self, trainer: L.Trainer) -> str | None:
+        """Write ``last.ckpt`` at the current step for a run a signal stopped between steps or during a
+        validation (which a resume from it runs again); its path, or None when saving is off (no training
+        ran yet, or checkpointing is off for this fit)."""
+        if self._saving_off(trainer):
+            return None
+        if trainer.validating or self._last_global_step_saved != trainer.global_step:
+            self._validation_pending = trainer.validating
+            try:
+                self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+            finally:
+                self._validation_pending = False
+        return self.last_model_path or None
 
     def on_load_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
@@ -266,3 +283,24 @@ class RunCheckpoint(ModelCheckpoint):
             "data_fingerprint": getattr(datamodule, "fingerprint", None),
             "config": getattr(module, "run_config", None),
         }
+
+
+def _mark_validation_pending(checkpoint: dict[str, Any]) -> None:
+    """Record the validation loop's progress as a save inside its first step would (one batch started,
+    none finished): Lightning then runs that validation again, from its first batch, when it resumes the
+    checkpoint. Saved as it stands, the checkpoint would resume past the validation (its training step
+    was done), or with the batches it had finished (it continues a cut validation where it stopped)."""
+    try:
+        progress = checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]
+        total, current = progress["total"], progress["current"]
+        before = total["completed"] - current["completed"]  # batches of the validations before this one
+        for counts, done in ((total, before), (current, 0)):
+            counts["processed"] = counts["completed"] = done
+            counts["ready"] = counts["started"] = done + 1
+        progress["is_last_batch"] = False
+    except (KeyError, TypeError) as exc:  # another Lightning version: say what a resume will miss
+        log.warning(
+            "Cannot mark the interrupted validation in the checkpoint (%s: %s); a resume may skip it",
+            type(exc).__name__,
+            exc,
+        )

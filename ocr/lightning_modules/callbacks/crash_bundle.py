@@ -26,6 +26,7 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 
 from ocr.doctor.environment import collect_environment
+from ocr.lightning_modules.callbacks.interrupt import is_interruption
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
 from ocr.models.loss.checks import LOGIT_NAMES, LossInputError, device_message
 from ocr.utils.cuda_fault import is_cuda_fault
@@ -232,6 +233,8 @@ class CrashBundle(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        if is_interruption(exception, trainer):  # a stop by Ctrl-C or SIGTERM is no crash
+            return
         run_dir = resolve_run_dir(self.dirpath, trainer)
         try:
             crash = write_crash_bundle(run_dir, trainer, pl_module, exception, self._environment)

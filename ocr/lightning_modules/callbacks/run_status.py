@@ -9,6 +9,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 
+from ocr.lightning_modules.callbacks.interrupt import is_interruption
 from ocr.utils.sentinels import clear_sentinels, failure_written, write_failure, write_success
 
 __all__ = ["RunStatus"]
@@ -17,7 +18,8 @@ log = logging.getLogger(__name__)
 
 
 class RunStatus(Callback):
-    """Marks the run directory ``.SUCCESS`` after fit/test, ``.FAILURE`` on any exception.
+    """Marks the run directory ``.SUCCESS`` after fit/test, ``.FAILURE`` on any exception but a stop by a
+    signal (``.INTERRUPTED``, written by ``GracefulInterrupt``).
 
     Tags the wandb run ``failed``/``succeeded`` when a wandb logger is active.
     """
@@ -34,6 +36,8 @@ class RunStatus(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        if is_interruption(exception, trainer):  # not a failure: GracefulInterrupt marks it (or the runner)
+            return
         if not trainer.is_global_zero:
             return
         # For a CUDA fault CudaFaultExit wrote it already, on whichever rank hit the fault.

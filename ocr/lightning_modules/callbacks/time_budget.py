@@ -7,8 +7,11 @@ LR schedule's length to match. Validation keeps its interval in epochs and also 
 that start-up, training, its validations and the test after fit end within ``minutes`` of the process
 start. Steps can slow down after that (a loaded machine, a VM's neighbours, slower data): at the end of
 every epoch the callback compares that epoch's step time and the last validation's measured time with the
-plan, and when the rest no longer fits it trains fewer epochs (never more), with a warning. The plan is
-saved in checkpoints: a resumed run keeps it instead of measuring again.
+plan, and when the rest no longer fits it trains fewer epochs (never more), with a warning. It does so
+before the epoch's last step, so that Lightning's decision to validate that epoch follows the new plan: the
+last epoch of any plan validates. The plan is saved in checkpoints: a resumed run keeps it instead of
+measuring again, unless the resume changed the run's length (``trainer.max_steps=400``) or its budget
+(``time_budget_minutes=10``): then it plans again, for the budget counted from the resumed process's start.
 """
 
 from __future__ import annotations
@@ -108,14 +111,15 @@ def rest_cost(costs: Costs, max_steps: int, val_every: int) -> float:
 
 def plan_epochs(costs: Costs, max_steps: int, val_every: int) -> tuple[int, bool]:
     """The most whole epochs whose remaining steps, validations (every ``val_every`` epochs and at the last)
-    and after-fit work fit in ``costs.seconds_left``: at least one, at most ``max_steps`` steps (``-1``: no
-    cap). Returns ``(epochs, fits)``; ``fits`` is False when even one epoch is too long."""
+    and after-fit work fit in ``costs.seconds_left``: at least up to the end of the epoch in progress (of
+    the next one at an epoch's end: a resumed run trains), at most ``max_steps`` steps (``-1``: no cap).
+    Returns ``(epochs, fits)``; ``fits`` is False when even that one epoch is too long."""
 
     def cost(epochs: int) -> float:
         return rest_cost(costs, epochs * costs.steps_per_epoch, val_every)
 
     cap = math.inf if max_steps < 0 else max(1, max_steps // costs.steps_per_epoch)
-    epochs = 1
+    epochs = costs.steps_done // costs.steps_per_epoch + 1
     while epochs + 1 <= cap and cost(epochs + 1) <= costs.seconds_left:
         epochs += 1
     return epochs, cost(epochs) <= costs.seconds_left
@@ -174,6 +178,8 @@ class TimeBudget(Callback):
         self._validates_by_epochs = True  # False: validation every N steps (check_val_every_n_epoch=null)
         self._images_per_batch = 1
         self._epoch_steps: list[tuple[int, float]] = []  # this epoch's first and last (global step, time)
+        # A loaded plan's configured (optimizer steps, validation interval, minutes); None: not recorded.
+        self._planned_for: tuple[int, int, float | None] | None = None
         self._validation_started: float | None = None
         self._validation_seconds: float | None = None  # the last validation's wall time
 
@@ -183,6 +189,14 @@ class TimeBudget(Callback):
         total = trainer.estimated_stepping_batches  # max_steps or max_epochs, whichever ends first
         self._configured = (int(total) if math.isfinite(total) else -1, trainer.check_val_every_n_epoch or 1)
         self._validates_by_epochs = trainer.check_val_every_n_epoch is not None
+        if self.plan is not None and self._planned_for not in (None, (*self._configured, self.minutes)):
+            log.info(
+                "time budget: the run was planned for %s (configured steps, validation interval, minutes), "
+                "the resumed one asks for %s: planning again",
+                self._planned_for,
+                (*self._configured, self.minutes),
+            )
+            self.plan = None
         if self.plan is not None:
             self._apply(trainer, self.plan)
             log.info("time budget: resumed with the saved plan of %d steps", self.plan.max_steps)
@@ -221,10 +235,20 @@ class TimeBudget(Callback):
         if self._validation_started is not None and not trainer.sanity_checking:
             self._validation_seconds = time.perf_counter() - self._validation_started
 
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        """Before an epoch's last step: re-plan from this epoch's step time (validation excluded), fewer
+        epochs when the rest no longer fits. Lightning decides whether to validate the epoch after its last
+        step, from the interval :meth:`_set_validation` sets, so the plan's last epoch validates."""
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            self._replan_epochs(trainer)
+
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Re-plan from this epoch's step time (validation excluded): fewer epochs when the rest no
-        longer fits."""
-        marks, self._epoch_steps = self._epoch_steps, []
+        self._epoch_steps = []
+
+    def _replan_epochs(self, trainer: L.Trainer) -> None:
+        marks = self._epoch_steps
         if self.minutes is None or self.plan is None or len(marks) < 2 or marks[1][0] <= marks[0][0]:
             return
         (first_step, first_time), (last_step, last_time) = marks
@@ -337,11 +361,18 @@ class TimeBudget(Callback):
             log.warning("time budget: no resizable LR schedule found; the schedule keeps its planned length")
 
     def state_dict(self) -> dict[str, Any]:
-        return {"plan": asdict(self.plan) if self.plan is not None else None}
+        return {
+            "plan": asdict(self.plan) if self.plan is not None else None,
+            "configured": list(self._configured),
+            "minutes": self.minutes,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("plan")
         self.plan = BudgetPlan(**saved) if saved is not None else None
+        configured = state_dict.get("configured")  # absent in checkpoints before it was saved
+        if configured:
+            self._planned_for = (int(configured[0]), int(configured[1]), state_dict.get("minutes"))
 
 
 def _steps_per_epoch(trainer: L.Trainer) -> int:

@@ -81,6 +81,12 @@ class StallWatchdog(Callback):
             _make_interruptible()
         self.start()
 
+    @property
+    def interrupted_for_stall(self) -> bool:
+        """True once this watchdog interrupted the main thread for a stall (``exit_on_stall``): that
+        KeyboardInterrupt is a failure, not a user's Ctrl-C."""
+        return self._interrupted_at is not None
+
     def start(self) -> None:
         """Start (or restart) the watchdog thread; the stall clock starts now."""
         self.feed("start-up (no step completed yet)")

@@ -26,6 +26,8 @@ from ocr.lightning_modules.callbacks.checkpoint import (
 )
 from ocr.utils.io import DiskFullError
 from tests.helpers.triage_tiny import TinyModule, tiny_loader
+from tests.helpers.triage_tiny import quiet_cpu_trainer as _quiet_trainer
+from tests.helpers.triage_tiny import run_checkpoint as _run_checkpoint
 
 
 class PlateauModule(TinyModule):
@@ -51,31 +53,6 @@ class LastStepRecorder(Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         self.at_batch_start.append(self._step())
-
-
-def _quiet_trainer(root: Path, callbacks: list[Callback], **options: Any) -> L.Trainer:
-    """A CPU trainer without logger, progress bar, summary or sanity check; ``options`` are the run's own."""
-    return L.Trainer(
-        default_root_dir=root,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=callbacks,
-        **options,
-    )
-
-
-def _run_checkpoint(dirpath: Path, every_n_steps: int | None = None) -> RunCheckpoint:
-    return RunCheckpoint(
-        dirpath=str(dirpath),
-        monitor="val/hmean",
-        mode="max",
-        save_top_k=1,
-        every_n_steps=every_n_steps,
-        every_n_minutes=None,
-    )
 
 
 def _fit(

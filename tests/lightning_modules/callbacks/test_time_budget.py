@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -10,9 +11,10 @@ import pytest
 import torch
 
 from ocr.lightning_modules.callbacks import time_budget
+from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
 from ocr.lightning_modules.callbacks.time_budget import BudgetPlan, Costs, TimeBudget, plan_epochs
 from ocr.lightning_modules.schedule import WarmupDecay, build_warmup_scheduler
-from tests.helpers.triage_tiny import TinyModule, tiny_loader
+from tests.helpers.triage_tiny import TinyModule, run_checkpoint, tiny_loader
 
 SECONDS_PER_STEP = 1.0
 
@@ -61,6 +63,12 @@ def test_plan_keeps_one_epoch_and_says_when_it_does_not_fit() -> None:
     assert _plan(3.0) == (1, False)
 
 
+def test_a_resumed_plan_trains_at_least_one_more_epoch() -> None:
+    """Planned again after 2 epochs (a resume that trains longer): ending there would train nothing."""
+    assert _plan(3.0, steps_done=20) == (3, False)
+    assert _plan(3.0, steps_done=27) == (3, False)  # the epoch in progress ends
+
+
 class _ScheduledTiny(TinyModule):
     """TinyModule with the project's warm-up + poly schedule, each step advancing a fake clock."""
 
@@ -88,17 +96,23 @@ class _ScheduledTiny(TinyModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-def _fit(tmp_path: Path, callback: TimeBudget, module: L.LightningModule, **trainer_args: Any) -> L.Trainer:
+def _fit(
+    tmp_path: Path,
+    callback: TimeBudget,
+    module: L.LightningModule,
+    checkpoint: RunCheckpoint | None = None,
+    **trainer_args: Any,
+) -> L.Trainer:
     trainer = L.Trainer(
         default_root_dir=tmp_path,
         accelerator="cpu",
         devices=1,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=checkpoint is not None,
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
-        callbacks=[callback],
+        callbacks=[callback] if checkpoint is None else [callback, checkpoint],
         **{"max_epochs": 100, "max_steps": 200, "check_val_every_n_epoch": 1, **trainer_args},
     )
     trainer.fit(module, train_dataloaders=tiny_loader(), val_dataloaders=tiny_loader())
@@ -156,6 +170,40 @@ def test_budget_trains_fewer_epochs_when_steps_slow_down(
     assert "steps take 6.00 s now (1.00 s when planned); training 12 steps instead of 16" in caplog.text
 
 
+class _SlowingAfterFirstEpoch(_ScheduledTiny):
+    """Steps take 1 s in the first epoch, then 10 s; validation logs a score for the checkpoint."""
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        if self.global_step >= 4:
+            self.clock.now += 9.0
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        super().validation_step(batch, batch_idx)
+        self.log("val/hmean", 0.5)
+
+
+def test_the_last_epoch_of_a_replanned_run_validates_and_leaves_a_best_checkpoint(
+    tmp_path: Path, clock: SimpleNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 4 steps per epoch, validating every 4 epochs. Planned at t = 3 s with 63 s left (a 20 s reserve; the
+    # validation data is not loaded yet, so validations are priced at 0 s): 11 epochs, validating after
+    # epochs 4, 8 and 11. From the second epoch on steps take 10 s: the rest fits only if the run ends with
+    # that epoch, which then is the last and must validate. Re-planned only after Lightning had decided
+    # not to validate it, the run ended without any validation and without a best checkpoint.
+    callback = TimeBudget(minutes=1.1, test_after_fit=False, measure_steps=2, skip_steps=1)
+    module = _SlowingAfterFirstEpoch(clock)
+    checkpoint = run_checkpoint(tmp_path / "checkpoints")
+    with caplog.at_level(logging.INFO, logger=time_budget.__name__):
+        trainer = _fit(tmp_path, callback, module, checkpoint, check_val_every_n_epoch=4)
+    assert "training 44 steps (11 epochs), validating every 4 epochs" in caplog.text
+    assert "training 8 steps instead of 44" in caplog.text
+    assert trainer.global_step == 8 and module.validations == 1
+    assert [p.name for p in (tmp_path / "checkpoints").glob("best_*.ckpt")] == [
+        "best_hmean0.5000_epoch01.ckpt"
+    ]
+
+
 def test_budget_reserves_the_test_after_fit(tmp_path: Path, clock: SimpleNamespace) -> None:
     callback = TimeBudget(minutes=1.0, test_after_fit=True, measure_steps=2, skip_steps=1)
     trainer = _fit(tmp_path, callback, _ScheduledTiny(clock))
@@ -168,11 +216,22 @@ def test_budget_off_leaves_the_run_alone(tmp_path: Path, clock: SimpleNamespace)
     assert callback.plan is None and trainer.global_step == 10
 
 
-def test_resumed_run_keeps_the_saved_plan(tmp_path: Path, clock: SimpleNamespace) -> None:
-    saved = TimeBudget(minutes=1.0, test_after_fit=False)
-    saved.plan = BudgetPlan(8, val_every=2, seconds_per_step=1.0)
-    resumed = TimeBudget(minutes=1.0, test_after_fit=False)
-    resumed.load_state_dict(saved.state_dict())
+def _resumed(minutes: float, plan: BudgetPlan, configured: tuple[int, int] | None) -> TimeBudget:
+    """A TimeBudget restored from a checkpoint of ``plan``, made for ``configured`` (steps, interval);
+    None: a checkpoint written before the configured length was saved."""
+    resumed = TimeBudget(minutes=minutes, test_after_fit=False)
+    state: dict[str, Any] = {"plan": asdict(plan)}
+    if configured is not None:
+        state.update(configured=list(configured), minutes=minutes)
+    resumed.load_state_dict(state)
+    return resumed
+
+
+@pytest.mark.parametrize("configured", [(200, 1), None])
+def test_resumed_run_keeps_the_saved_plan(
+    tmp_path: Path, clock: SimpleNamespace, configured: tuple[int, int] | None
+) -> None:
+    resumed = _resumed(1.0, BudgetPlan(8, val_every=2, seconds_per_step=1.0), configured)
     module = _ScheduledTiny(clock)
     trainer = _fit(tmp_path, resumed, module)
     assert trainer.global_step == 8 and module.validations == 1
@@ -180,14 +239,27 @@ def test_resumed_run_keeps_the_saved_plan(tmp_path: Path, clock: SimpleNamespace
     assert factor.total_steps == 8
 
 
+def test_a_resume_that_trains_longer_plans_again(
+    tmp_path: Path, clock: SimpleNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`resume=<run> trainer.max_steps=16` after a run planned for its 8 configured steps: the saved plan
+    (8 steps) would end the resumed run at once."""
+    resumed = _resumed(10.0, BudgetPlan(8, val_every=1, seconds_per_step=1.0), (8, 1))
+    with caplog.at_level(logging.INFO, logger=time_budget.__name__):
+        trainer = _fit(tmp_path, resumed, _ScheduledTiny(clock), max_steps=16)
+    assert trainer.global_step == 16 and resumed.plan is not None and resumed.plan.max_steps == 16
+    assert (
+        "planned for (8, 1, 10.0) (configured steps, validation interval, minutes), the resumed one asks "
+        in caplog.text
+    )
+    assert "for (16, 1, 10.0): planning again" in caplog.text
+
+
 def test_an_interval_that_does_not_divide_the_epochs_still_validates_the_last(
     tmp_path: Path, clock: SimpleNamespace
 ) -> None:
     # 28 steps of 4 per epoch: 7 epochs, validating every 2 and at the last: after epochs 2, 4, 6 and 7.
-    saved = TimeBudget(minutes=10.0, test_after_fit=False)
-    saved.plan = BudgetPlan(28, val_every=2, seconds_per_step=1.0)
-    resumed = TimeBudget(minutes=10.0, test_after_fit=False)
-    resumed.load_state_dict(saved.state_dict())
+    resumed = _resumed(10.0, BudgetPlan(28, val_every=2, seconds_per_step=1.0), (200, 2))
     module = _ScheduledTiny(clock)
     trainer = _fit(tmp_path, resumed, module, check_val_every_n_epoch=2)
     assert trainer.global_step == 28 and module.validations == 4

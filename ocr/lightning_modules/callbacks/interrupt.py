@@ -1,0 +1,117 @@
+"""Stop cleanly on Ctrl-C (SIGINT) or a pre-emption (SIGTERM): ``last.ckpt`` at the current step, the run
+marked ``.INTERRUPTED`` and the command that resumes it.
+
+Lightning's own SIGTERM handling is the one path: its handler sets ``trainer.received_sigterm`` (and under
+DDP rank 0 broadcasts it at the next step, so all ranks stop together), and its loops raise
+``SIGTERMException`` at the next step boundary, or between validation batches. This callback turns the
+first Ctrl-C into the same stop by calling that handler, so a Ctrl-C in the middle of an optimizer step
+never leaves a half-updated state; a second Ctrl-C raises ``KeyboardInterrupt`` at once (no checkpoint:
+the state may be mid-step), as does the stall watchdog's interrupt, which is a failure. SLURM's
+``SIGUSR1`` requeue of Lightning's ``SLURMEnvironment`` is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
+from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
+from ocr.utils.commands import resume_command
+from ocr.utils.sentinels import write_interrupted
+
+__all__ = ["EXIT_CODES", "GracefulInterrupt", "is_interruption"]
+
+log = logging.getLogger(__name__)
+
+# As a shell reports a process a signal ended: 128 + the signal number.
+EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+
+
+def is_interruption(exception: BaseException, trainer: L.Trainer) -> bool:
+    """True for a stop by a signal (Ctrl-C or SIGTERM), which is not a failure; the interrupt of the
+    trainer's stall watchdog (``exit_on_stall``) is one."""
+    return isinstance(exception, KeyboardInterrupt | SIGTERMException) and not _stalled(trainer)
+
+
+def _stalled(trainer: L.Trainer) -> bool:
+    callbacks = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connector
+    return any(isinstance(c, StallWatchdog) and c.interrupted_for_stall for c in callbacks)
+
+
+class GracefulInterrupt(Callback):
+    """On a stop by a signal, saves ``last.ckpt`` (through the run's ``RunCheckpoint``) and writes
+    ``.INTERRUPTED`` with the resume command, which it also logs.
+
+    Args:
+        run_dir: the run directory (``resume=`` takes it).
+    """
+
+    def __init__(self, *, run_dir: str) -> None:
+        self.run_dir = Path(run_dir)
+        self.ctrl_c = False
+        self._previous_handler: Any = None  # SIGINT's handler before fit, restored after it
+        self._trainer: L.Trainer | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # After Lightning registered its handlers (after on_fit_start): it restores SIGINT's original at
+        # its teardown, also when fit ends with an exception (when callbacks' teardown is not called).
+        self._trainer = trainer
+        # Signal handlers belong to the main thread. A SIGINT ignored on purpose (a background job of a
+        # script, which the script's Ctrl-C must not stop) stays ignored.
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._trainer = None
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGINT, self._previous_handler)
+            self._previous_handler = None
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        sigterm_handler = signal.getsignal(signal.SIGTERM)
+        stalled = self._trainer is not None and _stalled(self._trainer)
+        if self.ctrl_c or stalled or not callable(sigterm_handler):
+            raise KeyboardInterrupt
+        self.ctrl_c = True
+        log.warning(
+            "Ctrl-C: stopping after the current step and saving last.ckpt (Ctrl-C again stops at once, "
+            "without saving)"
+        )
+        sigterm_handler(signal.SIGTERM, frame)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if not is_interruption(exception, trainer):
+            return
+        cause = "Ctrl-C" if self.ctrl_c or isinstance(exception, KeyboardInterrupt) else "SIGTERM"
+        saved = None
+        checkpoint = trainer.checkpoint_callback
+        # Only a stop Lightning raised between steps leaves a whole state to save.
+        if isinstance(exception, SIGTERMException) and isinstance(checkpoint, RunCheckpoint):
+            saved = checkpoint.save_on_interrupt(trainer)
+        if not trainer.is_global_zero:
+            return
+        during = " during a validation" if trainer.validating or trainer.sanity_checking else ""
+        summary = f"interrupted by {cause} at step {trainer.global_step}{during}; "
+        if saved:
+            summary += f"{saved} holds that step. Resume: {resume_command(self.run_dir)}"
+        elif isinstance(checkpoint, RunCheckpoint) and any(Path(str(checkpoint.dirpath)).glob("*.ckpt")):
+            summary += f"no checkpoint written now. Resume from the latest: {resume_command(self.run_dir)}"
+        else:
+            summary += (
+                "no checkpoint yet, nothing to resume: delete the folder to start again there, or start "
+                "again in another"
+            )
+        write_interrupted(self.run_dir, summary, EXIT_CODES["SIGINT" if cause == "Ctrl-C" else "SIGTERM"])
+        log.warning("Run %s", summary)
