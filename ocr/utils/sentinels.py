@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ocr.utils.io import atomic_write_text
 
-__all__ = ["clear_sentinels", "failure_written", "write_failure", "write_success"]
+__all__ = ["clear_sentinels", "failure_written", "write_failure", "write_success", "written_by_this_process"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,11 @@ def failure_written(run_dir: str | Path) -> bool:
         return path.stat().st_mtime >= _STARTED
     except OSError:
         return False
+
+
+def written_by_this_process(run_dir: str | Path) -> bool:
+    """True when this process wrote ``run_dir/.FAILURE`` (another rank's report is not)."""
+    return (Path(run_dir) / ".FAILURE").resolve() in _failures_written
 
 
 def clear_sentinels(run_dir: str | Path) -> None:
