@@ -43,10 +43,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from ocr.lightning_modules.callbacks.checkpoint import scalar_metrics
     from ocr.utils.io import atomic_write_json
     from ocr.utils.resume import resume_from_command_line
+    from ocr.utils.world_size import check_world_size
 
     resume = resume_from_command_line(cfg)
     if resume is not None:
         cfg = resume.config
+        check_world_size(resume.world_size, cfg, resume.checkpoint, cfg.resume_allow_world_size_change)
     check_config_types(cfg)
     directory = run_dir(cfg)
     if cfg.seed is not None:

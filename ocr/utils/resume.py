@@ -28,7 +28,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Keys that steer this invocation rather than describe the run: always taken from the command line.
-CONTROL_KEYS = ("resume", "ckpt_path", "resume_allow_data_change")
+CONTROL_KEYS = ("resume", "ckpt_path", "resume_allow_data_change", "resume_allow_world_size_change")
 _ABSENT = object()
 
 
@@ -46,6 +46,7 @@ class Resume:
     config: DictConfig
     overrides: list[str]
     data_fingerprint: str | None
+    world_size: int | None = None  # processes of the run that wrote the checkpoint (ocr.utils.world_size)
 
     @property
     def config_name(self) -> str:
@@ -121,8 +122,9 @@ def _sidecar_fingerprint(meta: Path) -> str | None:
 
 
 def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
-    """``ckpt_path`` when given, else the checkpoint in ``<run_dir>/checkpoints`` with the highest step
-    (``last.ckpt`` on a tie); with its step.
+    """``ckpt_path`` when given, else the checkpoint in ``<run_dir>/checkpoints`` (or the one Lightning
+    saved on a SLURM pre-emption, ``<run_dir>/hpc_ckpt_<n>.ckpt``) with the highest step (``last.ckpt`` on
+    a tie); with its step.
 
     Raises:
         FileNotFoundError: naming the folder when it holds no checkpoint.
@@ -134,6 +136,7 @@ def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
         return path, _checkpoint_step(path)
     folder = run_dir / "checkpoints"
     candidates = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
+    candidates += sorted(run_dir.glob("hpc_ckpt_*.ckpt"))  # SLURM auto-requeue (docs/distributed.md)
     if not candidates:
         raise FileNotFoundError(
             f"resume={run_dir}: no checkpoint (*.ckpt) in {folder}; a run killed before or during its "
@@ -271,7 +274,7 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
         step,
         ", ".join(applied) or "none",
     )
-    return Resume(checkpoint_path, step, cfg, applied, fingerprint)
+    return Resume(checkpoint_path, step, cfg, applied, fingerprint, checkpoint.get("world_size"))
 
 
 def resume_from_command_line(cfg: DictConfig) -> Resume | None:

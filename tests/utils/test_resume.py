@@ -29,6 +29,7 @@ RUN_CONFIG = {
     "resume": None,
     "ckpt_path": None,
     "resume_allow_data_change": False,
+    "resume_allow_world_size_change": False,
     "paths": {"output_dir": "/old/place/run"},
     "trainer": {"max_steps": 200, "accelerator": "cpu"},
     "data": {"root": "/data/receipts", "batch_size": 8, "scale_range": [0.5, 3.0]},

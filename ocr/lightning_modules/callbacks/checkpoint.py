@@ -169,6 +169,7 @@ class RunCheckpoint(ModelCheckpoint):
     ) -> None:
         datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning's connector
         checkpoint["data_fingerprint"] = getattr(datamodule, "fingerprint", None)
+        checkpoint["world_size"] = trainer.world_size  # a resume on another one is refused or warned about
         checkpoint["saved_at_epoch_end"] = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
 
     def on_load_checkpoint(
@@ -264,5 +265,6 @@ class RunCheckpoint(ModelCheckpoint):
             "monitor": self.monitor,
             "git_commit": self._git_commit,
             "data_fingerprint": getattr(datamodule, "fingerprint", None),
+            "world_size": trainer.world_size,
             "config": getattr(module, "run_config", None),
         }
