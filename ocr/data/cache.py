@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -83,14 +83,23 @@ class ImageCache:
     @contextmanager
     def filling(self) -> Iterator[None]:
         """Hold the folder's lock while filling it (a scan); another process waits for it, then finds the
-        entries there. The lock goes with the process, also when it is killed."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / LOCK_NAME, "a+b") as handle:
+        entries there. The lock goes with the process, also when it is killed. A folder that cannot be
+        locked (read-only, a file system without locks) is filled without it, as every write is atomic."""
+        handle: BinaryIO | None = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            handle = open(self.directory / LOCK_NAME, "a+b")
             fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        except OSError as exc:
+            if handle is not None:
+                handle.close()
+            log.warning("image cache: cannot lock %s (%s); filling it without the lock", self.directory, exc)
+            yield
+            return
+        try:
+            yield
+        finally:
+            handle.close()  # releases the lock
 
     def load(self, image_id: str, source: str | Path | None = None) -> npt.NDArray[Any] | None:
         """The cached array, or None on a miss or an unreadable entry."""
