@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,20 @@ def _sidecar_fingerprint(meta: Path) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def _readable_hpc_checkpoints(run_dir: Path) -> list[Path]:
+    """Lightning's SLURM pre-emption checkpoints in ``run_dir``. Lightning writes one in the system's temp
+    folder and moves it there, a copy across file systems: one the job's end cut short is skipped."""
+    readable = []
+    for path in sorted(run_dir.glob("hpc_ckpt_*.ckpt")):
+        try:
+            _checkpoint_step(path)
+        except (RuntimeError, OSError, EOFError, ValueError, KeyError, pickle.UnpicklingError) as exc:
+            log.warning("Resume: skipping %s, which cannot be read (%s: %s)", path, type(exc).__name__, exc)
+            continue
+        readable.append(path)
+    return readable
+
+
 def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
     """``ckpt_path`` when given, else the checkpoint in ``<run_dir>/checkpoints`` (or the one Lightning
     saved on a SLURM pre-emption, ``<run_dir>/hpc_ckpt_<n>.ckpt``) with the highest step (``last.ckpt`` on
@@ -136,7 +151,7 @@ def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
         return path, _checkpoint_step(path)
     folder = run_dir / "checkpoints"
     candidates = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
-    candidates += sorted(run_dir.glob("hpc_ckpt_*.ckpt"))  # SLURM auto-requeue (docs/distributed.md)
+    candidates += _readable_hpc_checkpoints(run_dir)  # SLURM auto-requeue (docs/distributed.md)
     if not candidates:
         raise FileNotFoundError(
             f"resume={run_dir}: no checkpoint (*.ckpt) in {folder}; a run killed before or during its "

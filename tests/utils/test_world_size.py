@@ -97,3 +97,14 @@ def test_a_pre_emption_checkpoint_newer_than_last_is_picked(tmp_path: Path) -> N
     Path(f"{last}.json").write_text(json.dumps({"global_step": 100}))
     _save(tmp_path / "hpc_ckpt_1.ckpt", 130, tmp_path)
     assert find_checkpoint(tmp_path, None) == (tmp_path / "hpc_ckpt_1.ckpt", 130)
+
+
+def test_a_pre_emption_checkpoint_cut_short_is_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lightning copies it from the system's temp folder: the job's end can cut the copy."""
+    good = _save(tmp_path / "hpc_ckpt_1.ckpt", 130, tmp_path)
+    cut = tmp_path / "hpc_ckpt_2.ckpt"
+    cut.write_bytes(good.read_bytes()[:200])
+    assert find_checkpoint(tmp_path, None) == (good, 130)
+    assert f"skipping {cut}, which cannot be read" in caplog.text
