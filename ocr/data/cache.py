@@ -3,19 +3,23 @@
 The key (:func:`cache_fingerprint`) hashes the annotation file's bytes, the transform config and the
 source of ``ocr/data/*.py``; entries live under ``<directory>/<fingerprint[:16]>/``. An entry's name also
 hashes the image id and, when given, the source file's size and modification time, so an image replaced
-in place is decoded again.
+in place is decoded again. The scan that fills a folder holds its lock (:meth:`ImageCache.filling`): the
+DDP ranks of a node (and other runs on it) fill it once, one after the other, instead of each decoding
+every image and racing to write the same files. The cache belongs on a node's local disk.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
 import logging
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +32,7 @@ log = logging.getLogger(__name__)
 
 _DATA_PACKAGE = Path(__file__).resolve().parent
 RESERVE_BYTES = 5 * 2**30  # the cache never leaves less than this free on its disk
+LOCK_NAME = ".filling.lock"
 
 
 def cache_fingerprint(annotation_path: str | Path | None, transform_config: Mapping[str, Any]) -> str:
@@ -74,6 +79,27 @@ class ImageCache:
             stat = Path(source).stat()
             key = f"{image_id}\0{stat.st_size}\0{stat.st_mtime_ns}"
         return self.directory / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npy"
+
+    @contextmanager
+    def filling(self) -> Iterator[None]:
+        """Hold the folder's lock while filling it (a scan); another process waits for it, then finds the
+        entries there. The lock goes with the process, also when it is killed. A folder that cannot be
+        locked (read-only, a file system without locks) is filled without it, as every write is atomic."""
+        handle: BinaryIO | None = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            handle = open(self.directory / LOCK_NAME, "a+b")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as exc:
+            if handle is not None:
+                handle.close()
+            log.warning("image cache: cannot lock %s (%s); filling it without the lock", self.directory, exc)
+            yield
+            return
+        try:
+            yield
+        finally:
+            handle.close()  # releases the lock
 
     def load(self, image_id: str, source: str | Path | None = None) -> npt.NDArray[Any] | None:
         """The cached array, or None on a miss or an unreadable entry."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +15,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from lightning.pytorch.utilities import rank_zero_only
 from torch.utils.data import DataLoader
 
 from ocr.data.collate import collate_batch
@@ -40,7 +40,9 @@ def seed_worker(worker_id: int) -> None:
     """
     cv2.setNumThreads(0)
     # Under DDP every rank starts from the same seed: mix in the global rank so augmentations differ.
-    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+    # Lightning sets it on each rank before the workers fork; SLURM and Lightning's own launcher leave
+    # RANK unset, so the environment would give every node's local rank k the same stream.
+    rank = int(getattr(rank_zero_only, "rank", 0) or 0)
     seed = (torch.initial_seed() + 1_000_003 * rank) % 2**32
     np.random.seed(seed)
     random.seed(seed)
@@ -118,6 +120,9 @@ class ReceiptDataModule(L.LightningDataModule):
         self.synthetic = None if synthetic is None else synthetic_settings(synthetic)
         self.datasets: dict[str, ReceiptDataset | ImageFolderDataset] = {}
         self.no_validation_reason: str | None = None  # set by setup when the val split is empty
+        # The data root is on a file system every node shares (docs/distributed.md): global rank 0 alone
+        # generates a synthetic set there, while the other ranks, on every node, wait for it.
+        self.prepare_data_per_node = False
 
     @functools.cached_property
     def fingerprint(self) -> str | None:
@@ -131,7 +136,7 @@ class ReceiptDataModule(L.LightningDataModule):
         return digest.hexdigest()[:16] if found else None
 
     def prepare_data(self) -> None:
-        """Generate the synthetic set into ``root`` when configured (Lightning runs this on rank 0)."""
+        """Generate the synthetic set into ``root`` when configured (Lightning runs this on global rank 0)."""
         if self.synthetic is not None:
             log.info("Ensuring the synthetic dataset in %s <data.synthetic=%s>", self.root, self.synthetic)
             generate_dataset(self.root, **self.synthetic)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -95,17 +96,19 @@ class ReceiptDataset(Dataset[Sample]):
                 ),
             )
         )
-        self.entries, self.report = scan_split(
-            load_annotations(self.annotation_path),
-            split=split,
-            image_dir=self.image_dir,
-            annotation_path=self.annotation_path,
-            exif_mode=exif_mode,
-            on_missing_image=on_missing_image,
-            source_long_side=self.source_long_side,
-            min_polygon_size=self.min_polygon_size,
-            cache=self.cache,
-        )
+        # One process at a time fills a cache folder (the ranks of a node); the others then read it.
+        with self.cache.filling() if self.cache is not None else nullcontext():
+            self.entries, self.report = scan_split(
+                load_annotations(self.annotation_path),
+                split=split,
+                image_dir=self.image_dir,
+                annotation_path=self.annotation_path,
+                exif_mode=exif_mode,
+                on_missing_image=on_missing_image,
+                source_long_side=self.source_long_side,
+                min_polygon_size=self.min_polygon_size,
+                cache=self.cache,
+            )
 
     def __len__(self) -> int:
         """Number of usable images."""

@@ -7,6 +7,7 @@ Prints a verdict table (ok / warn / fail with a one-line fix) and writes ``docto
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ocr.doctor.checks import CheckResult, SquaresDataset, Status, fast_checks, run_checks, worst_status
+from ocr.doctor.distributed import check_distributed, launch_report
 from ocr.doctor.environment import collect_environment
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
@@ -142,9 +144,17 @@ def check_wandb_import() -> CheckResult:
     )
 
 
-def run_doctor(output_dir: Path, fast: bool = False) -> list[CheckResult]:
-    """Run the fast checks and, unless ``fast``, the slow ones."""
-    results = fast_checks(output_dir)
+def run_doctor(
+    output_dir: Path,
+    fast: bool = False,
+    num_nodes: int | None = None,
+    devices: int | None = None,
+    data_root: Path | None = None,
+) -> list[CheckResult]:
+    """Run the fast checks, the launch check (against the planned ``num_nodes``, ``devices`` per node and
+    ``data_root`` when given) and, unless ``fast``, the slow ones."""
+    launch = functools.partial(check_distributed, num_nodes=num_nodes, devices=devices, data_root=data_root)
+    results = fast_checks(output_dir) + run_checks([("distributed", launch)])
     if not fast:
         results += run_checks(
             [
@@ -173,6 +183,7 @@ def _report(results: list[CheckResult]) -> dict[str, Any]:
         "verdict": worst_status(results),
         "checks": [r.to_dict() for r in results],
         "environment": collect_environment(),
+        "distributed": launch_report(),
     }
 
 
@@ -189,8 +200,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fast", action="store_true", help="only the checks that run at every training start"
     )
+    parser.add_argument(
+        "--num-nodes", type=int, help="the run's trainer.num_nodes, checked against the launcher"
+    )
+    parser.add_argument(
+        "--devices",
+        type=int,
+        help="the run's trainer.devices (per node), checked against the launcher and GPUs",
+    )
+    parser.add_argument("--data-root", type=Path, help="the run's data.root, which every node must see")
     args = parser.parse_args(argv)
-    results = run_doctor(args.out, fast=args.fast)
+    results = run_doctor(
+        args.out, fast=args.fast, num_nodes=args.num_nodes, devices=args.devices, data_root=args.data_root
+    )
     report, table = _report(results), format_table(results)
     atomic_write_json(args.out / "doctor.json", report)
     atomic_write_text(args.out / "doctor.txt", table + "\n")

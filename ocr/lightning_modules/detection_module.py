@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -15,6 +15,7 @@ from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
+from torchmetrics.aggregation import MeanMetric
 
 from ocr.data.coding import decode_batch
 from ocr.debug.gpu_probe import sync_allowed
@@ -73,6 +74,9 @@ class DetectionModule(LightningModule):
         self.postprocess = postprocess
         self.val_metric = metric
         self.test_metric = metric.clone()
+        # The evaluation loss as a DDP-safe weighted mean (float sums over ranks): Lightning's own synced
+        # mean divides an integer image count by the ranks, which is wrong when they hold unequal shares.
+        self.eval_losses = nn.ModuleDict({s: MeanMetric(nan_strategy="disable") for s in ("val", "test")})
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.channels_last = channels_last
@@ -137,6 +141,7 @@ class DetectionModule(LightningModule):
             on_epoch=True,
             prog_bar=True,
             batch_size=batch_size,
+            sync_dist=True,  # the mean over every rank's batches: one all-reduce per epoch
         )
         return losses["loss"]
 
@@ -198,22 +203,23 @@ class DetectionModule(LightningModule):
         else:
             output = self(batch["images"])
             losses = self.loss(output, batch)
-            self.log(
-                f"{stage}/loss",
-                losses["loss"],
-                on_epoch=True,
-                sync_dist=True,
-                batch_size=batch["images"].shape[0],
-            )
+            loss_mean = cast(MeanMetric, self.eval_losses[stage])
+            loss_mean.update(losses["loss"].detach(), batch["images"].shape[0])
+            self.log(f"{stage}/loss", loss_mean, on_epoch=True, batch_size=batch["images"].shape[0])
             predictions = self._predictions(output, batch)
         pred_polygons: list[list[Polygon]] = [p["polygons"] for p in predictions]
         metric.update(pred_polygons, batch["polygons"], batch["ignore"], batch["texts"])
         return predictions
 
     def _log_metric(self, stage: str, metric: Any) -> None:
+        # compute() gathers every rank's counts, so each rank scores the whole split; the max over ranks
+        # makes the logged value one number everywhere (exact, unlike a mean), so no rank can pick another
+        # best checkpoint, stop early at another epoch or re-plan the time budget from another score.
         scores: Mapping[str, Tensor] = metric.compute()
         for name in ("hmean", "precision", "recall"):
-            self.log(f"{stage}/{name}", scores[name], prog_bar=name == "hmean", sync_dist=False)
+            self.log(
+                f"{stage}/{name}", scores[name], prog_bar=name == "hmean", sync_dist=True, reduce_fx="max"
+            )
         metric.reset()
 
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:

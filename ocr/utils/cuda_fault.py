@@ -18,6 +18,7 @@ __all__ = [
     "ASYNC_KINDS",
     "CudaFault",
     "FaultSite",
+    "exception_chain",
     "explanation",
     "find_cuda_fault",
     "headline",
@@ -105,7 +106,7 @@ STAGE_NAMES = {
 }
 
 
-def _chain(exception: BaseException) -> Iterator[BaseException]:
+def exception_chain(exception: BaseException) -> Iterator[BaseException]:
     """``exception``, then what it was raised from or during, outermost first."""
     seen: set[int] = set()
     current: BaseException | None = exception
@@ -132,7 +133,7 @@ def find_cuda_fault(exception: BaseException) -> CudaFault | None:
     A teardown that fails on the dead context raises a second CUDA error whose ``__context__`` is the
     first: the first is the one that says what went wrong.
     """
-    faults = [(error, kind) for error in _chain(exception) if (kind := _kind(error)) is not None]
+    faults = [(error, kind) for error in exception_chain(exception) if (kind := _kind(error)) is not None]
     if not faults:
         return None
     error, kind = faults[-1]

@@ -158,7 +158,7 @@ def end_process(code: int, closing: Sequence[Closing]) -> NoReturn:
     """Kill child processes (DataLoader workers), log ``closing``, flush every handler, ``os._exit``."""
     pids = _kill_children()
     if pids:
-        log.info("CUDA FAULT: killed the child processes (DataLoader workers): pids %s", pids)
+        log.info("Ending the process: killed the child processes (DataLoader workers): pids %s", pids)
     for line in closing:
         log.handle(error_record(*line))
     for handler in _handlers():

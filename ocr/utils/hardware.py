@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 
 from ocr.doctor.environment import cpu_flags
+from ocr.utils import distributed
 
 if TYPE_CHECKING:
     import torch
@@ -22,6 +23,7 @@ __all__ = [
     "auto_precision",
     "autocast_dtype",
     "auto_workers",
+    "node_workers",
     "device_processes",
     "usable_cores",
     "pick",
@@ -137,6 +139,17 @@ def auto_workers(cap: int, devices: Any = 1) -> int:
     return max(0, min(int(cap), usable_cores() // device_processes(devices) - 1))
 
 
+def node_workers(cap: int, devices: Any = 1) -> int:
+    """DataLoader workers per training process of a multi-node run: SLURM's ``--cpus-per-task`` minus one
+    for the process itself (srun gives each task its own cores, so the usable cores are one task's, not the
+    node's), else :func:`auto_workers` (torchrun: the node's cores shared by its processes); at most ``cap``.
+    """
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if distributed.launch_info().launcher == "slurm" and cpus.isdigit():
+        return max(0, min(int(cap), int(cpus) - 1))
+    return auto_workers(cap, devices)
+
+
 def pick(cpu_value: Any, cuda_value: Any) -> Any:
     """``cuda_value`` when a GPU is usable, else ``cpu_value``."""
     return cuda_value if has_cuda() else cpu_value
@@ -148,13 +161,22 @@ def first_set(value: Any, default: Any) -> Any:
 
 
 def register_resolvers() -> None:
-    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:[cpu]}``, ``${hw.workers:cap[,devices]}`` and
-    ``${first_set:value,default}`` (used by the Hydra run directory) once."""
+    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:[cpu]}``, ``${hw.workers:cap[,devices]}``,
+    ``${hw.node_workers:cap,devices}``,
+    ``${hw.num_nodes:default}``, ``${hw.devices_per_node:default}`` (what torchrun or SLURM started),
+    ``${first_set:value,default}`` and the ``dist.*`` names of the run directory and of each rank's log
+    and config record (``ocr.utils.distributed``) once."""
     resolvers: dict[str, Callable[..., Any]] = {
         "hw.pick": pick,
         "hw.precision": auto_precision,
         "hw.workers": auto_workers,
+        "hw.node_workers": node_workers,
+        "hw.num_nodes": distributed.num_nodes,
+        "hw.devices_per_node": distributed.devices_per_node,
         "first_set": first_set,
+        "dist.run_name": distributed.run_name,
+        "dist.log_name": distributed.log_name,
+        "dist.rank_zero_only": distributed.rank_zero_only_value,
     }
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):

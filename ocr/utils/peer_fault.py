@@ -52,22 +52,22 @@ def default_store() -> Any | None:
         return None
 
 
-def announce_fault(store: Any, record: dict[str, Any]) -> None:
-    """Record this rank's fault for the others (the first rank to fault keeps the record)."""
+def announce_fault(store: Any, record: dict[str, Any], key: str = STORE_KEY) -> None:
+    """Record this rank's fault (or, under another ``key``, its stall) for the others; the first rank to
+    announce keeps the record."""
     try:
-        store.compare_set(STORE_KEY, "", json.dumps(record))
+        store.compare_set(key, "", json.dumps(record))
     except STORE_ERRORS as exc:
-        log.warning(
-            "Could not tell the other ranks about the CUDA fault (%s): they stop at their timeout", exc
-        )
+        log.warning("Could not tell the other ranks (%s: %s): they stop at their timeout", key, exc)
 
 
-def peer_fault(store: Any, rank: int) -> dict[str, Any] | None:
-    """Another rank's fault record, or None (none yet, or the store is gone)."""
+def peer_fault(store: Any, rank: int, key: str = STORE_KEY) -> dict[str, Any] | None:
+    """Another rank's record under ``key`` (a CUDA fault by default), or None (none yet, or the store is
+    gone)."""
     try:
-        if not store.check([STORE_KEY]):
+        if not store.check([key]):
             return None
-        record: dict[str, Any] = json.loads(store.get(STORE_KEY))
+        record: dict[str, Any] = json.loads(store.get(key))
     except STORE_ERRORS:
         return None
     return record if record.get("rank") != rank else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Keys that steer this invocation rather than describe the run: always taken from the command line.
-CONTROL_KEYS = ("resume", "ckpt_path", "resume_allow_data_change", "resume_allow_other_run")
+CONTROL_KEYS = (
+    "resume",
+    "ckpt_path",
+    "resume_allow_data_change",
+    "resume_allow_other_run",
+    "resume_allow_world_size_change",
+)
 # Config groups a resume cannot change: what the checkpoint restores would silently override them.
 FIXED_ON_RESUME = {
     "model": "the checkpoint's weights are those of the run's network",
@@ -55,6 +62,7 @@ class Resume:
     overrides: list[str]
     data_fingerprint: str | None
     run_id: str | None  # the run the checkpoint belongs to, when it is this run (None: not recorded)
+    world_size: int | None = None  # processes of the run that wrote the checkpoint (ocr.utils.world_size)
 
     @property
     def config_name(self) -> str:
@@ -129,9 +137,24 @@ def _sidecar_fingerprint(meta: Path) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def _readable_hpc_checkpoints(run_dir: Path) -> list[Path]:
+    """Lightning's SLURM pre-emption checkpoints in ``run_dir``. Lightning writes one in the system's temp
+    folder and moves it there, a copy across file systems: one the job's end cut short is skipped."""
+    readable = []
+    for path in sorted(run_dir.glob("hpc_ckpt_*.ckpt")):
+        try:
+            _checkpoint_step(path)
+        except (RuntimeError, OSError, EOFError, ValueError, KeyError, pickle.UnpicklingError) as exc:
+            log.warning("Resume: skipping %s, which cannot be read (%s: %s)", path, type(exc).__name__, exc)
+            continue
+        readable.append(path)
+    return readable
+
+
 def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
-    """``ckpt_path`` when given, else the checkpoint in ``<run_dir>/checkpoints`` with the highest step
-    (``last.ckpt`` on a tie); with its step.
+    """``ckpt_path`` when given, else the checkpoint in ``<run_dir>/checkpoints`` (or the one Lightning
+    saved on a SLURM pre-emption, ``<run_dir>/hpc_ckpt_<n>.ckpt``) with the highest step (``last.ckpt`` on
+    a tie); with its step.
 
     Raises:
         FileNotFoundError: naming the folder when it holds no checkpoint.
@@ -143,6 +166,7 @@ def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
         return path, _checkpoint_step(path)
     folder = run_dir / "checkpoints"
     candidates = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
+    candidates += _readable_hpc_checkpoints(run_dir)  # SLURM auto-requeue (docs/distributed.md)
     if not candidates:
         raise FileNotFoundError(
             f"resume={run_dir}: no checkpoint (*.ckpt) in {folder}; a run killed before or during its "
@@ -338,7 +362,7 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
         ", ".join(applied) or "none",
     )
     run_id = run_config.get("run_id") if same_run else None
-    return Resume(checkpoint_path, step, cfg, applied, fingerprint, run_id)
+    return Resume(checkpoint_path, step, cfg, applied, fingerprint, run_id, checkpoint.get("world_size"))
 
 
 def resume_from_command_line(cfg: DictConfig) -> Resume | None:

@@ -36,6 +36,7 @@ from ocr.utils.run_folder import (
     read_run_id,
     write_run_record,
 )
+from ocr.utils.world_size import check_world_size
 
 __all__ = ["RunClaim", "RunStartGate", "claim_run"]
 
@@ -110,6 +111,9 @@ def claim_run(cfg: DictConfig) -> RunClaim:
     if lock is not None:
         lock.refuse_if_busy()
     resume = resume_from_command_line(cfg)
+    if resume is not None:
+        allow = bool(resume.config.resume_allow_world_size_change)
+        check_world_size(resume.world_size, resume.config, resume.checkpoint, allow)
     if resume is None and launching:
         occupant = _occupant(run_dir)
         if occupant is not None:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ocr.utils.fault_exit import exit_on_cuda_fault
 from ocr.utils.io import atomic_write_text
 from ocr.utils.output_dir import writable_dir
+from ocr.utils.peer_lost import exit_on_lost_peer, lost_peer_reported
 from ocr.utils.run_folder import RunRefusedError
 from ocr.utils.sentinels import failure_written, interrupted_exit_code, write_failure, write_interrupted
 
@@ -117,6 +118,7 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
         except BaseException as exc:
             directory = Path(cfg.paths.output_dir)
             exit_on_cuda_fault(exc, directory)  # a CUDA fault ends the process here (ocr/utils/fault_exit.py)
+            exit_on_lost_peer(exc, directory)  # so does another rank's end (ocr/utils/peer_lost.py)
             # Lightning turns Ctrl-C into SystemExit(1); only a clean exit is not a failure.
             clean_exit = isinstance(exc, SystemExit) and exc.code in (0, None)
             if isinstance(exc, RunRefusedError):
@@ -126,7 +128,8 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
             exit_code = _interrupted(directory, exc)
             if exit_code is not None:
                 raise SystemExit(exit_code) from None
-            if not failure_written(directory) and not clean_exit:
+            # A rank that lost its peers may have reported first; this rank's own error is the cause.
+            if (not failure_written(directory) or lost_peer_reported(directory)) and not clean_exit:
                 try:
                     write_failure(directory, exc)
                 except OSError as error:  # e.g. the disk is full: one line, not a chained traceback

@@ -21,6 +21,7 @@ __all__ = [
     "write_failure",
     "write_interrupted",
     "write_success",
+    "written_by_this_process",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,11 @@ def failure_written(run_dir: str | Path) -> bool:
         return path.stat().st_mtime >= _STARTED
     except OSError:
         return False
+
+
+def written_by_this_process(run_dir: str | Path) -> bool:
+    """True when this process wrote ``run_dir/.FAILURE`` (another rank's report is not)."""
+    return (Path(run_dir) / ".FAILURE").resolve() in _failures_written
 
 
 def clear_sentinels(run_dir: str | Path) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -101,3 +102,17 @@ def test_entries_that_would_eat_into_the_disk_reserve_are_skipped_and_counted(tm
     roomy = ImageCache(tmp_path, "f" * 64, reserve_bytes=0)
     roomy.save("a", np.ones((4, 4), np.uint8))
     assert roomy.skipped == 0 and roomy.load("a") is not None
+
+
+def test_a_folder_that_cannot_be_locked_is_filled_without_the_lock(tmp_path, monkeypatch, caplog):
+    """A file system without locks (some network mounts) must not stop a run: each write is atomic."""
+
+    def no_locks(handle, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(cache_module.fcntl, "flock", no_locks)
+    cache = ImageCache(tmp_path, "d" * 64)
+    with cache.filling():
+        cache.save("a", np.zeros((2, 2), np.uint8))
+    assert cache.load("a") is not None
+    assert "cannot lock" in caplog.text and "No locks available" in caplog.text

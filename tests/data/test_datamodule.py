@@ -14,7 +14,7 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from ocr.data.datamodule import ReceiptDataModule
+from ocr.data.datamodule import ReceiptDataModule, seed_worker
 from ocr.utils.hardware import pick
 from tests.helpers.receipt_fixtures import (
     TARGETS,
@@ -114,6 +114,45 @@ def test_synthetic_data_is_generated_on_first_use(tmp_path: Path) -> None:
     _check_batch(next(iter(module.train_dataloader())), 64, 2)
     with pytest.raises(ValueError, match="synthetic"):
         _module(root, synthetic={"num_train": 2})
+
+
+def test_dataloader_workers_of_each_global_rank_draw_their_own_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """srun (SLURM_PROCID) and Lightning's own launcher (LOCAL_RANK per node) leave RANK unset: the global
+    rank Lightning sets on each rank decides, so local rank 1 of node 0 and of node 1 differ."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    for key in ("RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    firsts = []
+    for rank in (1, 5):
+        monkeypatch.setattr(rank_zero_only, "rank", rank)
+        torch.manual_seed(7)  # the seed every rank's worker starts from
+        seed_worker(0)
+        firsts.append(np.random.random())
+    assert firsts[0] != firsts[1]
+
+
+def test_only_global_rank_zero_generates_the_synthetic_set(tmp_path: Path) -> None:
+    """The data root is on a file system every node shares (docs/distributed.md): the local rank 0 of
+    node 1 must not generate the set there at the same time as node 0's (Lightning's own decision)."""
+    from lightning.pytorch.profilers import PassThroughProfiler
+    from lightning.pytorch.trainer.connectors.data_connector import _DataConnector
+
+    tiny = {"num_train": 1, "num_val": 1, "num_test": 1, "seed": 0, "long_side": 64}
+    module = _module(tmp_path / "generated", synthetic={**tiny, "style": "basic", "granularity": "word"})
+    for node, generated in ((1, False), (0, True)):
+        trainer = SimpleNamespace(
+            local_rank=0,
+            node_rank=node,
+            datamodule=module,
+            lightning_module=None,
+            profiler=PassThroughProfiler(),
+        )
+        _DataConnector(trainer).prepare_data()  # type: ignore[arg-type]
+        assert (tmp_path / "generated" / "manifest.json").is_file() == generated, node
 
 
 @pytest.mark.parametrize("name", ["synthetic", "receipts"])

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -214,6 +217,46 @@ def test_scan_fills_the_decode_cache_so_loading_does_not_decode_again(
     monkeypatch.setattr("ocr.data.scan.read_image", no_decode)
     assert dataset[1]["image"].shape == (3, 64, 64)
     assert len(_dataset(tmp_path, cache_dir=tmp_path / "cache")) == 2  # a second scan reads headers only
+
+
+def _scan_counting_saves(root: Path, cache: Path, start: Any, out: Path) -> None:
+    """A DDP rank's scan of the split (in a forked process): how many cache entries it wrote."""
+    from ocr.data import cache as cache_module
+
+    saves = []
+    save = cache_module.ImageCache.save
+
+    def slow_save(self: Any, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.2)  # both scans would probe every image before either wrote one
+        saves.append(args[0])
+        save(self, *args, **kwargs)
+
+    cache_module.ImageCache.save = slow_save  # type: ignore[method-assign]
+    start.wait()
+    _dataset(root, cache_dir=cache)
+    out.write_text(str(len(saves)))
+
+
+def test_the_ranks_of_a_node_fill_the_decode_cache_once(tmp_path: Path) -> None:
+    """Two processes scanning one split at once (the DDP ranks of a node): one decodes and writes every
+    image, the other finds them cached; without the folder's lock both would write every entry."""
+    write_split(tmp_path, "val", {f"val_{i}.png": block_words() for i in range(4)})
+    context = multiprocessing.get_context("fork")
+    start = context.Barrier(2)
+    ranks = [
+        context.Process(
+            target=_scan_counting_saves, args=(tmp_path, tmp_path / "cache", start, tmp_path / f"saves{r}")
+        )
+        for r in (0, 1)
+    ]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(120)
+    assert [p.exitcode for p in ranks] == [0, 0]
+    saves = sorted(int((tmp_path / f"saves{r}").read_text()) for r in (0, 1))
+    assert saves == [0, 4]
+    assert len(list((tmp_path / "cache").rglob("*.npy"))) == 4
 
 
 def test_unannotated_files_and_wrong_recorded_sizes_are_counted_and_warned_once(

@@ -11,6 +11,8 @@ import torch
 from ocr.doctor import checks
 from ocr.doctor.checks import CheckResult, fast_checks, worst_status
 from ocr.doctor.cli import check_dataloader, format_table, main
+from ocr.doctor.distributed import check_distributed
+from tests.helpers.launch_env import TORCHRUN_NODE1
 
 
 def test_fast_checks_cover_everything(tmp_path: Path) -> None:
@@ -57,3 +59,41 @@ def test_cli_fast_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "packages" in report["environment"]
     assert json.loads((tmp_path / "doctor.json").read_text())["verdict"] == report["verdict"]
     assert (tmp_path / "doctor.txt").read_text().strip().endswith(f"verdict: {report['verdict']}")
+
+
+def test_the_launch_is_reported(tmp_path: Path) -> None:
+    result = check_distributed(num_nodes=2, devices=2, data_root=tmp_path, gpus=2, env=TORCHRUN_NODE1)
+    assert result.status == "ok"
+    assert result.detail == (
+        "torchelastic: rank 3 of 4, local rank 1, node 1 of 2, 2 processes per node, master node0:29500, "
+        "run id job42"
+    )
+    alone = check_distributed(gpus=0, env={})
+    assert alone.status == "ok" and alone.detail.startswith("one process")
+
+
+def test_the_usual_launch_mistakes_are_warned_about(tmp_path: Path) -> None:
+    result = check_distributed(
+        num_nodes=4, devices=8, data_root=tmp_path / "not_mounted", gpus=4, env=TORCHRUN_NODE1
+    )
+    assert result.status == "warn"
+    assert "trainer.num_nodes=4, but torchelastic started 2 nodes" in result.detail
+    assert "trainer.devices=8, but torchelastic started 2 processes on this node" in result.detail
+    assert "trainer.devices=8, but this node has 4 GPUs" in result.detail
+    assert f"data root {tmp_path / 'not_mounted'} is not visible on this node" in result.detail
+    assert "trainer.num_nodes=2" in result.fix and "trainer.devices=2" in result.fix
+
+
+def test_cli_reports_the_launch_and_checks_the_planned_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in TORCHRUN_NODE1.items():
+        monkeypatch.setenv(key, value)
+    main(["--fast", "--json", "--out", str(tmp_path), "--num-nodes", "3", "--data-root", str(tmp_path / "x")])
+    report = json.loads(capsys.readouterr().out)
+    row = next(c for c in report["checks"] if c["name"] == "distributed")
+    assert (
+        row["status"] == "warn" and "trainer.num_nodes=3, but torchelastic started 2 nodes" in row["detail"]
+    )
+    assert report["distributed"]["launcher"] == "torchelastic" and report["distributed"]["node_rank"] == 1
+    assert report["distributed"]["variables"]["MASTER_ADDR"] == "node0"

@@ -113,3 +113,36 @@ def test_no_visible_gpu_counts_as_one_process(monkeypatch):
     monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     assert hardware.auto_workers(8, "auto") == hardware.auto_workers(8, -1) == 3
+
+
+def test_multi_node_preset_takes_nodes_and_processes_from_torchrun(monkeypatch, tmp_path, compose_cfg):
+    """torchrun --nnodes=2 --nproc-per-node=4 on 16-core nodes: 2 nodes, 4 devices, 3 workers each."""
+    from omegaconf import OmegaConf
+
+    torchrun = {"RANK": "5", "LOCAL_RANK": "1", "GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8"}
+    for key, value in torchrun.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    cfg = compose_cfg("train", ["hardware=multi_node"], tmp_path)
+    OmegaConf.resolve(cfg)
+    assert (cfg.trainer.num_nodes, cfg.trainer.devices, cfg.data.num_workers) == (2, 4, 3)
+
+
+def test_multi_node_preset_without_a_launcher_is_one_node(monkeypatch, tmp_path, compose_cfg):
+    from omegaconf import OmegaConf
+
+    for key in (
+        "RANK",
+        "LOCAL_RANK",
+        "GROUP_RANK",
+        "LOCAL_WORLD_SIZE",
+        "WORLD_SIZE",
+        "SLURM_NTASKS",
+        "NODE_RANK",
+    ):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(hardware, "has_cuda", lambda: False)
+    cfg = compose_cfg("train", ["hardware=multi_node"], tmp_path)
+    OmegaConf.resolve(cfg.trainer)
+    assert (cfg.trainer.num_nodes, cfg.trainer.devices, cfg.trainer.accelerator) == (1, 1, "cpu")

@@ -31,6 +31,7 @@ RUN_CONFIG = {
     "ckpt_path": None,
     "resume_allow_data_change": False,
     "resume_allow_other_run": False,
+    "resume_allow_world_size_change": False,
     "paths": {"output_dir": "/old/place/run"},
     "model": {"decoder": {"channels": 128}},
     "optimizer": {"lr": 0.001},

@@ -170,6 +170,7 @@ class RunCheckpoint(ModelCheckpoint):
     ) -> None:
         datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning's connector
         checkpoint["data_fingerprint"] = getattr(datamodule, "fingerprint", None)
+        checkpoint["world_size"] = trainer.world_size  # a resume on another one is refused or warned about
         checkpoint["saved_at_epoch_end"] = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         if self._validation_pending:
             _mark_validation_pending(checkpoint)
@@ -281,6 +282,7 @@ class RunCheckpoint(ModelCheckpoint):
             "monitor": self.monitor,
             "git_commit": self._git_commit,
             "data_fingerprint": getattr(datamodule, "fingerprint", None),
+            "world_size": trainer.world_size,
             "config": getattr(module, "run_config", None),
         }
 

@@ -30,6 +30,7 @@ from ocr.lightning_modules.callbacks.interrupt import is_interruption
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
 from ocr.models.loss.checks import LOGIT_NAMES, LossInputError, device_message
 from ocr.utils.cuda_fault import is_cuda_fault
+from ocr.utils.distributed import rank_tag
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 __all__ = [
@@ -46,13 +47,14 @@ log = logging.getLogger(__name__)
 WEIGHTS_FILE = "weights.pt"
 
 
-def crash_dir(run_dir: Path, rank: int) -> Path:
-    """``<run dir>/crash`` on global rank 0, ``<run dir>/crash-rank<k>`` on the others.
+def crash_dir(run_dir: Path, rank: int, node_rank: int) -> Path:
+    """``<run dir>/crash`` on global rank 0, ``<run dir>/crash-node<n>-rank<k>`` on the others.
 
     Every rank keeps its own files: a fault on GPU 1 must not depend on rank 0 to be recorded, and
-    ranks must not overwrite each other's.
+    ranks (on any node, sharing the run directory) must not overwrite each other's.
     """
-    return run_dir / ("crash" if rank == 0 else f"crash-rank{rank}")
+    tag = rank_tag(rank, node_rank)
+    return run_dir / (f"crash-{tag}" if tag else "crash")
 
 
 def last_checkpoint_path(trainer: L.Trainer) -> str | None:
@@ -141,7 +143,7 @@ def write_crash_bundle(
         environment: an environment report taken before the fault (CUDA is not queried again after a
             CUDA error); ``None`` collects one now.
     """
-    crash = crash_dir(run_dir, trainer.global_rank)
+    crash = crash_dir(run_dir, trainer.global_rank, trainer.node_rank)
     cuda_fault = is_cuda_fault(exception)
     oom = isinstance(exception, torch.cuda.OutOfMemoryError)
     # A NonFiniteLossError may carry the batch of the first bad step; else the last batch.
@@ -240,6 +242,9 @@ class CrashBundle(Callback):
             crash = write_crash_bundle(run_dir, trainer, pl_module, exception, self._environment)
         except Exception:
             # The original exception matters more than a failed bundle: log and let it propagate.
-            log.exception("Could not write the crash bundle into %s", crash_dir(run_dir, trainer.global_rank))
+            log.exception(
+                "Could not write the crash bundle into %s",
+                crash_dir(run_dir, trainer.global_rank, trainer.node_rank),
+            )
             return
         log.error("Crash bundle written to %s; replay it with: scripts/debug_cuda.sh replay %s", crash, crash)

@@ -96,7 +96,7 @@ class CudaFaultExit(Callback):
             return
         self._detected_s = time.time()
         site = self._site(trainer, pl_module)
-        crash = crash_dir(self.run_dir, trainer.global_rank)
+        crash = crash_dir(self.run_dir, trainer.global_rank, trainer.node_rank)
         trainer_fn = trainer.state.fn.value if trainer.state.fn is not None else None
         self._ending = FaultExit.for_fault(
             fault, site, run_dir=self.run_dir, crash=crash, trainer_fn=trainer_fn
@@ -123,7 +123,7 @@ class CudaFaultExit(Callback):
     def _finish(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> NoReturn:
         """Instead of Lightning's teardown: the crash bundle if no callback wrote one, then the exit."""
         assert self._ending is not None
-        state = crash_dir(self.run_dir, trainer.global_rank) / "state.json"
+        state = crash_dir(self.run_dir, trainer.global_rank, trainer.node_rank) / "state.json"
         if not (state.is_file() and state.stat().st_mtime >= self._detected_s - 1):
             try:
                 write_crash_bundle(self.run_dir, trainer, pl_module, exception, environment=None)

@@ -9,7 +9,8 @@ could read its flag. On a hit the guard writes ``nonfinite.json`` into the rank'
 raises :class:`NonFiniteLossError`, which Lightning routes through ``on_exception`` to the crash bundle.
 Every checkpoint save checks too, before the state is written, so ``last.ckpt`` (which resume and the
 crash bundle use) never holds weights from after the first NaN.
-Under DDP the check takes the minimum over ranks (one collective per check), so all ranks stop together.
+Under DDP the check takes the minimum over ranks (one collective per check), so all ranks stop together;
+each writes its own record (``crash-node<n>-rank<k>/nonfinite.json`` beside rank 0's ``crash/``).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class NonFiniteGuard(Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._trainer = trainer
-        self._crash_dir = crash_dir(resolve_run_dir(None, trainer), trainer.global_rank)
+        self._crash_dir = crash_dir(resolve_run_dir(None, trainer), trainer.global_rank, trainer.node_rank)
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -174,6 +175,7 @@ class NonFiniteGuard(Callback):
             "first_bad": [{"step": step, "what": what} for step, what in bad],
             "detected_at_step": checked_at,
             "rank": self._trainer.global_rank if self._trainer is not None else 0,
+            "node": self._trainer.node_rank if self._trainer is not None else 0,
         }
         return atomic_write_json(path, record)
 

@@ -22,11 +22,13 @@ import os
 import time
 from collections.abc import Sized
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from ocr.lightning_modules.ranks import decided_on_rank_zero
 from ocr.lightning_modules.schedule import resize_schedules
 
 __all__ = [
@@ -221,8 +223,10 @@ class TimeBudget(Callback):
         elif done - self._timed_from[0] >= self.measure_steps:
             seconds_per_step = (time.perf_counter() - self._timed_from[1]) / (done - self._timed_from[0])
             self._images_per_batch = _images_in(batch)
-            plan = self._plan(trainer, self.minutes, seconds_per_step)
-            self._apply(trainer, trainer.strategy.broadcast(plan, src=0))
+            self._apply(
+                trainer,
+                decided_on_rank_zero(trainer, partial(self._plan, trainer, self.minutes, seconds_per_step)),
+            )
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.plan is not None:
@@ -253,7 +257,7 @@ class TimeBudget(Callback):
             return
         (first_step, first_time), (last_step, last_time) = marks
         seconds_per_step = (last_time - first_time) / (last_step - first_step)
-        plan = trainer.strategy.broadcast(self._replan(trainer, seconds_per_step), src=0)
+        plan = decided_on_rank_zero(trainer, partial(self._replan, trainer, seconds_per_step))
         if plan.max_steps < self.plan.max_steps:
             log.warning(
                 "time budget %.1f min: steps take %.2f s now (%.2f s when planned); training %d steps "

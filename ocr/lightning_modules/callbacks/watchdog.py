@@ -3,7 +3,10 @@
 The daemon thread starts in ``__init__`` (the runner builds callbacks before data setup and before the
 first CUDA call), so hangs in imports, dataset scans, DataLoader worker start-up and the first step are
 covered too. The dump goes to stderr through ``faulthandler`` (no Python locks needed, so it works while
-the main thread is stuck inside C code) and to ``<run dir>/stall-<n>.txt``.
+the main thread is stuck inside C code) and to ``<run dir>/stall-<n>.txt`` (``stall-node<n>-rank<k>-<n>.txt``
+on the other ranks). Under DDP a rank that stops for a stall (``exit_on_stall``) says so in the process
+group's store, and the other ranks, waiting for it in a collective, stop too at once with the same exit code
+and a line naming it.
 """
 
 from __future__ import annotations
@@ -24,13 +27,17 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
+from ocr.utils.distributed import launch_info, rank_tag
+from ocr.utils.fault_exit import end_process
 from ocr.utils.io import atomic_write_bytes
+from ocr.utils.peer_fault import announce_fault, default_store, peer_fault
 
 __all__ = ["StallWatchdog", "dump_all_stacks"]
 
 log = logging.getLogger(__name__)
 
 EXIT_CODE_STALL = 124  # as timeout(1): scripts can tell a stall from a crash
+STALL_KEY = "ocr/stall"  # the process group's store: the first rank that stops for a stall
 
 
 def dump_all_stacks() -> bytes:
@@ -77,6 +84,8 @@ class StallWatchdog(Callback):
         self._interrupted_at: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._node_rank = launch_info().node_rank or 0
+        self._store: Any | None = None  # the process group's store under DDP, set up with the trainer
         if exit_on_stall:
             _make_interruptible()
         self.start()
@@ -116,6 +125,7 @@ class StallWatchdog(Callback):
             beat, now = self._last_beat, time.monotonic()
             if beat != stall_beat:
                 stall_beat, dumps_in_stall = beat, 0
+            self._stop_for_stalled_peer()
             if self._interrupted_at is not None and now - self._interrupted_at >= self.timeout_s:
                 self._hard_exit(now - self._interrupted_at)
             due = now - beat >= self.timeout_s * (dumps_in_stall + 1)
@@ -126,7 +136,35 @@ class StallWatchdog(Callback):
             if self.exit_on_stall and self._interrupted_at is None:
                 log.error("Stall: interrupting the main thread <callbacks.stall_watchdog.exit_on_stall=true>")
                 self._interrupted_at = time.monotonic()
+                self._announce(now - beat)
                 _thread.interrupt_main()
+
+    def _announce(self, stalled_s: float) -> None:
+        """Tell the other DDP ranks that this one stops for a stall."""
+        if self._store is not None:
+            record = {
+                "rank": rank_zero_only.rank,  # type: ignore[attr-defined]
+                "node": self._node_rank,
+                "stalled_s": round(stalled_s),
+                "last": self._last_event,
+                "dump": str(self.dumps[-1]) if self.dumps else None,
+            }
+            announce_fault(self._store, record, key=STALL_KEY)
+
+    def _stop_for_stalled_peer(self) -> None:
+        """End this rank when another one stopped for a stall: this one waits for it in a collective."""
+        if self._store is None or self._stop.is_set():
+            return
+        record = peer_fault(self._store, rank_zero_only.rank, key=STALL_KEY)  # type: ignore[attr-defined]
+        if record is None:
+            return
+        message = (
+            f"Stall on rank {record.get('rank')} (node {record.get('node')}): no step for "
+            f"{record.get('stalled_s')} s, last progress: {record.get('last')}; its stacks: "
+            f"{record.get('dump')}. This rank stops too, with exit code {EXIT_CODE_STALL}: the collectives "
+            "it waits for cannot complete <callbacks.stall_watchdog.exit_on_stall=true>"
+        )
+        end_process(EXIT_CODE_STALL, [(message, None)])
 
     def _report(self, stalled_s: float) -> None:
         header = (
@@ -139,11 +177,9 @@ class StallWatchdog(Callback):
             os.write(sys.__stderr__.fileno() if sys.__stderr__ else 2, header + stacks)
         except (OSError, ValueError):
             pass
-        # Set on the function by Lightning; each DDP rank dumps its own stacks.
-        rank = rank_zero_only.rank  # type: ignore[attr-defined]
-        name = (
-            f"stall-{len(self.dumps) + 1}.txt" if rank == 0 else f"stall-rank{rank}-{len(self.dumps) + 1}.txt"
-        )
+        # rank_zero_only.rank is set on the function by Lightning; each DDP rank dumps its own stacks.
+        tag = rank_tag(rank_zero_only.rank, self._node_rank)  # type: ignore[attr-defined]
+        name = f"stall-{tag}-{len(self.dumps) + 1}.txt" if tag else f"stall-{len(self.dumps) + 1}.txt"
         path = (self.dirpath or Path("outputs")) / name
         try:
             atomic_write_bytes(path, header + stacks)
@@ -165,6 +201,8 @@ class StallWatchdog(Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.dirpath is None:
             self.dirpath = Path(trainer.default_root_dir)
+        self._node_rank = trainer.node_rank
+        self._store = default_store() if trainer.world_size > 1 else None
         self.start()
 
     def on_train_batch_end(

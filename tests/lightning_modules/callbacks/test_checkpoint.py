@@ -93,6 +93,9 @@ def test_last_checkpoint_follows_every_validation_on_a_plateau(
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     assert saved["global_step"] == 16
     assert len(list((tmp_path / "checkpoints").glob("best_*.ckpt"))) == 1
+    # A resume on another number of processes is refused or warned about (ocr.utils.world_size).
+    meta = json.loads((tmp_path / "checkpoints" / "last.ckpt.json").read_text())
+    assert saved["world_size"] == meta["world_size"] == 1
 
 
 def test_last_checkpoint_every_n_steps_and_at_the_end_between_validations(tmp_path: Path) -> None:

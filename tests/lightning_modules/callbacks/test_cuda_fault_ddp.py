@@ -83,7 +83,7 @@ def test_the_other_rank_stops_too_and_says_why(faulty_rank: int, tmp_path: Path)
     assert [ranks[faulty_rank].exitcode, ranks[healthy].exitcode] == [EXIT_CUDA_FAULT, EXIT_PEER_FAULT], [
         (tmp_path / f"rank{r}.log").read_text() for r in (0, 1)
     ]
-    crash = tmp_path / ("crash" if faulty_rank == 0 else f"crash-rank{faulty_rank}")
+    crash = tmp_path / ("crash" if faulty_rank == 0 else f"crash-node0-rank{faulty_rank}")
     fault = json.loads((crash / "fault.json").read_text())
     assert fault["rank"] == faulty_rank and fault["world_size"] == 2
     assert max(ended.values()) - fault["detected_unix_s"] < 10

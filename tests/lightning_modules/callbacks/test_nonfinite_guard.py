@@ -65,7 +65,9 @@ def test_cuda_loss_checks_reach_the_guard_instead_of_a_device_assert(tmp_path: P
     assert record["first_bad"][0] == {"step": 1, "what": "loss"}
 
 
-def _fake_trainer(root: Path, rank: int, world_size: int = 2, other_rank_first_bad: int = -1):
+def _fake_trainer(
+    root: Path, rank: int, world_size: int = 2, other_rank_first_bad: int = -1, node_rank: int = 0
+):
     def reduce(tensor, reduce_op):  # the minimum with another rank that holds other_rank_first_bad
         other = torch.full_like(tensor, other_rank_first_bad if other_rank_first_bad >= 0 else tensor.max())
         return torch.minimum(tensor, other)
@@ -73,6 +75,7 @@ def _fake_trainer(root: Path, rank: int, world_size: int = 2, other_rank_first_b
     return SimpleNamespace(
         default_root_dir=str(root),
         global_rank=rank,
+        node_rank=node_rank,
         world_size=world_size,
         strategy=SimpleNamespace(reduce=reduce),
     )
@@ -80,13 +83,14 @@ def _fake_trainer(root: Path, rank: int, world_size: int = 2, other_rank_first_b
 
 def test_each_rank_writes_its_own_nonfinite_record(tmp_path: Path) -> None:
     guard = NonFiniteGuard(check_every_n_steps=10, check_grads=False)
-    trainer = _fake_trainer(tmp_path, rank=1)
+    trainer = _fake_trainer(tmp_path, rank=3, world_size=4, node_rank=1)
     guard.setup(trainer, None, "fit")
     guard._step = torch.tensor(4)
     guard._record("loss", torch.tensor(False))
     guard.on_exception(trainer, None, RuntimeError("another failure"))
-    record = json.loads((tmp_path / "crash-rank1" / "nonfinite.json").read_text())
-    assert record == {"first_bad": [{"step": 4, "what": "loss"}], "detected_at_step": None, "rank": 1}
+    record = json.loads((tmp_path / "crash-node1-rank3" / "nonfinite.json").read_text())
+    expected = {"first_bad": [{"step": 4, "what": "loss"}], "detected_at_step": None, "rank": 3, "node": 1}
+    assert record == expected
     assert not (tmp_path / "crash").exists()
 
 

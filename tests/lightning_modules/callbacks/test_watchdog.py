@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from ocr.debug.inject import FaultInjector
-from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
+from ocr.lightning_modules.callbacks.watchdog import EXIT_CODE_STALL, STALL_KEY, StallWatchdog
+from ocr.utils.peer_fault import announce_fault
+from tests.helpers.exits import fake_exits
 from tests.helpers.triage_tiny import fit_tiny
 
 
@@ -20,6 +23,23 @@ def _wait_for(predicate, limit_s: float = 20.0) -> bool:
             return True
         time.sleep(0.05)
     return predicate()
+
+
+class FakeStore:
+    """The process group's key-value store, as peer_fault uses it (one per test: shared by "ranks")."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+
+    def compare_set(self, key: str, expected: str, value: str) -> None:
+        if self.data.get(key, "") == expected:
+            self.data[key] = value
+
+    def check(self, keys: list[str]) -> bool:
+        return all(key in self.data for key in keys)
+
+    def get(self, key: str) -> bytes:
+        return self.data[key].encode()
 
 
 def test_dumps_and_repeats_while_stalled(tmp_path: Path) -> None:
@@ -54,10 +74,13 @@ def test_fires_on_injected_stall_during_fit(tmp_path: Path) -> None:
     assert watchdog._thread is None  # stopped at teardown
 
 
-def test_exit_on_stall_interrupts_main_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_exit_on_stall_interrupts_main_thread_and_tells_the_other_ranks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     exits: list[float] = []
     monkeypatch.setattr(StallWatchdog, "_hard_exit", staticmethod(exits.append))
     watchdog = StallWatchdog(timeout_s=0.5, repeat=False, exit_on_stall=True, dirpath=str(tmp_path))
+    watchdog._store = store = FakeStore()  # under DDP: the process group's store
     try:
         with pytest.raises(KeyboardInterrupt):
             for _ in range(400):
@@ -65,6 +88,9 @@ def test_exit_on_stall_interrupts_main_thread(tmp_path: Path, monkeypatch: pytes
     finally:
         watchdog.stop()
     assert watchdog.dumps
+    record = json.loads(store.data[STALL_KEY])
+    assert record["rank"] == 0 and record["dump"] == str(tmp_path / "stall-1.txt")
+    assert record["last"] == "start-up (no step completed yet)"
 
 
 def test_exit_on_stall_restores_an_ignored_sigint(tmp_path: Path) -> None:
@@ -80,3 +106,29 @@ def test_exit_on_stall_restores_an_ignored_sigint(tmp_path: Path) -> None:
 def test_rejects_bad_timeout() -> None:
     with pytest.raises(ValueError, match="timeout_s"):
         StallWatchdog(timeout_s=0, repeat=True, exit_on_stall=False, dirpath=None)
+
+
+def test_the_other_ranks_stop_at_once_naming_the_stalled_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rank 0 waits in a collective for a rank that stopped for a stall: it ends at once, exit 124."""
+    exits = fake_exits(monkeypatch)
+    store = FakeStore()
+    stalled = {
+        "rank": 3,
+        "node": 1,
+        "stalled_s": 600,
+        "last": "train step 41",
+        "dump": "run/stall-node1-rank3-1.txt",
+    }
+    announce_fault(store, stalled, key=STALL_KEY)
+    watchdog = StallWatchdog(timeout_s=600, repeat=False, exit_on_stall=False, dirpath=str(tmp_path))
+    watchdog._store = store
+    try:
+        assert exits.event.wait(20)
+    finally:
+        watchdog.stop()
+    assert exits.codes == [EXIT_CODE_STALL]
+    said = caplog.records[-1].getMessage()
+    assert said.startswith("Stall on rank 3 (node 1): no step for 600 s, last progress: train step 41")
+    assert f"This rank stops too, with exit code {EXIT_CODE_STALL}" in said
