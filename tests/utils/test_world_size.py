@@ -83,6 +83,7 @@ def test_the_resume_reads_the_checkpoints_world_size(tmp_path: Path) -> None:
             "resume": str(tmp_path),
             "ckpt_path": None,
             "resume_allow_data_change": False,
+            "resume_allow_other_run": False,
             "resume_allow_world_size_change": True,
             "paths": {"output_dir": str(tmp_path)},
         }
