@@ -260,7 +260,7 @@ def _say(message: str) -> None:
 
 
 def _machine(cuda: bool) -> str:
-    from ocr.doctor.environment import package_versions
+    from ocr.machine.environment import package_versions
 
     parts = [
         platform.platform(),
@@ -268,7 +268,7 @@ def _machine(cuda: bool) -> str:
         f"torch {package_versions(('torch',))['torch']}",
     ]
     if cuda:  # cpu_info and cuda_info import torch: not worth it for the CPU variant
-        from ocr.doctor.environment import cpu_info, cuda_info
+        from ocr.machine.environment import cpu_info, cuda_info
 
         info = cuda_info(query_devices=True)
         parts[1] = f"{cpu_info()['model']} ({os.cpu_count()} logical CPUs)"

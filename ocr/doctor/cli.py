@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ocr.doctor.checks import CheckResult, SquaresDataset, Status, fast_checks, run_checks, worst_status
-from ocr.doctor.environment import collect_environment
+from ocr.machine.checks import CheckResult, SquaresDataset, Status, fast_checks, run_checks, worst_status
+from ocr.machine.environment import collect_environment
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
 __all__ = ["check_dataloader", "check_smoke_conv", "check_wandb_import", "format_table", "main", "run_doctor"]

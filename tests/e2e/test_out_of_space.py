@@ -11,8 +11,8 @@ import lightning as L
 import pytest
 from omegaconf import DictConfig
 
-from ocr.doctor import checks
 from ocr.lightning_modules.callbacks.preflight import PreflightError
+from ocr.machine import checks
 from ocr.utils.io import DiskFullError
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores

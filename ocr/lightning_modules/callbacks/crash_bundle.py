@@ -25,9 +25,9 @@ from lightning.fabric.utilities.seed import _collect_rng_states
 from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 
-from ocr.doctor.environment import collect_environment
 from ocr.lightning_modules.callbacks.interrupt import is_interruption
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.machine.environment import collect_environment
 from ocr.models.loss.checks import LOGIT_NAMES, LossInputError, device_message
 from ocr.utils.cuda_fault import is_cuda_fault
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text

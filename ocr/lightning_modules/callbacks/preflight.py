@@ -8,10 +8,10 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from ocr.doctor.checks import CheckResult, check_checkpoint_space, fast_checks, worst_status
+from ocr.checkpoints.saving import estimate_checkpoint_bytes
 from ocr.doctor.cli import format_table
-from ocr.lightning_modules.callbacks.checkpoint import estimate_checkpoint_bytes
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.machine.checks import CheckResult, check_checkpoint_space, fast_checks, worst_status
 from ocr.utils.errors import UsageError
 from ocr.utils.io import atomic_write_json
 

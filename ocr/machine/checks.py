@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ocr.doctor.environment import (
+from ocr.machine.environment import (
     cpu_info,
     cuda_info,
     driver_version,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from ocr.doctor.environment import cpu_flags
+from ocr.machine.environment import cpu_flags
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +44,7 @@ def has_cuda() -> bool:
 
     if torch.cuda.is_available():
         return True
-    from ocr.doctor.checks import check_cuda_usable
+    from ocr.machine.checks import check_cuda_usable
 
     verdict = check_cuda_usable()
     if verdict.status == "fail":

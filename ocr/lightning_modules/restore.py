@@ -13,12 +13,12 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ocr.checkpoints.inference_settings import apply_stored_settings, stored_setting_keys
+from ocr.checkpoints.legacy import upgrade_run_config
 from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.callbacks.cuda_fault import CudaFaultExit
 from ocr.lightning_modules.detection_module import DetectionModule
-from ocr.lightning_modules.legacy import upgrade_run_config
 from ocr.utils.errors import CheckpointError, InputNotFoundError
-from ocr.utils.inference_settings import apply_stored_settings, stored_setting_keys
 
 __all__ = [
     "CHECKPOINT_SOURCE",
@@ -155,7 +155,7 @@ def module_from_loaded(
 def checkpoint_settings(cfg: DictConfig, *, targets: bool) -> dict[str, Any]:
     """Load ``cfg.ckpt`` and take its inference settings into ``cfg`` (in place): the evaluation transform,
     the loss targets (``targets``: test) and the post-processing of its training run, except what the
-    command line set (logged, see ``ocr.utils.inference_settings``). Returns the checkpoint, for
+    command line set (logged, see ``ocr.checkpoints.inference_settings``). Returns the checkpoint, for
     :func:`restore_for_inference`."""
     checkpoint = load_checkpoint(cfg.ckpt)
     keys = stored_setting_keys(cfg, targets=targets)

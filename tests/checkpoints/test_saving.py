@@ -18,8 +18,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
-from ocr.lightning_modules.callbacks import checkpoint as checkpoint_module
-from ocr.lightning_modules.callbacks.checkpoint import (
+from ocr.checkpoints import saving as checkpoint_module
+from ocr.checkpoints.saving import (
     TIME_CHECK_EVERY_N_STEPS,
     RunCheckpoint,
     estimate_checkpoint_bytes,

@@ -110,7 +110,7 @@ def _checkpoint_step(path: Path) -> int:
                     type(exc).__name__,
                     exc,
                 )
-    from ocr.lightning_modules.loading import load_checkpoint_file
+    from ocr.lightning_modules.restore import load_checkpoint_file
 
     # Killed between the rename and the JSON: the checkpoint itself is complete (else named as truncated).
     return int(load_checkpoint_file(path, "checkpoint", mmap=True)["global_step"])
@@ -299,7 +299,7 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
             f"{output_dir} (hydra.run.dir or paths.output_dir): drop that override"
         )
     checkpoint_path, step = find_checkpoint(run_dir, composed.ckpt_path)
-    from ocr.lightning_modules.loading import load_checkpoint  # torch and Lightning: only once needed
+    from ocr.lightning_modules.restore import load_checkpoint  # torch and Lightning: only once needed
 
     checkpoint = load_checkpoint(checkpoint_path)
     run_config = checkpoint["ocr_config"]
