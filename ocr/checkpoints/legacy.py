@@ -14,6 +14,8 @@ log = logging.getLogger(__name__)
 TARGET_ALIASES = {
     "ocr.metrics.metric.CLEvalMetric": "ocr.metrics.cleval.options.CLEvalOptions",
     "ocr.metrics.cleval.metric.CLEvalMetric": "ocr.metrics.cleval.options.CLEvalOptions",
+    # The checkpoint modules became one package (issue 24).
+    "ocr.lightning_modules.callbacks.checkpoint.RunCheckpoint": "ocr.checkpoints.saving.RunCheckpoint",
 }
 
 # Keys configs/module/default.yaml held before the builder passed them from their own groups.

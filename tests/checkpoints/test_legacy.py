@@ -6,10 +6,12 @@ import copy
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import yaml
+from hydra.utils import get_object
 from omegaconf import DictConfig
 
 from ocr.checkpoints.legacy import TARGET_ALIASES, upgrade_run_config
@@ -86,6 +88,22 @@ def test_todays_config_is_left_as_it_is(caplog: pytest.LogCaptureFixture) -> Non
     with caplog.at_level(logging.WARNING):
         assert upgrade_run_config(today) == today
     assert not caplog.text
+
+
+def _targets(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["_target_"]] if "_target_" in node else []
+        return own + [target for value in node.values() for target in _targets(value)]
+    return [target for value in node for target in _targets(value)] if isinstance(node, list) else []
+
+
+def test_every_target_of_an_upgraded_old_config_exists() -> None:
+    """A resume instantiates the stored config's callbacks, loggers and trainer: each target must import."""
+    upgraded = upgrade_run_config(yaml.safe_load(OLD_RUN_CONFIG.read_text()))
+    targets = _targets(upgraded)
+    assert "ocr.checkpoints.saving.RunCheckpoint" in targets
+    for target in targets:
+        get_object(target)
 
 
 def test_load_checkpoint_upgrades_the_stored_config(tmp_path: Path) -> None:
