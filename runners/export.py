@@ -38,9 +38,10 @@ log = logging.getLogger(__name__)
 @task_wrapper
 def export(cfg: DictConfig) -> dict[str, str]:
     """Export ``cfg.ckpt``; returns the paths written (model, sidecar)."""
+    from ocr.checkpoints.reading import load_checkpoint
     from ocr.data.transforms import EvalTransform
     from ocr.inference.onnx_export import ParityError, check_parity, export_onnx, parity_batch, write_sidecar
-    from ocr.lightning_modules.restore import CHECKPOINT_SOURCE, load_checkpoint, module_from_loaded
+    from ocr.lightning_modules.restore import CHECKPOINT_SOURCE, module_from_loaded
 
     check_config_types(cfg)
     if cfg.format not in FORMATS:

@@ -1,11 +1,14 @@
-"""Run configs stored by older versions (checkpoints' ``ocr_config``), brought to today's layout on read."""
+"""Run configs stored by older versions (checkpoints' ``ocr_config``), brought to today's layout on read (and,
+for a resume, the checkpoint callback's keys: :func:`migrate_checkpoint_callback`)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-__all__ = ["TARGET_ALIASES", "upgrade_run_config"]
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+__all__ = ["TARGET_ALIASES", "migrate_checkpoint_callback", "upgrade_run_config"]
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +66,28 @@ def _rename_targets(node: Any, path: str, changes: list[str]) -> Any:
             value = TARGET_ALIASES[value]
         renamed[key] = _rename_targets(value, full_key, changes)
     return renamed
+
+
+def migrate_checkpoint_callback(cfg: DictConfig, composed: DictConfig) -> list[str]:
+    """Bring a run config written before RunCheckpoint's ``every_n_steps``/``every_n_minutes`` (with
+    Lightning's ``save_last``, ``every_n_epochs``, ``every_n_train_steps``) to today's keys, in place; the
+    changes. A resume applies it: ``every_n_minutes`` takes today's default from ``composed``."""
+    node = OmegaConf.select(cfg, "callbacks.checkpoint")
+    old_keys = ("save_last", "every_n_epochs", "every_n_train_steps")
+    if not isinstance(node, DictConfig) or not any(key in node for key in old_keys):
+        return []
+    changes = []
+    with open_dict(node):
+        for key in ("save_last", "every_n_epochs"):
+            if key in node:
+                changes.append(f"dropped {key}={node[key]}")
+                del node[key]
+        if "every_n_train_steps" in node:
+            node.every_n_steps = node.pop("every_n_train_steps")
+            changes.append(f"every_n_train_steps -> every_n_steps={node.every_n_steps}")
+        if "every_n_minutes" not in node:
+            node.every_n_minutes = OmegaConf.select(
+                composed, "callbacks.checkpoint.every_n_minutes", default=None
+            )
+            changes.append(f"every_n_minutes={node.every_n_minutes} (today's default)")
+    return changes

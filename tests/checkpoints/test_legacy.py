@@ -15,9 +15,10 @@ from hydra.utils import get_object
 from omegaconf import DictConfig
 
 from ocr.checkpoints.legacy import TARGET_ALIASES, upgrade_run_config
+from ocr.checkpoints.reading import load_checkpoint
 from ocr.data.synthetic.generate import synthetic_settings
 from ocr.lightning_modules.build import build_module
-from ocr.lightning_modules.restore import load_checkpoint, module_from_checkpoint
+from ocr.lightning_modules.restore import module_from_checkpoint
 from ocr.metrics.cleval.metric import CLEvalMetric
 
 OLD_RUN_CONFIG = Path(__file__).parent / "fixtures" / "old_run_config.yaml"

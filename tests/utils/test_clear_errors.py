@@ -15,11 +15,11 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.checkpoints.reading import load_checkpoint
 from ocr.checkpoints.resume import find_checkpoint
 from ocr.data.annotations import load_annotations
 from ocr.data.dataset import ImageFolderDataset
 from ocr.lightning_modules.prediction_io import require_images
-from ocr.lightning_modules.restore import load_checkpoint
 from ocr.utils.cli import report_usage_errors
 from ocr.utils.errors import CheckpointError, find_usage_error
 from ocr.utils.output_dir import OutputDirCheck
