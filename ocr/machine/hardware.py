@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
+from ocr.machine.checks import check_cuda_usable
 from ocr.machine.environment import cpu_flags
 
 if TYPE_CHECKING:
@@ -44,8 +45,6 @@ def has_cuda() -> bool:
 
     if torch.cuda.is_available():
         return True
-    from ocr.machine.checks import check_cuda_usable
-
     verdict = check_cuda_usable()
     if verdict.status == "fail":
         raise CudaUnusableError(

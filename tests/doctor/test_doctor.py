@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ocr.doctor.cli import check_dataloader, format_table, main
+from ocr.doctor.cli import check_dataloader, main
 from ocr.machine import checks
-from ocr.machine.checks import CheckResult, fast_checks, worst_status
+from ocr.machine.checks import CheckResult, fast_checks, format_table, worst_status
 
 
 def test_fast_checks_cover_everything(tmp_path: Path) -> None:
