@@ -49,7 +49,6 @@ def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
     from ocr.checkpoints.saving import scalar_metrics
-    from ocr.debug.inject import fault_callbacks
     from ocr.lightning_modules.build import build_module
     from ocr.utils.io import atomic_write_json
 
@@ -57,7 +56,7 @@ def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
     directory = run_dir(cfg)
     if cfg.seed is not None:
         L.seed_everything(cfg.seed, workers=True)
-    callbacks = instantiate_all(cfg.callbacks) + fault_callbacks(cfg)  # first: the watchdog covers start-up
+    callbacks = instantiate_all(cfg.callbacks)  # first: the watchdog covers start-up
     if resume is None:
         save_config(cfg, directory)
     datamodule = instantiate(cfg.data)

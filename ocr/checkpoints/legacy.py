@@ -8,6 +8,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ocr.utils.config_types import RETIRED_KEYS
+
 __all__ = ["TARGET_ALIASES", "migrate_checkpoint_callback", "upgrade_run_config"]
 
 log = logging.getLogger(__name__)
@@ -31,10 +33,14 @@ _NEW_SYNTHETIC_KEYS = {"style": "basic", "granularity": "word"}
 def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
     """A copy of a stored run config with moved ``_target_`` paths renamed (:data:`TARGET_ALIASES`) and
     the old ``module.optimizer``/``module.scheduler`` copies of the ``optimizer``/``scheduler`` groups
-    dropped, and ``data.synthetic`` given the keys added since (:data:`_NEW_SYNTHETIC_KEYS`); each change
-    is logged once."""
+    dropped, retired top-level keys dropped (``RETIRED_KEYS``), and ``data.synthetic`` given the keys
+    added since (:data:`_NEW_SYNTHETIC_KEYS`); each change is logged once."""
     changes: list[str] = []
     upgraded = _rename_targets(run_config, "", changes)
+    for key in RETIRED_KEYS:  # refused on a command line; a stored one is read by nothing, so dropped
+        if key in upgraded:
+            del upgraded[key]
+            changes.append(f"{key} dropped (no longer read)")
     module = upgraded.get("module")
     if isinstance(module, dict):
         for key in _OLD_MODULE_KEYS:

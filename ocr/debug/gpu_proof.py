@@ -2,7 +2,7 @@
 
 The plan (``ocr.debug.gpu_proof_steps``), in phases ordered by value, the steps of a phase side by side:
 
-1. ``doctor`` (exit 0, the GPU rows ok); ``bad_index`` (``+debug.inject=bad_index``: the device-side
+1. ``doctor`` (exit 0, the GPU rows ok); ``bad_index`` (``callbacks.inject.kind=bad_index``: the device-side
    assert ends the run by itself within 10 s, exit 84, our explanation last, ``.FAILURE`` and the crash
    bundle); ``nan_loss`` (``NonFiniteLossError`` naming the step, ``nonfinite.json``, no CUDA fault);
    ``proof_run`` (50 compiled steps of ``hardware=h100_80gb`` on real receipts under

@@ -5,7 +5,7 @@ Rebuilds the network and loss from the bundle's ``config.yaml``, runs forward + 
 saved CPU batch and says whether the failure reproduces, and from which weights (``--weights``; by
 default the first there is of: the weights the bundle kept at a non-finite loss, the last good
 checkpoint it names, fresh ones from the config's seed). A fault injected by config
-(``debug.inject``) at the bundle's step is applied again, as the run did.
+(``debug=inject``) at the bundle's step is applied again, as the run did.
 
 Exit status (``git bisect run`` compatible): 0 = the step ran clean (not reproduced), 1 = the failure
 reproduced (exception, or non-finite loss/gradients), 2 = the bundle could not be replayed.

@@ -72,6 +72,7 @@ def test_upgrade_renames_moved_targets_anywhere_and_logs_each(caplog: pytest.Log
         "metric": {"_target_": "ocr.metrics.cleval.metric.CLEvalMetric", "mode": "upstream"},
         "callbacks": {"extra": [{"_target_": "ocr.metrics.metric.CLEvalMetric"}]},
         "module": {"_target_": "m", "optimizer": {"lr": 1}, "scheduler": {}, "compile": False},
+        "debug": {"inject": "nan_loss", "inject_step": 3},  # the fault injection before debug=inject
     }
     kept = copy.deepcopy(old)
     with caplog.at_level(logging.WARNING):
@@ -80,6 +81,7 @@ def test_upgrade_renames_moved_targets_anywhere_and_logs_each(caplog: pytest.Log
     assert new["metric"] == {"_target_": "ocr.metrics.cleval.options.CLEvalOptions", "mode": "upstream"}
     assert new["callbacks"]["extra"][0]["_target_"] == "ocr.metrics.cleval.options.CLEvalOptions"
     assert new["module"] == {"_target_": "m", "compile": False}
+    assert "debug" not in new and "debug dropped (no longer read)" in caplog.text
     assert "metric._target_: ocr.metrics.cleval.metric.CLEvalMetric ->" in caplog.text
     assert "module.optimizer dropped" in caplog.text
 
