@@ -21,6 +21,7 @@ TARGET_ALIASES = {
     "ocr.metrics.cleval.metric.CLEvalMetric": "ocr.metrics.cleval.options.CLEvalOptions",
     # The checkpoint modules became one package (issue 24).
     "ocr.lightning_modules.callbacks.checkpoint.RunCheckpoint": "ocr.checkpoints.saving.RunCheckpoint",
+    "ocr.lightning_modules.callbacks.curves.TrainingCurves": "ocr.reporting.curves_callback.TrainingCurves",
 }
 
 # Keys configs/module/default.yaml held before the builder passed them from their own groups.

@@ -109,6 +109,11 @@ def test_every_target_of_an_upgraded_old_config_exists() -> None:
         get_object(target)
 
 
+@pytest.mark.parametrize("old", sorted(TARGET_ALIASES))
+def test_every_alias_names_an_object_that_exists(old: str) -> None:
+    get_object(TARGET_ALIASES[old])
+
+
 def test_load_checkpoint_upgrades_the_stored_config(tmp_path: Path) -> None:
     path = tmp_path / "old.ckpt"
     torch.save({"state_dict": {}, "ocr_config": yaml.safe_load(OLD_RUN_CONFIG.read_text())}, path)
