@@ -38,8 +38,9 @@ def has_cuda() -> bool:
     """True when a CUDA device is usable; False on a machine without an NVIDIA driver.
 
     Raises:
-        CudaUnusableError: a driver (or nvidia-smi) is present but CUDA is not usable, with the doctor's
-            explanation; ``CUDA_VISIBLE_DEVICES=`` (GPUs hidden on purpose) trains on the CPU anyway.
+        CudaUnusableError: a driver (or nvidia-smi) is present but CUDA is not usable, with the explanation
+            of :func:`check_cuda_usable`; ``CUDA_VISIBLE_DEVICES=`` (GPUs hidden on purpose) trains on the
+            CPU anyway.
     """
     import torch
 
