@@ -18,9 +18,9 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from ocr.machine.hardware import register_resolvers  # torch-free at import; hydra.run.dir uses ${first_set:}
 from ocr.metrics.files import evaluate_files, worst_images, write_image_results
 from ocr.utils.cli import report_usage_errors
-from ocr.utils.hardware import register_resolvers  # torch-free at import; hydra.run.dir uses ${first_set:}
 from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
 
 register_resolvers()

@@ -20,12 +20,12 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.checkpoints.inference_settings import apply_stored_settings, export_long_side, stored_setting_keys
+from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
 from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
 from ocr.utils.errors import ConfigValueError
-from ocr.utils.hardware import register_resolvers
-from ocr.utils.inference_settings import apply_stored_settings, export_long_side, stored_setting_keys
 from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
@@ -38,9 +38,10 @@ log = logging.getLogger(__name__)
 @task_wrapper
 def export(cfg: DictConfig) -> dict[str, str]:
     """Export ``cfg.ckpt``; returns the paths written (model, sidecar)."""
+    from ocr.checkpoints.reading import load_checkpoint
     from ocr.data.transforms import EvalTransform
     from ocr.inference.onnx_export import ParityError, check_parity, export_onnx, parity_batch, write_sidecar
-    from ocr.lightning_modules.loading import CHECKPOINT_SOURCE, load_checkpoint, module_from_loaded
+    from ocr.lightning_modules.restore import CHECKPOINT_SOURCE, module_from_loaded
 
     check_config_types(cfg)
     if cfg.format not in FORMATS:

@@ -20,11 +20,11 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
 from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
 from ocr.utils.errors import ConfigValueError
-from ocr.utils.hardware import register_resolvers
 from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
@@ -36,8 +36,8 @@ BACKENDS = ("torch", "onnx")
 def prepare(cfg: DictConfig) -> tuple[Any, Any, Any]:
     """(datamodule, module, trainer) for ``cfg``: what ``trainer.predict`` runs, for either backend
     (``scripts/benchmark_predict.py`` times the same objects)."""
-    from ocr.lightning_modules.loading import checkpoint_settings, restore_for_inference
     from ocr.lightning_modules.prediction_io import require_images
+    from ocr.lightning_modules.restore import checkpoint_settings, restore_for_inference
 
     if cfg.backend not in BACKENDS:
         raise ConfigValueError(f"backend: expected one of {BACKENDS}, got {cfg.backend!r}")

@@ -16,11 +16,11 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
 from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
 from ocr.utils.errors import ConfigValueError
-from ocr.utils.hardware import register_resolvers
 from ocr.utils.runner import format_metrics, quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 @task_wrapper
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test (``split=test``) or validate (``split=val``) the checkpoint; returns the metrics."""
-    from ocr.lightning_modules.loading import checkpoint_settings, restore_for_inference
     from ocr.lightning_modules.prob_cache import open_prob_cache
+    from ocr.lightning_modules.restore import checkpoint_settings, restore_for_inference
     from ocr.reporting.analysis import analyse_records, write_analysis
     from ocr.reporting.collect import attach_report_collector
     from ocr.reporting.html import write_report

@@ -15,12 +15,12 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.checkpoints.resume import Resume
+from ocr.checkpoints.run_start import claim_run
+from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
 from ocr.utils.commands import accept_unquoted_paths, run_next_commands
 from ocr.utils.config_types import check_config_types
-from ocr.utils.hardware import register_resolvers
-from ocr.utils.resume import Resume
-from ocr.utils.run_start import claim_run
 from ocr.utils.runner import (
     format_metrics,
     get_metric_value,
@@ -48,16 +48,15 @@ def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
     import lightning as L
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
-    from ocr.debug.inject import fault_callbacks
+    from ocr.checkpoints.saving import scalar_metrics
     from ocr.lightning_modules.build import build_module
-    from ocr.lightning_modules.callbacks.checkpoint import scalar_metrics
     from ocr.utils.io import atomic_write_json
 
     check_config_types(cfg)
     directory = run_dir(cfg)
     if cfg.seed is not None:
         L.seed_everything(cfg.seed, workers=True)
-    callbacks = instantiate_all(cfg.callbacks) + fault_callbacks(cfg)  # first: the watchdog covers start-up
+    callbacks = instantiate_all(cfg.callbacks)  # first: the watchdog covers start-up
     if resume is None:
         save_config(cfg, directory)
     datamodule = instantiate(cfg.data)

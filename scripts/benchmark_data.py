@@ -41,7 +41,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 
-from ocr.utils.hardware import register_resolvers
+from ocr.machine.hardware import register_resolvers
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"

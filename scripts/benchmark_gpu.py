@@ -44,8 +44,8 @@ from omegaconf import DictConfig
 from ocr.data.datamodule import ReceiptDataModule
 from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.detection_module import DetectionModule
+from ocr.machine.hardware import autocast_dtype, cpu_has_native_bf16, cuda_has_native_bf16
 from ocr.types import Batch
-from ocr.utils.hardware import autocast_dtype, cpu_has_native_bf16, cuda_has_native_bf16
 from ocr.utils.io import atomic_write_json
 from ocr.utils.runner import compose_config, quiet_third_party
 

@@ -12,10 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, MissingMandatoryValue
 
 from ocr.lightning_modules.build import build_module, build_net_and_loss
+from ocr.machine import hardware
 from ocr.metrics.cleval.metric import CLEvalMetric
 from ocr.models.dbnet import DBNet
 from ocr.types import TARGET_KEYS
-from ocr.utils import hardware
 from tests.helpers.paths import REPO_ROOT
 
 CONFIG_DIR = str(REPO_ROOT / "configs")

@@ -33,8 +33,8 @@ from ocr.data.images import (
 )
 from ocr.data.sanitize import merge_counts, sanitize_words
 from ocr.data.transforms import SourceImage, resize_by
+from ocr.machine.hardware import usable_cores
 from ocr.types import Polygon
-from ocr.utils.hardware import usable_cores
 
 __all__ = ["ON_MISSING", "ScanEntry", "ScanReport", "load_source", "scale_source", "scan_split"]
 

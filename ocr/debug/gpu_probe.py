@@ -3,9 +3,10 @@
 - Host-device syncs: after ``warmup_steps`` every training step runs under
   ``torch.cuda.set_sync_debug_mode("error")`` (from one step's start to the next's), so any ``.item()``,
   ``.cpu()``, blocking copy or data-dependent shape in the hot path raises with its stack. The documented
-  syncs are exempt: the blocks marked :func:`sync_allowed` (the non-finite guard's check every N steps,
-  the epoch-end counts, the checkpoint callback's minutes check and step/minute saves) and the steps
-  on which Lightning converts logged values for the loggers (every ``trainer.log_every_n_steps``).
+  syncs are exempt: the blocks training marks ``ocr.machine.sync.sync_allowed`` (the non-finite guard's
+  check every N steps, the epoch-end counts, the checkpoint callback's minutes check and step/minute saves)
+  and the steps on which Lightning converts logged values for the loggers (every
+  ``trainer.log_every_n_steps``).
 - Peak CUDA memory (allocated and reserved) separately for train, val and test.
 - torch.compile: frames compiled, graphs, and every recompile with dynamo's reason.
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,28 +28,12 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from ocr.utils.io import atomic_write_json
 
-__all__ = ["GpuProbe", "compile_counts", "sync_allowed"]
+__all__ = ["GpuProbe", "compile_counts"]
 
 log = logging.getLogger(__name__)
 
 RECOMPILES_LOGGER = "torch._dynamo.guards.__recompiles"  # dynamo's "recompiles" logging artifact
 STAGES = ("train", "val", "test")
-
-
-@contextlib.contextmanager
-def sync_allowed() -> Iterator[None]:
-    """Mark a documented host-device sync: lifted out of torch's sync debug mode while it runs."""
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-        yield
-        return
-    mode = torch.cuda.get_sync_debug_mode()
-    if mode:
-        torch.cuda.set_sync_debug_mode(0)
-    try:
-        yield
-    finally:
-        if mode:
-            torch.cuda.set_sync_debug_mode(mode)
 
 
 class _RecompileCounter(logging.Handler):

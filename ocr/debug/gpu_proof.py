@@ -2,7 +2,7 @@
 
 The plan (``ocr.debug.gpu_proof_steps``), in phases ordered by value, the steps of a phase side by side:
 
-1. ``doctor`` (exit 0, the GPU rows ok); ``bad_index`` (``+debug.inject=bad_index``: the device-side
+1. ``doctor`` (exit 0, the GPU rows ok); ``bad_index`` (``callbacks.inject.kind=bad_index``: the device-side
    assert ends the run by itself within 10 s, exit 84, our explanation last, ``.FAILURE`` and the crash
    bundle); ``nan_loss`` (``NonFiniteLossError`` naming the step, ``nonfinite.json``, no CUDA fault);
    ``proof_run`` (50 compiled steps of ``hardware=h100_80gb`` on real receipts under
@@ -260,7 +260,7 @@ def _say(message: str) -> None:
 
 
 def _machine(cuda: bool) -> str:
-    from ocr.doctor.environment import package_versions
+    from ocr.machine.environment import package_versions
 
     parts = [
         platform.platform(),
@@ -268,7 +268,7 @@ def _machine(cuda: bool) -> str:
         f"torch {package_versions(('torch',))['torch']}",
     ]
     if cuda:  # cpu_info and cuda_info import torch: not worth it for the CPU variant
-        from ocr.doctor.environment import cpu_info, cuda_info
+        from ocr.machine.environment import cpu_info, cuda_info
 
         info = cuda_info(query_devices=True)
         parts[1] = f"{cpu_info()['model']} ({os.cpu_count()} logical CPUs)"

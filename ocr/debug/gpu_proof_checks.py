@@ -100,7 +100,7 @@ def check_doctor(exit_code: int, out: Path, cuda: bool) -> tuple[bool, dict[str,
 
 
 def check_sanitizer(exit_code: int, out: Path, expect_errors: bool) -> tuple[bool, dict[str, Any]]:
-    """memcheck: 0 errors for the clean run; an error naming a kernel for ``+debug.inject=bad_index``."""
+    """memcheck: 0 errors for the clean run; an error naming a kernel for the injected ``bad_index``."""
     if exit_code == EXIT_NOT_FOUND:
         return False, {"problem": HOW_TO_GET}
     reports = sorted(out.glob("*/sanitizer-*.txt"))

@@ -18,7 +18,7 @@ from typing import Any
 from ocr.debug import gpu_proof_checks as checks
 from ocr.debug.gpu_proof_checks import StepResult
 
-__all__ = ["PHASES", "STEPS", "TINY_CPU_RUN", "Plan", "Step", "StepRun"]
+__all__ = ["PHASES", "STEPS", "TINY_CPU_RUN", "Plan", "Step", "StepRun", "inject_overrides"]
 
 STEPS = (  # what --steps selects, by value; a training's two tests come with it
     "doctor",
@@ -92,6 +92,11 @@ TINY_CPU_RUN = (
     "trainer.check_val_every_n_epoch=1",
     "trainer.enable_model_summary=false",
 )
+
+
+def inject_overrides(kind: str, step: int) -> list[str]:
+    """Overrides that inject fault ``kind`` at global step ``step`` (``configs/debug/inject.yaml``)."""
+    return ["debug=inject", f"callbacks.inject.kind={kind}", f"callbacks.inject.step={step}"]
 
 
 @dataclass(frozen=True)
@@ -195,8 +200,7 @@ class Plan:
         step = NAN_STEP["gpu" if self.cuda else "cpu"]
         kind = name if self.cuda or name == "nan_loss" else "cuda_fault"
         overrides = [
-            f"+debug.inject={kind}",
-            f"+debug.inject_step={step}",
+            *inject_overrides(kind, step),
             f"trainer.max_steps={step + 6}",
             "trainer.max_epochs=-1",
             "trainer.limit_val_batches=0",
@@ -216,7 +220,7 @@ class Plan:
                 return checks.check_bad_index(done.exit_code, run, done.ended_unix_s, done.log)
 
         argv = self.train_argv(run, overrides)
-        return Step(name, f"+debug.inject={kind}", argv, run, check, self.timeout(name))
+        return Step(name, f"callbacks.inject.kind={kind}", argv, run, check, self.timeout(name))
 
     def proof_run(self) -> Step:
         run = self.out / "proof_run"
@@ -240,12 +244,12 @@ class Plan:
     def sanitizer(self, name: str) -> Built:
         inject = name == "sanitizer_bad_index"
         steps = SANITIZER_STEPS[name]
-        title = f"sanitizer memcheck, {steps} steps" + (", +debug.inject=bad_index" if inject else "")
+        title = f"sanitizer memcheck, {steps} steps" + (", callbacks.inject.kind=bad_index" if inject else "")
         if not self.cuda:
             return skipped(name, title, "needs a CUDA GPU and compute-sanitizer (--cpu mode)")
         out = self.out / name
         overrides = ["data=receipts", f"data.root={self.data_root}"]
-        overrides += ["+debug.inject=bad_index", "+debug.inject_step=1"] if inject else []
+        overrides += inject_overrides("bad_index", 1) if inject else []
         argv = ["bash", "scripts/debug_cuda.sh", "sanitizer", "memcheck", *overrides]
         env = {"DEBUG_OUT": str(out), "DEBUG_STEPS": str(steps)}
 

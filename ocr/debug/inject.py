@@ -1,10 +1,11 @@
-"""Fault injection for testing the triage tools: ``+debug.inject=KIND +debug.inject_step=N``.
+"""Fault injection for testing the triage tools: ``debug=inject callbacks.inject.kind=KIND
+[callbacks.inject.step=N]`` (``configs/debug/inject.yaml`` adds the :class:`FaultInjector` callback).
 
 Kinds: ``exception`` (a RuntimeError at the step), ``nan_loss`` (the output of the module's ``loss``
 becomes NaN at the step: a NaN the loss's own input checks cannot see, so the non-finite guard must
 catch it; a module without a ``loss`` submodule gets NaN images instead, on the device and in the CPU
 reference the crash bundle saves),
-``stall`` (sleep ``debug.stall_s`` seconds, default 2.5x the watchdog timeout), ``bad_index`` (an
+``stall`` (sleep ``stall_s`` seconds, by default 2.5x the stall watchdog's timeout), ``bad_index`` (an
 out-of-bounds ``index_select`` on the batch's device: on CUDA a device-side assert that
 compute-sanitizer reports with the kernel name; on the CPU an IndexError from the same op) and
 ``cuda_fault`` (raises the error a device-side assert raises, ``torch.AcceleratorError``, on any device
@@ -23,31 +24,33 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
+
 __all__ = [
     "FAULT_KINDS",
     "FaultInjector",
     "InjectedFaultError",
     "apply_fault",
-    "fault_callbacks",
+    "injection",
     "poison_loss",
 ]
 
 log = logging.getLogger(__name__)
 
 FAULT_KINDS = ("exception", "nan_loss", "stall", "bad_index", "cuda_fault")
-DEFAULT_INJECT_STEP = 1
-DEFAULT_STALL_S = 60.0
+DEFAULT_STALL_S = 60.0  # a stall without a stall watchdog in the run
 STALL_TIMEOUT_FACTOR = 2.5
 # PyTorch's message for cudaErrorAssert; the first line says it was injected.
 CUDA_FAULT_MESSAGE = (
-    "CUDA error: device-side assert triggered [injected by +debug.inject=cuda_fault at global step {step}]\n"
+    "CUDA error: device-side assert triggered "
+    "[injected by callbacks.inject.kind=cuda_fault at global step {step}]\n"
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
     "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
 )
 
 
 class InjectedFaultError(RuntimeError):
-    """The exception raised by ``+debug.inject=exception``."""
+    """The exception raised by ``callbacks.inject.kind=exception``."""
 
 
 def apply_fault(kind: str, batch: dict[str, Any], step: int, stall_s: float = DEFAULT_STALL_S) -> None:
@@ -60,20 +63,20 @@ def apply_fault(kind: str, batch: dict[str, Any], step: int, stall_s: float = DE
     """
     images = batch["images"]  # (B, 3, H, W)
     if kind == "exception":
-        raise InjectedFaultError(f"injected fault at global step {step} <debug.inject=exception>")
+        raise InjectedFaultError(f"injected fault at global step {step} <callbacks.inject.kind=exception>")
     if kind == "cuda_fault":
         raise getattr(torch, "AcceleratorError", RuntimeError)(CUDA_FAULT_MESSAGE.format(step=step))
     if kind == "nan_loss":
         images.fill_(float("nan"))
     elif kind == "stall":
-        log.warning("Injected stall: sleeping %.0f s at step %d <debug.inject=stall>", stall_s, step)
+        log.warning("Injected stall: sleeping %.0f s at step %d <callbacks.inject.kind=stall>", stall_s, step)
         time.sleep(stall_s)
     elif kind == "bad_index":
         # One past the end plus a margin: index_select's bounds check is a CUDA_KERNEL_ASSERT on the GPU.
         index = torch.tensor([images.shape[0] + 7], device=images.device)
         torch.index_select(images, 0, index)
     else:
-        raise ValueError(f"debug.inject: expected one of {FAULT_KINDS}, got {kind!r}")
+        raise ValueError(f"callbacks.inject.kind: expected one of {FAULT_KINDS}, got {kind!r}")
 
 
 def poison_loss(losses: dict[str, Any]) -> dict[str, Any]:
@@ -87,12 +90,13 @@ class FaultInjector(Callback):
     Args:
         kind: one of :data:`FAULT_KINDS`.
         step: the global step to fault at.
-        stall_s: sleep length for ``stall``.
+        stall_s: sleep length for ``stall``; None: 2.5x the run's stall watchdog timeout
+            (:data:`DEFAULT_STALL_S` without a watchdog).
     """
 
-    def __init__(self, *, kind: str, step: int, stall_s: float) -> None:
+    def __init__(self, *, kind: str, step: int, stall_s: float | None) -> None:
         if kind not in FAULT_KINDS:
-            raise ValueError(f"debug.inject: expected one of {FAULT_KINDS}, got {kind!r}")
+            raise ValueError(f"callbacks.inject.kind: expected one of {FAULT_KINDS}, got {kind!r}")
         self.kind = kind
         self.step = step
         self.stall_s = stall_s
@@ -105,7 +109,9 @@ class FaultInjector(Callback):
         if self.fired or trainer.global_step != self.step:
             return
         self.fired = True
-        log.warning("Injecting fault %r at global step %d <debug.inject=%s>", self.kind, self.step, self.kind)
+        log.warning(
+            "Injecting fault %r at global step %d <callbacks.inject.kind=%s>", self.kind, self.step, self.kind
+        )
         loss_module = getattr(pl_module, "loss", None)
         if self.kind == "nan_loss" and isinstance(loss_module, nn.Module):
             handle = loss_module.register_forward_hook(lambda module, args, output: poison_loss(output))
@@ -116,7 +122,14 @@ class FaultInjector(Callback):
             cpu_batch = getattr(pl_module, "last_cpu_batch", None)
             if isinstance(cpu_batch, dict) and cpu_batch.get("images") is not batch["images"]:
                 apply_fault(self.kind, cpu_batch, self.step)
-        apply_fault(self.kind, batch, self.step, self.stall_s)
+        apply_fault(self.kind, batch, self.step, self._stall_seconds(trainer))
+
+    def _stall_seconds(self, trainer: L.Trainer) -> float:
+        if self.stall_s is not None:
+            return self.stall_s
+        callbacks = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connector
+        timeouts = [c.timeout_s for c in callbacks if isinstance(c, StallWatchdog)]
+        return timeouts[0] * STALL_TIMEOUT_FACTOR if timeouts else DEFAULT_STALL_S
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -126,27 +139,9 @@ class FaultInjector(Callback):
             self._remove_after_step = None
 
 
-def _stall_seconds(cfg: DictConfig) -> float:
-    explicit = OmegaConf.select(cfg, "debug.stall_s", default=None)
-    if explicit is not None:
-        return float(explicit)
-    timeout = OmegaConf.select(cfg, "callbacks.stall_watchdog.timeout_s", default=None)
-    return float(timeout) * STALL_TIMEOUT_FACTOR if timeout is not None else DEFAULT_STALL_S
-
-
-def injection(cfg: DictConfig) -> tuple[str | None, int]:
-    """``debug.inject`` (None when unset) and ``debug.inject_step`` (default 1) of a run config."""
-    kind = OmegaConf.select(cfg, "debug.inject", default=None)
-    step = OmegaConf.select(cfg, "debug.inject_step", default=None)
-    return (None if kind is None else str(kind)), (DEFAULT_INJECT_STEP if step is None else int(step))
-
-
-def fault_callbacks(cfg: DictConfig) -> list[Callback]:
-    """The injector for ``debug.inject`` (empty list when unset).
-
-    Reads ``debug.inject``, ``debug.inject_step`` (default 1) and ``debug.stall_s``.
-    """
-    kind, step = injection(cfg)
-    if kind is None:
-        return []
-    return [FaultInjector(kind=kind, step=step, stall_s=_stall_seconds(cfg))]
+def injection(cfg: DictConfig) -> tuple[str | None, int | None]:
+    """The fault kind and step ``configs/debug/inject.yaml`` set in a run config (None, None without it)."""
+    node = OmegaConf.select(cfg, "callbacks.inject")
+    if node is None:
+        return None, None
+    return str(node.kind), int(node.step)

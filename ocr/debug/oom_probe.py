@@ -92,7 +92,7 @@ def _make_step(cfg: Any, device: str, size: int) -> Callable[[int], bool]:
 
     from ocr.debug.run_flags import run_flags
     from ocr.lightning_modules.build import build_net_and_loss
-    from ocr.utils.hardware import autocast_dtype
+    from ocr.machine.hardware import autocast_dtype
 
     # Weights do not change memory: no hub download or weights file for a probe.
     net, loss_fn = build_net_and_loss(cfg, weights_free=True)

@@ -5,7 +5,7 @@ Rebuilds the network and loss from the bundle's ``config.yaml``, runs forward + 
 saved CPU batch and says whether the failure reproduces, and from which weights (``--weights``; by
 default the first there is of: the weights the bundle kept at a non-finite loss, the last good
 checkpoint it names, fresh ones from the config's seed). A fault injected by config
-(``debug.inject``) at the bundle's step is applied again, as the run did.
+(``debug=inject``) at the bundle's step is applied again, as the run did.
 
 Exit status (``git bisect run`` compatible): 0 = the step ran clean (not reproduced), 1 = the failure
 reproduced (exception, or non-finite loss/gradients), 2 = the bundle could not be replayed.
@@ -100,8 +100,8 @@ def _weights_source(bundle: Bundle, wanted: str) -> tuple[str, Path | None]:
 def _build(bundle: Bundle, device: str, wanted: str) -> tuple[Any, Any, str]:
     import torch
 
+    from ocr.checkpoints.init_from import network_weights
     from ocr.lightning_modules.build import build_net_and_loss
-    from ocr.lightning_modules.init_from import network_weights
 
     cfg = bundle.config
     seed = cfg.get("seed")
@@ -153,7 +153,7 @@ def replay_step(bundle: Bundle, device: str, weights: str = "auto") -> ReplayRes
 
     from ocr.debug.inject import apply_fault, poison_loss
     from ocr.debug.run_flags import run_flags
-    from ocr.utils.hardware import autocast_dtype
+    from ocr.machine.hardware import autocast_dtype
 
     net, loss_fn, source = _build(bundle, device, weights)
     flags = run_flags(bundle.config)

@@ -1,1 +1,1 @@
-"""The doctor: environment report, preflight checks and smoke convolutions (``python -m ocr.doctor``)."""
+"""The doctor (``python -m ocr.doctor``): the machine's checks and environment report, smoke convolutions."""

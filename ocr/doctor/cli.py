@@ -16,12 +16,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ocr.doctor.checks import CheckResult, SquaresDataset, Status, fast_checks, run_checks, worst_status
 from ocr.doctor.distributed import check_distributed, launch_report
-from ocr.doctor.environment import collect_environment
+from ocr.machine.checks import (
+    CheckResult,
+    SquaresDataset,
+    Status,
+    fast_checks,
+    format_table,
+    run_checks,
+    worst_status,
+)
+from ocr.machine.environment import collect_environment
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
-__all__ = ["check_dataloader", "check_smoke_conv", "check_wandb_import", "format_table", "main", "run_doctor"]
+__all__ = ["check_dataloader", "check_smoke_conv", "check_wandb_import", "main", "run_doctor"]
 
 SMOKE_TIMEOUT_S = 300.0
 WANDB_IMPORT_TIMEOUT_S = 60.0
@@ -164,18 +172,6 @@ def run_doctor(
             ]
         )
     return results
-
-
-def format_table(results: list[CheckResult]) -> str:
-    """A plain-text verdict table: one row per check, fixes for the non-ok ones."""
-    width = max((len(r.name) for r in results), default=5)
-    lines = [f"{'check':<{width}}  status  detail", "-" * (width + 60)]
-    for r in results:
-        lines.append(f"{r.name:<{width}}  {r.status:<6}  {r.detail}")
-        if r.fix:
-            lines.append(f"{'':<{width}}  {'':<6}  fix: {r.fix}")
-    lines.append(f"verdict: {worst_status(results)}")
-    return "\n".join(lines)
 
 
 def _report(results: list[CheckResult]) -> dict[str, Any]:

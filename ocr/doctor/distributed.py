@@ -9,8 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ocr.doctor.checks import CheckResult
-from ocr.utils.distributed import LaunchInfo, launch_info
+from ocr.machine.checks import CheckResult
+from ocr.machine.distributed import LaunchInfo, launch_info
 
 __all__ = ["check_distributed", "describe_launch", "launch_report"]
 

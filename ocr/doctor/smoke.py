@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ocr.utils.hardware import cuda_has_native_bf16
+from ocr.machine.hardware import cuda_has_native_bf16
 
 __all__ = ["main", "run_variant", "variants"]
 

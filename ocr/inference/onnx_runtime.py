@@ -21,12 +21,12 @@ from lightning import LightningModule
 from omegaconf import DictConfig
 from torch import Tensor
 
+from ocr.checkpoints.inference_settings import apply_stored_settings, stored_setting_keys
 from ocr.data.coding import decode_batch
 from ocr.lightning_modules.detection_module import Prediction, to_predictions
-from ocr.lightning_modules.loading import inference_trainer
+from ocr.lightning_modules.restore import inference_trainer
 from ocr.types import Batch
 from ocr.utils.errors import ConfigValueError, InputNotFoundError
-from ocr.utils.inference_settings import apply_stored_settings, stored_setting_keys
 
 __all__ = [
     "INPUT_NAME",

@@ -8,6 +8,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
+from ocr.checkpoints.init_from import load_init_weights
 from ocr.lightning_modules.detection_module import DetectionModule
 from ocr.metrics.cleval.metric import CLEvalMetric
 
@@ -16,7 +17,7 @@ __all__ = ["build_metric", "build_module", "build_net_and_loss"]
 
 def build_net_and_loss(cfg: DictConfig, *, weights_free: bool = False) -> tuple[nn.Module, nn.Module]:
     """The network of ``cfg.model`` and the loss of ``cfg.loss``; the network starts from the weights of
-    ``model.init_from`` when set (:func:`~ocr.lightning_modules.init_from.load_init_weights`).
+    ``model.init_from`` when set (:func:`~ocr.checkpoints.init_from.load_init_weights`).
 
     Args:
         weights_free: build the network with random weights (``model.encoder.pretrained=false``, no
@@ -41,9 +42,6 @@ def build_net_and_loss(cfg: DictConfig, *, weights_free: bool = False) -> tuple[
             model_cfg.encoder.weights_path = None
     net = instantiate(model_cfg)
     if init_from is not None and not weights_free:
-        # Imported here: loading.py imports this module.
-        from ocr.lightning_modules.init_from import load_init_weights
-
         load_init_weights(net, init_from)
     return net, instantiate(cfg.loss)
 

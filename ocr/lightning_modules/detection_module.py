@@ -18,8 +18,8 @@ from torch.optim.lr_scheduler import LRScheduler
 from torchmetrics.aggregation import MeanMetric
 
 from ocr.data.coding import decode_batch
-from ocr.debug.gpu_probe import sync_allowed
 from ocr.lightning_modules.prob_cache import ProbCache
+from ocr.machine.sync import sync_allowed
 from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput, Polygon, Prediction
 from ocr.utils.submission import submission_points
 

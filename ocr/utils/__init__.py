@@ -1,1 +1,1 @@
-"""Small shared helpers: atomic IO, hardware detection, lazy wandb, runner plumbing."""
+"""Small shared helpers: atomic IO, errors, the run folder, the CUDA fault path, lazy wandb, runners."""

@@ -63,7 +63,7 @@ def run_overrides(run_dir: Path) -> list[str]:
 
 
 # Data options test and predict do not take from the run's command line: the checkpoint carries the
-# evaluation transform (ocr.utils.inference_settings), and these others only shape training batches.
+# evaluation transform (ocr.checkpoints.inference_settings), and these others only shape training batches.
 _NOT_FOR_INFERENCE = ("data.eval_transform", "data.train_transform", "data.targets", "data.batch_size")
 
 

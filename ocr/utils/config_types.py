@@ -33,6 +33,7 @@ __all__ = [
     "NonNegativeFloat",
     "NonNegativeInt",
     "PositiveFloat",
+    "RETIRED_KEYS",
     "PositiveInt",
     "check_arguments",
     "check_config_types",
@@ -41,6 +42,12 @@ __all__ = [
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 _SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str", Path: "path (str)"}
+# Top-level keys earlier versions read and nothing reads now, with what replaced them: added with ``+`` on a
+# command line from older docs, they would be ignored without a word.
+RETIRED_KEYS = {
+    "debug": "fault injection is a callback now: debug=inject callbacks.inject.kind=KIND "
+    "[callbacks.inject.step=N] (was +debug.inject=KIND +debug.inject_step=N)",
+}
 
 
 class ConfigValueTypeError(UsageError, TypeError):
@@ -85,12 +92,16 @@ NonNegativeFloat = Annotated[float, Bounds(low=0.0)]
 
 def check_config_types(cfg: DictConfig) -> None:
     """Check every value bound for a ``_target_`` argument against that argument's annotation (type,
-    and :class:`Bounds` where the annotation carries them).
+    and :class:`Bounds` where the annotation carries them), and refuse the keys of :data:`RETIRED_KEYS`.
 
     Raises:
         ConfigValueTypeError: one or more values have the wrong type (all problems are listed).
-        ConfigValueError: the types fit, but values are out of their bounds (all are listed).
+        ConfigValueError: the types fit, but values are out of their bounds (all are listed); or a
+            retired key, naming what replaced it.
     """
+    retired = [f"{key}: {replaced}" for key, replaced in RETIRED_KEYS.items() if key in cfg]
+    if retired:
+        raise ConfigValueError(f"config: no longer read, so refused: {'; '.join(retired)}")
     problems = _check_node(cfg, "")
     if not problems:
         return

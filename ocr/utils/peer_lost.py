@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from ocr.machine.distributed import launch_info
 from ocr.utils.cuda_fault import exception_chain
-from ocr.utils.distributed import launch_info
 from ocr.utils.fault_exit import end_process, error_record, log_file_only
 from ocr.utils.sentinels import failure_written, write_failure, written_by_this_process
 

@@ -49,7 +49,7 @@ def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | 
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from ocr.utils.hardware import register_resolvers
+    from ocr.machine.hardware import register_resolvers
 
     register_resolvers()
     GlobalHydra.instance().clear()

@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig
 
 from ocr.data.datamodule import ReceiptDataModule, seed_worker
-from ocr.utils.hardware import pick
+from ocr.machine.hardware import pick
 from tests.helpers.receipt_fixtures import (
     TARGETS,
     block_words,

@@ -18,7 +18,7 @@ from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
 from ocr.data.images import ImageReadError, orientation_matrix
 from ocr.geometry import apply_matrix, to_input, to_original
-from ocr.utils import hardware
+from ocr.machine import hardware
 from tests.helpers.receipt_fixtures import (
     BLOCK,
     TARGETS,

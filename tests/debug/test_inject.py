@@ -1,31 +1,64 @@
-"""Fault injection: config reading and the faults themselves on the CPU."""
+"""Fault injection: the callback debug=inject adds, its settings, and the faults themselves on the CPU."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 import torch
-from omegaconf import OmegaConf
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
 
-from ocr.debug.inject import FaultInjector, InjectedFaultError, apply_fault, fault_callbacks
+from ocr.debug.inject import FaultInjector, InjectedFaultError, apply_fault, injection
+from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
+
+Compose = Callable[[str, list[str], Path], DictConfig]
 
 
-def test_no_injection_without_config() -> None:
-    assert fault_callbacks(OmegaConf.create({"debug": None})) == []
-    assert fault_callbacks(OmegaConf.create({})) == []
+def test_no_injection_without_the_overlay(compose_cfg: Compose, tmp_path: Path) -> None:
+    cfg = compose_cfg("train", [], tmp_path)
+    assert "inject" not in cfg.callbacks
+    assert injection(cfg) == (None, None)
 
 
-def test_config_keys_and_stall_default_from_watchdog() -> None:
-    cfg = OmegaConf.create(
-        {"debug": {"inject": "stall", "inject_step": 3}, "callbacks": {"stall_watchdog": {"timeout_s": 4}}}
+def test_the_overlay_adds_the_injector_to_the_runs_callbacks(compose_cfg: Compose, tmp_path: Path) -> None:
+    cfg = compose_cfg(
+        "train", ["debug=inject", "callbacks.inject.kind=stall", "callbacks.inject.step=3"], tmp_path
     )
-    (injector,) = fault_callbacks(cfg)
+    injector = instantiate(cfg.callbacks.inject)
     assert isinstance(injector, FaultInjector)
-    assert (injector.kind, injector.step, injector.stall_s) == ("stall", 3, 10.0)
+    assert (injector.kind, injector.step, injector.stall_s) == ("stall", 3, None)
+    assert injection(cfg) == ("stall", 3)
+    assert list(cfg.callbacks)[-1] == "inject"  # after the run's own callbacks, as the runner added it before
+
+
+def test_the_overlay_without_a_kind_fails_naming_the_key(compose_cfg: Compose, tmp_path: Path) -> None:
+    cfg = compose_cfg("train", ["debug=inject"], tmp_path)
+    with pytest.raises(Exception, match="callbacks.inject.kind"):
+        instantiate(cfg.callbacks.inject)
+
+
+def test_stall_lasts_two_and_a_half_watchdog_timeouts_unless_set() -> None:
+    watchdog = StallWatchdog(timeout_s=4, repeat=False, exit_on_stall=False, dirpath=None)
+    trainer = SimpleNamespace(callbacks=[watchdog])
+    assert FaultInjector(kind="stall", step=1, stall_s=None)._stall_seconds(trainer) == 10.0  # type: ignore[arg-type]
+    assert FaultInjector(kind="stall", step=1, stall_s=3)._stall_seconds(trainer) == 3  # type: ignore[arg-type]
+    no_watchdog = SimpleNamespace(callbacks=[])
+    assert FaultInjector(kind="stall", step=1, stall_s=None)._stall_seconds(no_watchdog) == 60.0  # type: ignore[arg-type]
 
 
 def test_unknown_kind_rejected() -> None:
-    with pytest.raises(ValueError, match="debug.inject: expected one of"):
-        fault_callbacks(OmegaConf.create({"debug": {"inject": "segfault"}}))
+    with pytest.raises(ValueError, match="callbacks.inject.kind: expected one of"):
+        FaultInjector(kind="segfault", step=1, stall_s=None)
+
+
+def test_injection_reads_a_saved_run_config() -> None:
+    saved = {
+        "callbacks": {"inject": {"_target_": "ocr.debug.inject.FaultInjector", "kind": "nan_loss", "step": 2}}
+    }
+    assert injection(OmegaConf.create(saved)) == ("nan_loss", 2)
 
 
 def test_faults_on_cpu() -> None:

@@ -16,15 +16,15 @@ from ocr.utils.runner import compose_config
 
 
 def _bundle(
-    root: Path, nan: bool = False, debug: dict | None = None, step: int = 1, module: dict | None = None
+    root: Path, nan: bool = False, callbacks: dict | None = None, step: int = 1, module: dict | None = None
 ) -> Path:
     crash = root / "crash"
     crash.mkdir(parents=True)
     composed = compose_config("train")
     model, loss = (OmegaConf.to_container(composed[key], resolve=True) for key in ("model", "loss"))
     cfg = {"seed": 0, "model": model, "loss": loss, "trainer": {"precision": "32-true"}}  # resolved, as saved
-    if debug is not None:
-        cfg["debug"] = debug
+    if callbacks is not None:
+        cfg["callbacks"] = callbacks
     if module is not None:
         cfg["module"] = module
     (crash / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
@@ -73,7 +73,8 @@ def test_nan_batch_reproduces(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_injected_exception_is_applied_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    crash = _bundle(tmp_path, debug={"inject": "exception", "inject_step": 1}, step=1)
+    injector = {"_target_": "ocr.debug.inject.FaultInjector", "kind": "exception", "step": 1, "stall_s": None}
+    crash = _bundle(tmp_path, callbacks={"inject": injector}, step=1)
     assert main([str(crash)]) == EXIT_REPRODUCED
     assert "REPRODUCED: exception InjectedFaultError" in capsys.readouterr().out
 

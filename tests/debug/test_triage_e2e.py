@@ -58,7 +58,7 @@ def _assert_bundle(run: Path, exception_name: str) -> dict:
 def test_injected_exception_bundle_and_replay(
     runner: ModuleType, make_cfg: Callable[[Path, list[str]], DictConfig], tmp_path: Path
 ) -> None:
-    cfg = make_cfg(tmp_path, ["trainer.max_steps=3", "+debug.inject=exception", "+debug.inject_step=1"])
+    cfg = make_cfg(tmp_path, ["trainer.max_steps=3", "debug=inject", "callbacks.inject.kind=exception"])
     with pytest.raises(InjectedFaultError):
         runner.train(cfg)
     state = _assert_bundle(tmp_path, "InjectedFaultError")
@@ -73,8 +73,9 @@ def test_nan_loss_bundle_names_step_and_replay_reproduces(
         tmp_path,
         [
             "trainer.max_steps=3",
-            "+debug.inject=nan_loss",
-            "+debug.inject_step=1",
+            "debug=inject",
+            "callbacks.inject.kind=nan_loss",
+            "callbacks.inject.step=1",
             "callbacks.nonfinite_guard.check_every_n_steps=1",
         ],
     )
@@ -110,9 +111,9 @@ def test_stall_dumps_stacks_and_run_finishes(
         tmp_path,
         [
             "trainer.max_steps=2",
-            "+debug.inject=stall",
-            "+debug.inject_step=1",
-            "+debug.stall_s=3",
+            "debug=inject",
+            "callbacks.inject.kind=stall",
+            "callbacks.inject.stall_s=3",
             "callbacks.stall_watchdog.timeout_s=1",
         ],
     )

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ocr.doctor import checks
-from ocr.doctor.checks import CheckResult, fast_checks, worst_status
-from ocr.doctor.cli import check_dataloader, format_table, main
+from ocr.doctor.cli import check_dataloader, main
 from ocr.doctor.distributed import check_distributed
+from ocr.machine import checks
+from ocr.machine.checks import CheckResult, fast_checks, format_table, worst_status
 from tests.helpers.launch_env import TORCHRUN_NODE1
 
 

@@ -1,8 +1,9 @@
 """A CUDA fault ends the training runner within seconds, with our explanation first and last (CPU).
 
-The real runner runs in a subprocess under ``tests/helpers/dead_context.py``: ``+debug.inject=cuda_fault``
-raises the error of a device-side assert, and from then on Lightning's teardown raises, a callback's device
-read blocks, DataLoader worker shutdown blocks and an atexit handler blocks, as on a dead CUDA context.
+The real runner runs in a subprocess under ``tests/helpers/dead_context.py``: ``debug=inject
+callbacks.inject.kind=cuda_fault`` raises the error of a device-side assert, and from then on Lightning's
+teardown raises, a callback's device read blocks, DataLoader worker shutdown blocks and an atexit handler
+blocks, as on a dead CUDA context.
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ def test_a_cuda_fault_ends_the_run_within_seconds_with_our_explanation(
         "trainer.max_epochs=-1",
         "trainer.limit_val_batches=0",
         "test_after_fit=false",
-        "+debug.inject=cuda_fault",
-        "+debug.inject_step=1",
+        "debug=inject",
+        "callbacks.inject.kind=cuda_fault",
     ]
     command = [sys.executable, "-m", "tests.helpers.dead_context", "runners/train.py", *overrides]
     code, ended = _run(command, console, fault_time)

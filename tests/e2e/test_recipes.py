@@ -14,7 +14,7 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from ocr.lightning_modules.loading import module_from_checkpoint
+from ocr.lightning_modules.restore import module_from_checkpoint
 from ocr.lightning_modules.schedule import warmup_decay_factor
 from tests.helpers.receipt_fixtures import make_root
 
@@ -60,7 +60,7 @@ def test_pretrain_then_finetune_then_test_without_the_pretrain_checkpoint(
         ["experiment=receipts_finetune", *tiny_receipts, f"model.init_from={pretrained}", *TINY_BUDGET],
         finetune,
     )
-    with caplog.at_level(logging.INFO, logger="ocr.lightning_modules.init_from"):
+    with caplog.at_level(logging.INFO, logger="ocr.checkpoints.init_from"):
         train(cfg)
     assert f"network tensors from {pretrained} <model.init_from>" in caplog.text
     assert "not in the file" not in caplog.text and "not in the network" not in caplog.text

@@ -1,8 +1,8 @@
 """Run a runner on the CPU as if the CUDA context died at the injected fault.
 
-``python -m tests.helpers.dead_context runners/train.py <overrides> +debug.inject=cuda_fault`` (from the
-repository root). ``cuda_fault`` raises the error a device-side assert raises; from then on the calls that
-would touch the dead context on a GPU block or raise here too:
+``python -m tests.helpers.dead_context runners/train.py <overrides> debug=inject
+callbacks.inject.kind=cuda_fault`` (from the repository root). ``cuda_fault`` raises the error a device-side
+assert raises; from then on the calls that would touch the dead context on a GPU block or raise here too:
 
 - Lightning's strategy teardown raises the fault again (what the first GPU proof saw);
 - a callback that reads the device in ``on_exception`` blocks (added after the run's own callbacks);

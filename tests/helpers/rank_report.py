@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 
-from ocr.lightning_modules.callbacks.checkpoint import scalar_metrics
+from ocr.checkpoints.saving import scalar_metrics
 from ocr.lightning_modules.callbacks.time_budget import TimeBudget
 
 

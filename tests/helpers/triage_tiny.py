@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
+from ocr.checkpoints.saving import RunCheckpoint
 
 
 class TinyModule(L.LightningModule):

@@ -23,7 +23,7 @@ from ocr.inference.onnx_export import (
     parity_batch,
 )
 from ocr.inference.onnx_runtime import OnnxProbabilityMap, sidecar_path
-from ocr.lightning_modules.loading import module_from_checkpoint
+from ocr.lightning_modules.restore import module_from_checkpoint
 
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]

@@ -21,13 +21,13 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loops.fit_loop import _FitLoop
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
-from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
+from ocr.checkpoints.saving import RunCheckpoint
 
 RNG_USERS = (
-    "ocr/lightning_modules/detection_module.py (on_save/on_load_checkpoint), callbacks/checkpoint.py, "
+    "ocr/lightning_modules/detection_module.py (on_save/on_load_checkpoint), ocr/checkpoints/saving.py, "
     "callbacks/crash_bundle.py"
 )
-CHECKPOINT_USER = "ocr/lightning_modules/callbacks/checkpoint.py (RunCheckpoint)"
+CHECKPOINT_USER = "ocr/checkpoints/saving.py (RunCheckpoint)"
 
 
 def _parameters(function: Callable[..., Any]) -> list[str]:

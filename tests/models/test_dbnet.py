@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from ocr.lightning_modules.build import build_net_and_loss
+from ocr.machine.hardware import pick
 from ocr.models.dbnet import DBNet
 from ocr.models.decoder import FPNDecoder, UNetDecoder
 from ocr.models.encoder import TimmEncoder
 from ocr.models.head import DBHead
 from ocr.types import DBOutput
-from ocr.utils.hardware import pick
 from ocr.utils.runner import compose_config
 
 # Each option inherits dbnet_resnet18_fpn and changes one thing: (timm encoder, decoder class).

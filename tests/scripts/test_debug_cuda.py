@@ -54,8 +54,8 @@ def test_cpu_run_with_injected_exception_leaves_bundle(tmp_path: Path, tiny_run:
         *data,
         "logger=csv",
         f"data.root={tmp_path / 'data'}",
-        "+debug.inject=exception",
-        "+debug.inject_step=1",
+        "debug=inject",
+        "callbacks.inject.kind=exception",
     ]
     result = _run(args, tmp_path, {"DEBUG_STEPS": "2"})
     assert result.returncode == 1

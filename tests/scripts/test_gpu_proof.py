@@ -72,8 +72,8 @@ def test_cpu_mode_writes_the_proof(tmp_path: Path) -> None:
     assert bench["exit_code"] == 0 and "| variant | ceiling img/s |" in Path(bench["log"]).read_text()
     assert bench["details"]["fp32"].startswith("ceiling ") and "CUDA only" in bench["details"]["compile"]
     summary = (out.parent / "summary.md").read_text()
-    assert "+debug.inject=nan_loss | pass |" in summary and "SKIPPED" in result.stdout
-    assert "| +debug.inject=cuda_fault | pass | 84 |" in summary
+    assert "callbacks.inject.kind=nan_loss | pass |" in summary and "SKIPPED" in result.stdout
+    assert "| callbacks.inject.kind=cuda_fault | pass | 84 |" in summary
     assert sorted(p.name for p in (tmp_path / "back").iterdir()) == [
         "proof.json",
         "proof_files.tar.gz",

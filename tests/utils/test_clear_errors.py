@@ -15,14 +15,14 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.checkpoints.reading import load_checkpoint
+from ocr.checkpoints.resume import find_checkpoint
 from ocr.data.annotations import load_annotations
 from ocr.data.dataset import ImageFolderDataset
-from ocr.lightning_modules.loading import load_checkpoint
 from ocr.lightning_modules.prediction_io import require_images
 from ocr.utils.cli import report_usage_errors
 from ocr.utils.errors import CheckpointError, find_usage_error
 from ocr.utils.output_dir import OutputDirCheck
-from ocr.utils.resume import find_checkpoint
 from ocr.utils.runner import run_dir
 from tests.helpers.receipt_fixtures import eval_transform
 

@@ -60,7 +60,7 @@ def _chained() -> BaseException:
 
 def test_the_first_cuda_error_of_a_chain_is_the_fault() -> None:
     fault = find_cuda_fault(_chained())
-    assert fault is not None and "[injected by +debug.inject=cuda_fault" in str(fault.exception)
+    assert fault is not None and "[injected by callbacks.inject.kind=cuda_fault" in str(fault.exception)
 
 
 def test_asynchronous_faults_explain_cuda_launch_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,7 +119,7 @@ def test_runner_exit_shows_the_first_error_and_logs_the_teardown_error_to_the_fi
     errors = [line for line in console.splitlines() if "[ERROR]" in line]
     assert errors[0].startswith("[ocr.utils.fault_exit][ERROR] - CUDA FAULT (device-side assert)")
     assert console.rstrip().splitlines()[-1].endswith(f"ending the process with exit code {EXIT_CUDA_FAULT}.")
-    assert "[injected by +debug.inject=cuda_fault at global step 3]" in console  # the first error
+    assert "[injected by callbacks.inject.kind=cuda_fault at global step 3]" in console  # the first error
     assert "(in teardown)" not in console and "(in teardown)" in log_file  # the later one: file only
     assert "Raised after the CUDA fault" in log_file
     assert "device-side assert triggered [injected" in (tmp_path / ".FAILURE").read_text()

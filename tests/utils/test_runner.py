@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from ocr.checkpoints.resume import ResumeRefusedError
 from ocr.utils.cli import route_lightning_logs
-from ocr.utils.resume import ResumeRefusedError
 from ocr.utils.runner import quiet_third_party, task_wrapper
 
 

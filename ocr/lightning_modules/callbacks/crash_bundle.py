@@ -25,18 +25,17 @@ from lightning.fabric.utilities.seed import _collect_rng_states
 from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 
-from ocr.doctor.environment import collect_environment
 from ocr.lightning_modules.callbacks.interrupt import is_interruption
-from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteLossError
+from ocr.lightning_modules.callbacks.rundir import crash_dir, resolve_run_dir
+from ocr.machine.environment import collect_environment
 from ocr.models.loss.checks import LOGIT_NAMES, LossInputError, device_message
 from ocr.utils.cuda_fault import is_cuda_fault
-from ocr.utils.distributed import rank_tag
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 __all__ = [
     "WEIGHTS_FILE",
     "CrashBundle",
-    "crash_dir",
     "last_checkpoint_path",
     "save_divergence_weights",
     "write_crash_bundle",
@@ -45,16 +44,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WEIGHTS_FILE = "weights.pt"
-
-
-def crash_dir(run_dir: Path, rank: int, node_rank: int) -> Path:
-    """``<run dir>/crash`` on global rank 0, ``<run dir>/crash-node<n>-rank<k>`` on the others.
-
-    Every rank keeps its own files: a fault on GPU 1 must not depend on rank 0 to be recorded, and
-    ranks (on any node, sharing the run directory) must not overwrite each other's.
-    """
-    tag = rank_tag(rank, node_rank)
-    return run_dir / (f"crash-{tag}" if tag else "crash")
 
 
 def last_checkpoint_path(trainer: L.Trainer) -> str | None:
@@ -206,9 +195,6 @@ def save_divergence_weights(
 
 
 def _is_divergence(exception: BaseException) -> bool:
-    # Imported here: the guard's module imports this one.
-    from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteLossError
-
     if isinstance(exception, NonFiniteLossError):
         return True
     return isinstance(exception, LossInputError) and any(

@@ -23,7 +23,8 @@ from typing import Any, NoReturn
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from ocr.lightning_modules.callbacks.crash_bundle import crash_dir, write_crash_bundle
+from ocr.lightning_modules.callbacks.crash_bundle import write_crash_bundle
+from ocr.lightning_modules.callbacks.rundir import crash_dir
 from ocr.utils.cuda_fault import CudaFault, FaultSite, find_cuda_fault, headline
 from ocr.utils.fault_exit import FaultExit
 from ocr.utils.io import atomic_write_json

@@ -23,7 +23,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
+from ocr.checkpoints.saving import RunCheckpoint
 from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
 from ocr.utils.commands import resume_command
 from ocr.utils.sentinels import write_interrupted

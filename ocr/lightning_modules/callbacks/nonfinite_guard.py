@@ -25,9 +25,8 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 from torch.optim import Optimizer
 
-from ocr.debug.gpu_probe import sync_allowed
-from ocr.lightning_modules.callbacks.crash_bundle import crash_dir
-from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.lightning_modules.callbacks.rundir import crash_dir, resolve_run_dir
+from ocr.machine.sync import sync_allowed
 from ocr.utils.cuda_fault import is_cuda_fault
 from ocr.utils.errors import UsageError
 from ocr.utils.io import atomic_write_json

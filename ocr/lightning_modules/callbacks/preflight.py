@@ -1,4 +1,5 @@
-"""Preflight: the doctor's fast checks at the start of every run, saved as ``<run dir>/preflight.json``."""
+"""Preflight: the fast machine checks (``ocr.machine.checks``; ``python -m ocr.doctor`` runs them too) and the
+space for a checkpoint, at the start of every run, saved as ``<run dir>/preflight.json``."""
 
 from __future__ import annotations
 
@@ -8,20 +9,35 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from ocr.doctor.checks import CheckResult, check_checkpoint_space, fast_checks, worst_status
-from ocr.doctor.cli import format_table
-from ocr.lightning_modules.callbacks.checkpoint import estimate_checkpoint_bytes
+from ocr.checkpoints.saving import estimate_checkpoint_bytes
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
+from ocr.machine.checks import CheckResult, fast_checks, format_table, worst_status
 from ocr.utils.errors import UsageError
-from ocr.utils.io import atomic_write_json
+from ocr.utils.io import atomic_write_json, format_mib, free_bytes
 
-__all__ = ["Preflight", "PreflightError"]
+__all__ = ["Preflight", "PreflightError", "check_checkpoint_space"]
 
 log = logging.getLogger(__name__)
 
 
 class PreflightError(UsageError, RuntimeError):
     """A preflight check failed and ``fail_on_error`` is set."""
+
+
+def check_checkpoint_space(checkpoint_dir: Path, checkpoint_bytes: int) -> CheckResult:
+    """Free space where checkpoints go against one checkpoint of the run's model: fails below one,
+    warns below three (the best, ``last.ckpt`` and the one being written)."""
+    free, folder = free_bytes(checkpoint_dir)
+    detail = (
+        f"{format_mib(free)} free in {folder}; one checkpoint of this model needs about "
+        f"{format_mib(checkpoint_bytes)}"
+    )
+    fix = "free some space, or write the run elsewhere with hydra.run.dir=<folder on a larger disk>"
+    if free < checkpoint_bytes:
+        return CheckResult("disk", "fail", detail, fix)
+    if free < 3 * checkpoint_bytes:
+        return CheckResult("disk", "warn", detail + " (3 for best, last and one being written)", fix)
+    return CheckResult("disk", "ok", detail)
 
 
 class Preflight(Callback):

@@ -27,7 +27,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
-from ocr.utils.distributed import launch_info, rank_tag
+from ocr.machine.distributed import launch_info, rank_tag
 from ocr.utils.fault_exit import end_process
 from ocr.utils.io import atomic_write_bytes
 from ocr.utils.peer_fault import announce_fault, default_store, peer_fault

@@ -10,8 +10,8 @@ import lightning as L
 import pytest
 import torch
 
+from ocr.checkpoints.saving import RunCheckpoint
 from ocr.lightning_modules.callbacks import time_budget
-from ocr.lightning_modules.callbacks.checkpoint import RunCheckpoint
 from ocr.lightning_modules.callbacks.time_budget import BudgetPlan, Costs, TimeBudget, plan_epochs
 from ocr.lightning_modules.schedule import WarmupDecay, build_warmup_scheduler
 from tests.helpers.triage_tiny import TinyModule, run_checkpoint, tiny_loader

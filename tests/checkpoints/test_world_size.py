@@ -11,8 +11,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ocr.utils.resume import ResumeRefusedError, find_checkpoint, resume_run
-from ocr.utils.world_size import check_world_size, planned_world_size
+from ocr.checkpoints.resume import ResumeRefusedError, find_checkpoint, resume_run
+from ocr.checkpoints.world_size import check_world_size, planned_world_size
 
 TORCHRUN = {"RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8"}
 
@@ -61,7 +61,7 @@ def test_another_world_size_is_refused_naming_what_changes(caplog: pytest.LogCap
     assert "8 x 4 = 32 -> 8 x 2 = 16 images per optimizer step" in message
     assert "the step count, the learning-rate schedule (in steps) and the learning rate stay" in message
     assert message.endswith("or pass resume_allow_world_size_change=true")
-    with caplog.at_level(logging.WARNING, logger="ocr.utils.world_size"):
+    with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.world_size"):
         check_world_size(4, _cfg(), Path("run/last.ckpt"), allow_change=True)
     assert "going on <resume_allow_world_size_change=true>" in caplog.text and "16 images" in caplog.text
 
@@ -69,7 +69,7 @@ def test_another_world_size_is_refused_naming_what_changes(caplog: pytest.LogCap
 def test_the_same_world_size_passes_and_an_old_checkpoint_is_said_to_be_unchecked(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="ocr.utils.world_size"):
+    with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.world_size"):
         check_world_size(2, _cfg(), Path("last.ckpt"), allow_change=False)
         assert not caplog.text
         check_world_size(None, _cfg(), Path("last.ckpt"), allow_change=False)

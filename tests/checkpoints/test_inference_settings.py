@@ -12,7 +12,7 @@ import pytest
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from ocr.utils import inference_settings as settings
+from ocr.checkpoints import inference_settings as settings
 from tests.helpers.tiny_checkpoint import tiny_checkpoint
 
 Compose = Callable[[str, list[str], Path], DictConfig]

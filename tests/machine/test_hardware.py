@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ocr.doctor import checks, smoke
-from ocr.utils import hardware
-from ocr.utils.hardware import CudaUnusableError, auto_precision, pick
+from ocr.doctor import smoke
+from ocr.machine import checks, hardware
+from ocr.machine.hardware import CudaUnusableError, auto_precision, pick
 
 
 def _gpu(monkeypatch: pytest.MonkeyPatch, native_bf16: bool) -> None:

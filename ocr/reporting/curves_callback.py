@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
-from ocr.debug.gpu_probe import sync_allowed
+from ocr.machine.sync import sync_allowed
 from ocr.reporting.curves import write_curves
 from ocr.utils.cuda_fault import is_cuda_fault
 

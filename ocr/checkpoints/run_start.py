@@ -1,8 +1,8 @@
 """What a training run checks and claims before anything is written into its folder.
 
-:func:`claim_run` refuses a resume that cannot go on (``ocr.utils.resume``: no such folder, another run's
-checkpoint, an override that would not take effect), refuses a new run in a folder that holds another run,
-takes the folder's lock (``ocr.utils.run_folder``) and gives the run its identity. Hydra creates the run
+:func:`claim_run` refuses a resume that cannot go on (``ocr.checkpoints.resume``: no such folder, another
+run's checkpoint, an override that would not take effect), refuses a new run in a folder that holds another
+run, takes the folder's lock (``ocr.utils.run_folder``) and gives the run its identity. Hydra creates the run
 folder, writes its ``.hydra/`` record and opens the log file before the task function runs, so the
 :class:`RunStartGate` Hydra callback (``hydra.callbacks`` in ``configs/train.yaml``) claims the run at
 Hydra's ``on_run_start``, before any of that: a refused start writes nothing, not even Hydra's files.
@@ -26,7 +26,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from ocr.utils.resume import Resume, resume_from_command_line
+from ocr.checkpoints.resume import Resume, resume_from_command_line
+from ocr.checkpoints.world_size import check_world_size
 from ocr.utils.run_folder import (
     RUN_RECORD,
     RunLock,
@@ -36,7 +37,6 @@ from ocr.utils.run_folder import (
     read_run_id,
     write_run_record,
 )
-from ocr.utils.world_size import check_world_size
 
 __all__ = ["RunClaim", "RunStartGate", "claim_run"]
 

@@ -18,8 +18,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
-from ocr.lightning_modules.callbacks import checkpoint as checkpoint_module
-from ocr.lightning_modules.callbacks.checkpoint import (
+from ocr.checkpoints import saving as checkpoint_module
+from ocr.checkpoints.saving import (
     TIME_CHECK_EVERY_N_STEPS,
     RunCheckpoint,
     estimate_checkpoint_bytes,
@@ -93,7 +93,7 @@ def test_last_checkpoint_follows_every_validation_on_a_plateau(
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     assert saved["global_step"] == 16
     assert len(list((tmp_path / "checkpoints").glob("best_*.ckpt"))) == 1
-    # A resume on another number of processes is refused or warned about (ocr.utils.world_size).
+    # A resume on another number of processes is refused or warned about (ocr.checkpoints.world_size).
     meta = json.loads((tmp_path / "checkpoints" / "last.ckpt.json").read_text())
     assert saved["world_size"] == meta["world_size"] == 1
 

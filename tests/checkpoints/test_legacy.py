@@ -6,16 +6,19 @@ import copy
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import yaml
+from hydra.utils import get_object
 from omegaconf import DictConfig
 
+from ocr.checkpoints.legacy import TARGET_ALIASES, upgrade_run_config
+from ocr.checkpoints.reading import load_checkpoint
 from ocr.data.synthetic.generate import synthetic_settings
 from ocr.lightning_modules.build import build_module
-from ocr.lightning_modules.legacy import TARGET_ALIASES, upgrade_run_config
-from ocr.lightning_modules.loading import load_checkpoint, module_from_checkpoint
+from ocr.lightning_modules.restore import module_from_checkpoint
 from ocr.metrics.cleval.metric import CLEvalMetric
 
 OLD_RUN_CONFIG = Path(__file__).parent / "fixtures" / "old_run_config.yaml"
@@ -69,6 +72,7 @@ def test_upgrade_renames_moved_targets_anywhere_and_logs_each(caplog: pytest.Log
         "metric": {"_target_": "ocr.metrics.cleval.metric.CLEvalMetric", "mode": "upstream"},
         "callbacks": {"extra": [{"_target_": "ocr.metrics.metric.CLEvalMetric"}]},
         "module": {"_target_": "m", "optimizer": {"lr": 1}, "scheduler": {}, "compile": False},
+        "debug": {"inject": "nan_loss", "inject_step": 3},  # the fault injection before debug=inject
     }
     kept = copy.deepcopy(old)
     with caplog.at_level(logging.WARNING):
@@ -77,6 +81,7 @@ def test_upgrade_renames_moved_targets_anywhere_and_logs_each(caplog: pytest.Log
     assert new["metric"] == {"_target_": "ocr.metrics.cleval.options.CLEvalOptions", "mode": "upstream"}
     assert new["callbacks"]["extra"][0]["_target_"] == "ocr.metrics.cleval.options.CLEvalOptions"
     assert new["module"] == {"_target_": "m", "compile": False}
+    assert "debug" not in new and "debug dropped (no longer read)" in caplog.text
     assert "metric._target_: ocr.metrics.cleval.metric.CLEvalMetric ->" in caplog.text
     assert "module.optimizer dropped" in caplog.text
 
@@ -86,6 +91,27 @@ def test_todays_config_is_left_as_it_is(caplog: pytest.LogCaptureFixture) -> Non
     with caplog.at_level(logging.WARNING):
         assert upgrade_run_config(today) == today
     assert not caplog.text
+
+
+def _targets(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["_target_"]] if "_target_" in node else []
+        return own + [target for value in node.values() for target in _targets(value)]
+    return [target for value in node for target in _targets(value)] if isinstance(node, list) else []
+
+
+def test_every_target_of_an_upgraded_old_config_exists() -> None:
+    """A resume instantiates the stored config's callbacks, loggers and trainer: each target must import."""
+    upgraded = upgrade_run_config(yaml.safe_load(OLD_RUN_CONFIG.read_text()))
+    targets = _targets(upgraded)
+    assert "ocr.checkpoints.saving.RunCheckpoint" in targets
+    for target in targets:
+        get_object(target)
+
+
+@pytest.mark.parametrize("old", sorted(TARGET_ALIASES))
+def test_every_alias_names_an_object_that_exists(old: str) -> None:
+    get_object(TARGET_ALIASES[old])
 
 
 def test_load_checkpoint_upgrades_the_stored_config(tmp_path: Path) -> None:

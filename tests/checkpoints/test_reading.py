@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ocr.lightning_modules.loading import load_checkpoint
+from ocr.checkpoints.reading import load_checkpoint
 
 RUN_CHECKPOINT = {"state_dict": {"net.weight": torch.zeros(4096)}, "ocr_config": {"model": {}}, "epoch": 3}
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.checkpoints.run_start import claim_run
 from ocr.utils.run_folder import LOCK_NAME, RunFolderBusyError, RunRefusedError, read_run_id, write_run_record
-from ocr.utils.run_start import claim_run
 from tests.helpers.paths import REPO_ROOT
 from tests.utils.test_run_folder import HOLD, _listing
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
-from ocr.lightning_modules.loading import load_checkpoint
+from ocr.checkpoints.reading import load_checkpoint
 from ocr.models.encoder import read_state_dict
 
 __all__ = ["STATE_DICT_SUFFIXES", "load_init_weights", "network_weights"]
@@ -30,7 +30,7 @@ def network_weights(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 def load_init_weights(net: nn.Module, init_from: str | Path) -> None:
     """Load the network weights of ``init_from`` into ``net``: a checkpoint of this project (``.ckpt``, any
-    layout :func:`~ocr.lightning_modules.loading.load_checkpoint` reads) or a state dict of the network
+    layout :func:`~ocr.checkpoints.reading.load_checkpoint` reads) or a state dict of the network
     (``.pth``/``.pt``/``.safetensors``, keys with or without the module's ``net.`` prefix).
 
     Tensors the file lacks keep their initial weights and tensors the network lacks are ignored; both

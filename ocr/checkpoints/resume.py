@@ -18,6 +18,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from ocr.checkpoints.legacy import migrate_checkpoint_callback
+from ocr.checkpoints.reading import load_checkpoint, load_checkpoint_file
 from ocr.utils.run_folder import RunRefusedError, read_run_id
 
 __all__ = [
@@ -62,7 +64,9 @@ class Resume:
     overrides: list[str]
     data_fingerprint: str | None
     run_id: str | None  # the run the checkpoint belongs to, when it is this run (None: not recorded)
-    world_size: int | None = None  # processes of the run that wrote the checkpoint (ocr.utils.world_size)
+    world_size: int | None = (
+        None  # processes of the run that wrote the checkpoint (ocr.checkpoints.world_size)
+    )
 
     @property
     def config_name(self) -> str:
@@ -118,8 +122,6 @@ def _checkpoint_step(path: Path) -> int:
                     type(exc).__name__,
                     exc,
                 )
-    from ocr.lightning_modules.loading import load_checkpoint_file
-
     # Killed between the rename and the JSON: the checkpoint itself is complete (else named as truncated).
     return int(load_checkpoint_file(path, "checkpoint", mmap=True)["global_step"])
 
@@ -272,30 +274,6 @@ def _check_same_run(run_dir: Path, checkpoint_path: Path, run_config: dict[str, 
     )
 
 
-def _migrate_checkpoint_callback(cfg: DictConfig, composed: DictConfig) -> list[str]:
-    """Bring a run config written before RunCheckpoint's ``every_n_steps``/``every_n_minutes`` (with
-    Lightning's ``save_last``, ``every_n_epochs``, ``every_n_train_steps``) to today's keys; the changes."""
-    node = OmegaConf.select(cfg, "callbacks.checkpoint")
-    old_keys = ("save_last", "every_n_epochs", "every_n_train_steps")
-    if not isinstance(node, DictConfig) or not any(key in node for key in old_keys):
-        return []
-    changes = []
-    with open_dict(node):
-        for key in ("save_last", "every_n_epochs"):
-            if key in node:
-                changes.append(f"dropped {key}={node[key]}")
-                del node[key]
-        if "every_n_train_steps" in node:
-            node.every_n_steps = node.pop("every_n_train_steps")
-            changes.append(f"every_n_train_steps -> every_n_steps={node.every_n_steps}")
-        if "every_n_minutes" not in node:
-            node.every_n_minutes = OmegaConf.select(
-                composed, "callbacks.checkpoint.every_n_minutes", default=None
-            )
-            changes.append(f"every_n_minutes={node.every_n_minutes} (today's default)")
-    return changes
-
-
 def _has_key(cfg: DictConfig, key: str) -> bool:
     parent_key, _, leaf = key.rpartition(".")
     parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
@@ -323,8 +301,6 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
             f"{output_dir} (hydra.run.dir or paths.output_dir): drop that override"
         )
     checkpoint_path, step = find_checkpoint(run_dir, composed.ckpt_path)
-    from ocr.lightning_modules.loading import load_checkpoint  # torch and Lightning: only once needed
-
     checkpoint = load_checkpoint(checkpoint_path)
     run_config = checkpoint["ocr_config"]
     same_run = _check_same_run(run_dir, checkpoint_path, run_config, composed.resume_allow_other_run)
@@ -333,7 +309,7 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
         log.warning("Resume: the run was written in %s; its paths now point to %s", saved_dir, run_dir)
         run_config = _rebase(run_config, saved_dir.rstrip("/"), str(run_dir))
     cfg = OmegaConf.create(run_config)
-    migrated = _migrate_checkpoint_callback(cfg, composed)
+    migrated = migrate_checkpoint_callback(cfg, composed)
     if migrated:
         log.warning(
             "Resume: the run's config was written by an older version; callbacks.checkpoint migrated: %s",

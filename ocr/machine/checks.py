@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ocr.doctor.environment import (
+from ocr.machine.environment import (
     cpu_info,
     cuda_info,
     driver_version,
@@ -21,13 +21,11 @@ from ocr.doctor.environment import (
     required_cpu_flags,
     wsl_info,
 )
-from ocr.utils.io import format_mib, free_bytes
 
 __all__ = [
     "CheckResult",
     "SquaresDataset",
     "Status",
-    "check_checkpoint_space",
     "check_cpu_flags",
     "check_cuda_usable",
     "check_disk",
@@ -36,6 +34,7 @@ __all__ = [
     "check_versions",
     "check_wsl",
     "fast_checks",
+    "format_table",
     "worst_status",
 ]
 
@@ -238,22 +237,6 @@ def check_disk(output_dir: Path) -> CheckResult:
     return CheckResult("disk", "ok", detail)
 
 
-def check_checkpoint_space(checkpoint_dir: Path, checkpoint_bytes: int) -> CheckResult:
-    """Free space where checkpoints go against one checkpoint of the run's model: fails below one,
-    warns below three (the best, ``last.ckpt`` and the one being written)."""
-    free, folder = free_bytes(checkpoint_dir)
-    detail = (
-        f"{format_mib(free)} free in {folder}; one checkpoint of this model needs about "
-        f"{format_mib(checkpoint_bytes)}"
-    )
-    fix = "free some space, or write the run elsewhere with hydra.run.dir=<folder on a larger disk>"
-    if free < checkpoint_bytes:
-        return CheckResult("disk", "fail", detail, fix)
-    if free < 3 * checkpoint_bytes:
-        return CheckResult("disk", "warn", detail + " (3 for best, last and one being written)", fix)
-    return CheckResult("disk", "ok", detail)
-
-
 def check_shared_memory() -> CheckResult:
     """``/dev/shm`` size: DataLoader workers pass batches through it (Docker's default is 64 MB)."""
     shm = Path("/dev/shm")
@@ -269,6 +252,18 @@ def check_shared_memory() -> CheckResult:
             "docker run --shm-size=8g (or --ipc=host), or set data.num_workers=0",
         )
     return CheckResult("shm", "ok", detail)
+
+
+def format_table(results: list[CheckResult]) -> str:
+    """A plain-text verdict table: one row per check, fixes for the non-ok ones."""
+    width = max((len(r.name) for r in results), default=5)
+    lines = [f"{'check':<{width}}  status  detail", "-" * (width + 60)]
+    for r in results:
+        lines.append(f"{r.name:<{width}}  {r.status:<6}  {r.detail}")
+        if r.fix:
+            lines.append(f"{'':<{width}}  {'':<6}  fix: {r.fix}")
+    lines.append(f"verdict: {worst_status(results)}")
+    return "\n".join(lines)
 
 
 def run_checks(checks: Iterable[tuple[str, Callable[[], CheckResult]]]) -> list[CheckResult]:

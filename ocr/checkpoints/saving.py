@@ -15,7 +15,7 @@ from lightning.fabric.utilities.seed import _set_rng_states
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
-from ocr.debug.gpu_probe import sync_allowed
+from ocr.machine.sync import sync_allowed
 from ocr.utils.io import atomic_write_json, disk_full_error, is_out_of_space, remove_stale_temp_files
 
 __all__ = [

@@ -1,11 +1,16 @@
-"""Run configs stored by older versions (checkpoints' ``ocr_config``), brought to today's layout on read."""
+"""Run configs stored by older versions (checkpoints' ``ocr_config``), brought to today's layout on read (and,
+for a resume, the checkpoint callback's keys: :func:`migrate_checkpoint_callback`)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-__all__ = ["TARGET_ALIASES", "upgrade_run_config"]
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ocr.utils.config_types import RETIRED_KEYS
+
+__all__ = ["TARGET_ALIASES", "migrate_checkpoint_callback", "upgrade_run_config"]
 
 log = logging.getLogger(__name__)
 
@@ -14,6 +19,9 @@ log = logging.getLogger(__name__)
 TARGET_ALIASES = {
     "ocr.metrics.metric.CLEvalMetric": "ocr.metrics.cleval.options.CLEvalOptions",
     "ocr.metrics.cleval.metric.CLEvalMetric": "ocr.metrics.cleval.options.CLEvalOptions",
+    # The checkpoint modules became one package (issue 24).
+    "ocr.lightning_modules.callbacks.checkpoint.RunCheckpoint": "ocr.checkpoints.saving.RunCheckpoint",
+    "ocr.lightning_modules.callbacks.curves.TrainingCurves": "ocr.reporting.curves_callback.TrainingCurves",
 }
 
 # Keys configs/module/default.yaml held before the builder passed them from their own groups.
@@ -26,10 +34,14 @@ _NEW_SYNTHETIC_KEYS = {"style": "basic", "granularity": "word"}
 def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
     """A copy of a stored run config with moved ``_target_`` paths renamed (:data:`TARGET_ALIASES`) and
     the old ``module.optimizer``/``module.scheduler`` copies of the ``optimizer``/``scheduler`` groups
-    dropped, and ``data.synthetic`` given the keys added since (:data:`_NEW_SYNTHETIC_KEYS`); each change
-    is logged once."""
+    dropped, retired top-level keys dropped (``RETIRED_KEYS``), and ``data.synthetic`` given the keys
+    added since (:data:`_NEW_SYNTHETIC_KEYS`); each change is logged once."""
     changes: list[str] = []
     upgraded = _rename_targets(run_config, "", changes)
+    for key in RETIRED_KEYS:  # refused on a command line; a stored one is read by nothing, so dropped
+        if key in upgraded:
+            del upgraded[key]
+            changes.append(f"{key} dropped (no longer read)")
     module = upgraded.get("module")
     if isinstance(module, dict):
         for key in _OLD_MODULE_KEYS:
@@ -61,3 +73,28 @@ def _rename_targets(node: Any, path: str, changes: list[str]) -> Any:
             value = TARGET_ALIASES[value]
         renamed[key] = _rename_targets(value, full_key, changes)
     return renamed
+
+
+def migrate_checkpoint_callback(cfg: DictConfig, composed: DictConfig) -> list[str]:
+    """Bring a run config written before RunCheckpoint's ``every_n_steps``/``every_n_minutes`` (with
+    Lightning's ``save_last``, ``every_n_epochs``, ``every_n_train_steps``) to today's keys, in place; the
+    changes. A resume applies it: ``every_n_minutes`` takes today's default from ``composed``."""
+    node = OmegaConf.select(cfg, "callbacks.checkpoint")
+    old_keys = ("save_last", "every_n_epochs", "every_n_train_steps")
+    if not isinstance(node, DictConfig) or not any(key in node for key in old_keys):
+        return []
+    changes = []
+    with open_dict(node):
+        for key in ("save_last", "every_n_epochs"):
+            if key in node:
+                changes.append(f"dropped {key}={node[key]}")
+                del node[key]
+        if "every_n_train_steps" in node:
+            node.every_n_steps = node.pop("every_n_train_steps")
+            changes.append(f"every_n_train_steps -> every_n_steps={node.every_n_steps}")
+        if "every_n_minutes" not in node:
+            node.every_n_minutes = OmegaConf.select(
+                composed, "callbacks.checkpoint.every_n_minutes", default=None
+            )
+            changes.append(f"every_n_minutes={node.every_n_minutes} (today's default)")
+    return changes

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ocr.utils.distributed import launch_info
-from ocr.utils.hardware import device_processes
-from ocr.utils.resume import ResumeRefusedError
+from ocr.checkpoints.resume import ResumeRefusedError
+from ocr.machine.distributed import launch_info
+from ocr.machine.hardware import device_processes
 
 __all__ = ["check_world_size", "planned_world_size"]
 

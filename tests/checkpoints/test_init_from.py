@@ -87,7 +87,7 @@ def test_missing_and_unexpected_keys_are_reported_and_the_rest_loads(
     torch.manual_seed(0)
     fresh = _net(None).state_dict()
     torch.manual_seed(0)  # the same initial weights for the tensors the file lacks
-    with caplog.at_level(logging.INFO, logger="ocr.lightning_modules.init_from"):
+    with caplog.at_level(logging.INFO, logger="ocr.checkpoints.init_from"):
         net = _net(path)
     assert f"{len(missing)} network tensors are not in the file" in caplog.text
     assert missing[0].removeprefix("net.") in caplog.text

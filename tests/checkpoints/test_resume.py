@@ -15,14 +15,14 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 
-from ocr.utils.hardware import register_resolvers
-from ocr.utils.resume import (
+from ocr.checkpoints.resume import (
     Resume,
     ResumeRefusedError,
     find_checkpoint,
     resume_from_command_line,
     resume_run,
 )
+from ocr.machine.hardware import register_resolvers
 from tests.helpers.paths import REPO_ROOT
 
 RUN_CONFIG = {
@@ -79,7 +79,7 @@ def test_picks_the_latest_checkpoint_and_says_so(tmp_path: Path, caplog: pytest.
     _save(tmp_path, "best-hmean=0.9-epoch=01.ckpt", 6)
     _save(tmp_path, "last.ckpt", 9)
     _save(tmp_path, "best-hmean=0.8-epoch=02.ckpt", 12, with_json=False)  # killed before its JSON
-    with caplog.at_level(logging.INFO, logger="ocr.utils.resume"):
+    with caplog.at_level(logging.INFO, logger="ocr.checkpoints.resume"):
         assert find_checkpoint(tmp_path, None) == (
             tmp_path / "checkpoints" / "best-hmean=0.8-epoch=02.ckpt",
             12,
@@ -100,7 +100,7 @@ def test_restores_the_run_config_and_applies_only_command_line_keys(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     _save(tmp_path, "last.ckpt", 9)
-    with caplog.at_level(logging.INFO, logger="ocr.utils.resume"):
+    with caplog.at_level(logging.INFO, logger="ocr.checkpoints.resume"):
         resume = resume_run(_composed(tmp_path), ["trainer.max_steps=400", f"resume={tmp_path}"])
     cfg = resume.config
     assert cfg.trainer.max_steps == 400  # given on the command line
@@ -177,7 +177,7 @@ def test_data_fingerprint_change_is_refused_unless_allowed(
     with pytest.raises(ValueError, match="aaaa1111 then, bbbb2222 now") as caught:
         resume.check_data(datamodule, allow_change=False)
     assert "resume_allow_data_change=true" in str(caught.value) and prepared
-    with caplog.at_level(logging.WARNING, logger="ocr.utils.resume"):
+    with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.resume"):
         resume.check_data(datamodule, allow_change=True)
     assert "going on <resume_allow_data_change=true>" in caplog.text
     resume.check_data(SimpleNamespace(fingerprint="aaaa1111", root="x", prepare_data=lambda: None), False)
@@ -209,7 +209,7 @@ def test_an_old_checkpoint_callback_config_is_migrated(
     composed = _composed(
         tmp_path, callbacks={"checkpoint": {"dirpath": "x", "every_n_steps": None, "every_n_minutes": 30}}
     )
-    with caplog.at_level(logging.WARNING, logger="ocr.utils.resume"):
+    with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.resume"):
         node = resume_run(composed, []).config.callbacks.checkpoint
     assert OmegaConf.to_container(node) == {
         "dirpath": str(tmp_path / "checkpoints"),
@@ -231,7 +231,7 @@ def test_a_stale_or_unreadable_checkpoint_json_is_not_trusted(
         os.utime(meta, (path.stat().st_mtime - 60,) * 2)
     else:
         meta.write_text('{"global_st')
-    with caplog.at_level(logging.WARNING, logger="ocr.utils.resume"):
+    with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.resume"):
         assert find_checkpoint(tmp_path, None) == (path, 12)
     assert str(meta) in caplog.text
 
@@ -248,7 +248,7 @@ def test_an_older_checkpoint_fingerprint_comes_from_its_sidecar_when_readable(
     del checkpoint["data_fingerprint"]
     torch.save(checkpoint, path)
     Path(f"{path}.json").write_text(sidecar)
-    with caplog.at_level(logging.WARNING, logger="ocr.utils.resume"):
+    with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.resume"):
         resume = resume_run(_composed(tmp_path), [f"resume={tmp_path}"])
     assert resume.data_fingerprint == expected
     assert (expected is None) == ("cannot read the data fingerprint" in caplog.text)
@@ -292,7 +292,7 @@ def test_another_runs_checkpoint_goes_on_when_allowed(
     _save(tmp_path / "a", "last.ckpt", 9, run_id="aaaa")
     other = _save(tmp_path / "b", "last.ckpt", 12, run_id="bbbb")
     composed = _composed(tmp_path / "a", ckpt_path=str(other), resume_allow_other_run=True)
-    with caplog.at_level(logging.WARNING, logger="ocr.utils.resume"):
+    with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.resume"):
         resume = resume_run(composed, [])
     assert "going on <resume_allow_other_run=true>" in caplog.text
     assert resume.run_id is None and resume.step == 12

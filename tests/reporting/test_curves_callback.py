@@ -9,7 +9,7 @@ import cv2
 import pytest
 import torch
 
-from ocr.lightning_modules.callbacks.curves import TrainingCurves
+from ocr.reporting.curves_callback import TrainingCurves
 from tests.helpers.triage_tiny import TinyModule, fit_tiny
 
 

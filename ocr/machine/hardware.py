@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from ocr.doctor.environment import cpu_flags
-from ocr.utils import distributed
+from ocr.machine import distributed
+from ocr.machine.checks import check_cuda_usable
+from ocr.machine.environment import cpu_flags
 
 if TYPE_CHECKING:
     import torch
@@ -39,15 +40,14 @@ def has_cuda() -> bool:
     """True when a CUDA device is usable; False on a machine without an NVIDIA driver.
 
     Raises:
-        CudaUnusableError: a driver (or nvidia-smi) is present but CUDA is not usable, with the doctor's
-            explanation; ``CUDA_VISIBLE_DEVICES=`` (GPUs hidden on purpose) trains on the CPU anyway.
+        CudaUnusableError: a driver (or nvidia-smi) is present but CUDA is not usable, with the explanation
+            of :func:`check_cuda_usable`; ``CUDA_VISIBLE_DEVICES=`` (GPUs hidden on purpose) trains on the
+            CPU anyway.
     """
     import torch
 
     if torch.cuda.is_available():
         return True
-    from ocr.doctor.checks import check_cuda_usable
-
     verdict = check_cuda_usable()
     if verdict.status == "fail":
         raise CudaUnusableError(
@@ -165,7 +165,7 @@ def register_resolvers() -> None:
     ``${hw.node_workers:cap,devices}``,
     ``${hw.num_nodes:default}``, ``${hw.devices_per_node:default}`` (what torchrun or SLURM started),
     ``${first_set:value,default}`` and the ``dist.*`` names of the run directory and of each rank's log
-    and config record (``ocr.utils.distributed``) once."""
+    and config record (``ocr.machine.distributed``) once."""
     resolvers: dict[str, Callable[..., Any]] = {
         "hw.pick": pick,
         "hw.precision": auto_precision,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ocr.utils import distributed
-from ocr.utils.distributed import MultiProcessRunDirError, launch_info, rank_tag, run_name
+from ocr.machine import distributed
+from ocr.machine.distributed import MultiProcessRunDirError, launch_info, rank_tag, run_name
 from tests.helpers.launch_env import SRUN_NODE1, TORCHRUN_NODE1
 
 

@@ -1,0 +1,1 @@
+"""Checkpoints: written, read, upgraded, started from (``model.init_from``) and resumed; how a run starts."""
