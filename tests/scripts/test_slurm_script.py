@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ocr.utils import hardware
+from ocr.machine import hardware
 from tests.helpers.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "slurm" / "train_multi_node.sbatch"
