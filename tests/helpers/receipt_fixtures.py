@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from ocr.data.photometric import PhotometricParams
 from ocr.data.transforms import EvalTransform, TrainTransform
 
 MEAN, STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
@@ -104,6 +105,23 @@ NO_AUGMENTATION: dict[str, Any] = {
 }
 
 
+# The entries of ``TRAIN_ARGS`` that build the transform's ``PhotometricParams``.
+PHOTOMETRIC_KEYS = (
+    "brightness",
+    "contrast",
+    "saturation",
+    "hue",
+    "p_color",
+    "blur_limit",
+    "p_blur",
+    "noise_std_range",
+    "p_noise",
+)
+
+
 def train_transform(crop_size: int = 64, **overrides: Any) -> TrainTransform:
-    """Full augmentation at a small size; ``overrides`` replace entries of ``TRAIN_ARGS``."""
-    return TrainTransform(crop_size=crop_size, **{**TRAIN_ARGS, **overrides})
+    """Full augmentation at a small size; ``overrides`` replace entries of ``TRAIN_ARGS`` (photometric ones
+    included: they go to the transform's ``PhotometricParams``)."""
+    args = {**TRAIN_ARGS, **overrides}
+    photometric = PhotometricParams(**{key: args.pop(key) for key in PHOTOMETRIC_KEYS})
+    return TrainTransform(crop_size=crop_size, photometric=photometric, **args)

@@ -134,24 +134,25 @@ def write_crash_bundle(
     pl_module: L.LightningModule,
     exception: BaseException,
     environment: dict[str, Any] | None,
+    *,
+    batch: Any,
+    batch_idx: int | None,
 ) -> Path:
     """Write ``run_dir/crash/`` for ``exception`` and return that directory.
 
     Args:
         run_dir: the run directory.
         trainer: the trainer that raised.
-        pl_module: the module; its ``last_cpu_batch`` (when present) is saved as ``batch.pt``.
+        pl_module: the module (its ``run_config`` when the run directory has no ``config.yaml``).
         exception: the exception being handled.
         environment: an environment report taken before the fault (CUDA is not queried again after a
             CUDA error); ``None`` collects one now.
+        batch: the CPU batch to save as ``batch.pt`` (None: none).
+        batch_idx: its index in the epoch, when known.
     """
     crash = crash_dir(run_dir, trainer.global_rank)
     cuda_fault = is_cuda_error(exception)
     oom = isinstance(exception, torch.cuda.OutOfMemoryError)
-    # A NonFiniteLossError may carry the batch of the first bad step; else the last batch.
-    batch = getattr(exception, "cpu_batch", None)
-    if batch is None:
-        batch = getattr(pl_module, "last_cpu_batch", None)
     state: dict[str, Any] = {
         "exception_type": f"{type(exception).__module__}.{type(exception).__name__}",
         "exception_message": str(exception),
@@ -160,7 +161,7 @@ def write_crash_bundle(
         "stage": str(trainer.state.stage.value) if trainer.state.stage else None,
         "global_step": trainer.global_step,
         "epoch": trainer.current_epoch,
-        "batch_idx": getattr(pl_module, "last_cpu_batch_idx", None),
+        "batch_idx": batch_idx,
         "first_bad_step": getattr(exception, "step", None),
         "detected_at_step": getattr(exception, "checked_at", None),
         "last_checkpoint": last_checkpoint_path(trainer),
@@ -197,18 +198,37 @@ class CrashBundle(Callback):
     def __init__(self, *, dirpath: str | None) -> None:
         self.dirpath = dirpath
         self._environment: dict[str, Any] | None = None
+        self._batch_idx: int | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # Taken up front: after a CUDA fault the device can no longer be queried.
         if self._environment is None:
             self._environment = collect_environment(query_cuda=True)
 
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._batch_idx = batch_idx
+
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         run_dir = resolve_run_dir(self.dirpath, trainer)
+        # A NonFiniteLossError may carry the batch of the first bad step; else the last batch the
+        # datamodule moved to the device (ReceiptDataModule keeps it as it was on the CPU).
+        batch = getattr(exception, "cpu_batch", None)
+        if batch is None:
+            batch = getattr(trainer.datamodule, "last_cpu_batch", None)  # type: ignore[attr-defined]
         try:
-            crash = write_crash_bundle(run_dir, trainer, pl_module, exception, self._environment)
+            crash = write_crash_bundle(
+                run_dir,
+                trainer,
+                pl_module,
+                exception,
+                self._environment,
+                batch=batch,
+                batch_idx=self._batch_idx,
+            )
         except Exception:
             # The original exception matters more than a failed bundle: log and let it propagate.
             log.exception("Could not write the crash bundle into %s", crash_dir(run_dir, trainer.global_rank))
