@@ -21,10 +21,9 @@ from ocr.data.stream import TrainStream
 from ocr.types import BATCH_TENSOR_KEYS, Batch
 from ocr.utils.hardware import pick
 from tests.helpers.receipt_fixtures import (
-    TARGETS,
     block_words,
-    eval_transform,
     make_root,
+    receipt_datamodule,
     train_transform,
     write_split,
 )
@@ -33,26 +32,7 @@ from tests.helpers.receipt_fixtures import (
 def _module(
     root: Path, num_workers: int = 0, synthetic: dict[str, int] | None = None, batch_size: int = 2
 ) -> ReceiptDataModule:
-    return ReceiptDataModule(
-        root=str(root),
-        train_split="train",
-        val_split="val",
-        test_split="test",
-        predict_image_dir=None,
-        train_transform=train_transform(64),
-        eval_transform=eval_transform(64),
-        exif_mode="rotated",
-        on_missing_image="skip",
-        min_polygon_size=1.0,
-        targets=TARGETS,
-        cache_dir=None,
-        batch_size=batch_size,
-        eval_batch_size=2,
-        num_workers=num_workers,
-        pin_memory=False,
-        persistent_workers=True,
-        synthetic=synthetic,
-    )
+    return receipt_datamodule(root, num_workers=num_workers, synthetic=synthetic, batch_size=batch_size)
 
 
 def _check_batch(batch: dict[str, Any], size: int, count: int) -> None:

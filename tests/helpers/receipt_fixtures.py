@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from ocr.data.datamodule import ReceiptDataModule
 from ocr.data.photometric import PhotometricParams
 from ocr.data.transforms import EvalTransform, TrainTransform
 
@@ -125,3 +126,34 @@ def train_transform(crop_size: int = 64, **overrides: Any) -> TrainTransform:
     args = {**TRAIN_ARGS, **overrides}
     photometric = PhotometricParams(**{key: args.pop(key) for key in PHOTOMETRIC_KEYS})
     return TrainTransform(crop_size=crop_size, photometric=photometric, **args)
+
+
+def receipt_datamodule(
+    root: Path,
+    *,
+    num_workers: int = 0,
+    synthetic: dict[str, int] | None = None,
+    batch_size: int = 2,
+    crop_size: int = 64,
+) -> ReceiptDataModule:
+    """A datamodule on ``root`` with the full train augmentation at ``crop_size`` and a 64 px letterbox."""
+    return ReceiptDataModule(
+        root=str(root),
+        train_split="train",
+        val_split="val",
+        test_split="test",
+        predict_image_dir=None,
+        train_transform=train_transform(crop_size),
+        eval_transform=eval_transform(64),
+        exif_mode="rotated",
+        on_missing_image="skip",
+        min_polygon_size=1.0,
+        targets=TARGETS,
+        cache_dir=None,
+        batch_size=batch_size,
+        eval_batch_size=2,
+        num_workers=num_workers,
+        pin_memory=False,
+        persistent_workers=num_workers > 0,
+        synthetic=synthetic,
+    )
