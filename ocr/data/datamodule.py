@@ -135,6 +135,7 @@ class ReceiptDataModule(L.LightningDataModule):
         self.loader_wait = LoaderWait()  # time the training loop waited for train batches
         self.last_cpu_batch: Batch | None = None  # the compact CPU batch last moved, for crash bundles
         self._train_stream: TrainStream | None = None
+        self._stream_state: dict[str, int] | None = None  # a checkpoint's, applied to the next stream
 
     @functools.cached_property
     def fingerprint(self) -> str | None:
@@ -229,7 +230,21 @@ class ReceiptDataModule(L.LightningDataModule):
             make_loader=self._stream_loader,
             wait=self.loader_wait,
         )
+        if self._stream_state is not None:
+            self._train_stream.load_state_dict(self._stream_state)
+            self._stream_state = None
         return self._train_stream
+
+    def state_dict(self) -> dict[str, Any]:
+        """The train stream's position, saved in checkpoints (exact resume, ``ocr.data.stream``)."""
+        return {} if self._train_stream is None else {"train_stream": self._train_stream.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep a checkpoint's stream position for the train stream. Lightning restores a datamodule before
+        it sets up the training data (which it does early, for ``estimated_stepping_batches``), while the
+        copy it keeps of a stateful loader's state is loaded only when the data are set up after the
+        restore: too late here."""
+        self._stream_state = state_dict.get("train_stream")
 
     def val_dataloader(self) -> DataLoader:
         """Validation loader."""

@@ -143,8 +143,8 @@ class TrainStream:
     Each ``iter()`` (Lightning calls it at every epoch start) yields the batches up to the end of the
     current pass, so the workers' queue carries over into the next epoch. The position is counted in
     batches that reached a training step (:meth:`count_trained`, called by the datamodule's
-    ``on_before_batch_transfer``), not in batches fetched: Lightning fetches one batch ahead, and a
-    checkpoint written between two steps must resume at the batch after the last one trained.
+    ``on_before_batch_transfer``), not in batches fetched: a checkpoint resumes at the batch after the last
+    one trained, whatever a loop fetched ahead.
 
     Args:
         dataset: the train dataset; its transform must have ``set_random_seed``.
@@ -223,7 +223,8 @@ class TrainStream:
         self._iterator = None
 
     def state_dict(self) -> dict[str, int]:
-        """Saved by Lightning in checkpoints (the fit loop's ``combined_loader`` state)."""
+        """The stream's position: saved in checkpoints by the datamodule (``ReceiptDataModule.state_dict``)
+        and by Lightning with the fit loop's state."""
         return {
             "seed": self.seed,
             "trained": self.trained,

@@ -74,7 +74,7 @@ def test_a_stream_resumed_from_its_state_continues_as_the_uninterrupted_one(tmp_
     root = make_root(tmp_path, num_images=4)
     _, stream = _stream(root)
     first = _train(stream, epochs=1)
-    # Lightning fetches one batch ahead: the epoch's second batch is fetched while its first trains.
+    # A loop that fetches one batch ahead: the epoch's second batch is fetched while its first trains.
     epoch: Iterator[Batch] = iter(stream)
     trained = next(epoch)
     stream.count_trained()
@@ -122,3 +122,18 @@ def test_a_data_set_smaller_than_a_batch_is_one_batch_per_pass() -> None:
     stream = iter(sampler)
     assert [[i for i, _ in next(stream)] for _ in range(2)] == [[0, 1, 2], [0, 1, 2]]
     assert sampler.batches_per_pass == 1 and np.isclose(sampler.batch_size, 3)
+
+
+def test_the_datamodule_carries_the_position_through_a_checkpoint(tmp_path: Path) -> None:
+    """Lightning restores a datamodule before it asks for the train loader: the position waits for it."""
+    root = make_root(tmp_path, num_images=4)
+    module, stream = _stream(root)
+    _train(stream, epochs=1)
+    state = module.state_dict()
+    assert state == {"train_stream": stream.state_dict()} and state["train_stream"]["trained"] == 2
+    continued = _train(stream, epochs=1)
+    restored = receipt_datamodule(root, crop_size=32)
+    restored.load_state_dict(state)
+    restored.setup("fit")
+    resumed = restored.train_dataloader()
+    assert isinstance(resumed, TrainStream) and _train(resumed, epochs=1) == continued
