@@ -11,13 +11,17 @@ epochs; off by default). What is emulated:
 
 - the device: the module's network and loss are swapped for one that sleeps ``--step-ms`` per step and
   a zero loss (29.7 ms = DBNet-r18-FPN at 640 px, batch 16, bf16 + channels_last on one H200: 539 img/s);
-- the workers' cost per sample: each sample's real work is topped up by a sleep to ``--sample-ms``
-  (25-30 ms: receipts at 640 px on the H200 host's cores, issue 26).
+- the workers' cost per sample: ``--sample-ms`` per sample (25-30 ms: receipts at 640 px on the H200
+  host's cores, issue 26). With ``--sample-work sleep`` (the default) the dataset hands on real samples
+  built once before the workers start (``BUILT_SAMPLES`` tiny ones, in turn) after sleeping that long;
+  with ``--sample-work real`` each sample is built for real and topped up by a sleep to that long.
 
 The real per-sample CPU work at 640 px (11-20 ms on this project's 2-core machines) cannot run 540 times a
-second on 2 cores, so the data are tiny synthetic images (``--image-px``, 64 px) whose real work (about
-1-3 ms, printed as ``real work``) hides inside the sleep: the figures show how the pipeline schedules
-work, not how fast this machine's CPU is. Sleeping workers cost no CPU, so 15 of them fit on 2 cores.
+second on 2 cores, and neither can the work on tiny images: 64 px synthetic receipts (``--image-px``) still
+cost several ms each (mostly per-polygon Python; printed as ``real work``), 15-25 ms on a 2-core machine
+shared by other jobs. So by default the sleep is the sample's whole cost, and the figures show how the
+pipeline schedules work (sampler, workers, queue, collate, transfer hooks, the Lightning loop and its
+callbacks), not how fast this machine's CPU is. Sleeping workers cost no CPU, so 15 of them fit on 2 cores.
 
 The clock: ``--warmup`` and ``--steps`` are rounded up to whole epochs; the pipeline's img/s is timed from
 the end of the warm-up's last step to the end of the last step. Reports ceiling = batch / step time (what
@@ -48,7 +52,8 @@ from ocr.types import DBOutput, Sample
 from ocr.utils.io import atomic_write_json
 from ocr.utils.runner import compose_config, instantiate_all, quiet_third_party
 
-REAL_WORK_SAMPLES = 32  # samples timed in this process to report the real work the sleep tops up
+REAL_WORK_SAMPLES = 16  # samples timed in this process to report the real work per sample
+BUILT_SAMPLES = 16  # real samples built once for --sample-work sleep
 
 
 class SleepNet(nn.Module):
@@ -74,16 +79,21 @@ class ZeroLoss(nn.Module):
 
 
 class PacedSamples(Dataset[Sample]):
-    """The train dataset with each sample's time in the worker topped up by a sleep to ``seconds``."""
+    """The train dataset with each sample taking ``seconds`` in the worker: a sleep, then one of ``built``
+    (real samples built beforehand), or when ``built`` is None the sample built for real and the rest of
+    ``seconds`` slept."""
 
-    def __init__(self, dataset: Any, seconds: float) -> None:
-        self.dataset, self.seconds = dataset, seconds
+    def __init__(self, dataset: Any, seconds: float, built: list[Sample] | None) -> None:
+        self.dataset, self.seconds, self.built = dataset, seconds, built
         self.transform = dataset.transform  # re-seeded per sample by the train stream
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> Sample:
+        if self.built is not None:
+            time.sleep(self.seconds)
+            return self.built[index % len(self.built)]
         started = time.perf_counter()
         sample = self.dataset[index]
         rest = self.seconds - (time.perf_counter() - started)
@@ -156,25 +166,29 @@ def config_overrides(args: argparse.Namespace, data_root: Path, max_steps: int) 
     ]
 
 
-def real_work_ms(dataset: Any) -> float:
-    """Milliseconds of real work per sample (decode, transform, sanitation, targets), in this process."""
-    count = min(REAL_WORK_SAMPLES, len(dataset))
+def build_samples(dataset: Any, count: int) -> tuple[list[Sample], float]:
+    """The first ``count`` samples built for real (decode, transform, sanitation, targets) in this process,
+    and the milliseconds each took on average."""
     started = time.perf_counter()
-    for index in range(count):
-        dataset[index]
-    return 1000 * (time.perf_counter() - started) / count
+    samples = [dataset[index] for index in range(min(count, len(dataset)))]
+    return samples, 1000 * (time.perf_counter() - started) / len(samples)
 
 
 def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """One emulated training run; its figures."""
+    # The main process's tensor work stands for device kernels: on one thread it neither fights the
+    # workers for the cores nor stalls at a thread pool's barriers on a busy machine.
+    torch.set_num_threads(1)
     per_epoch = args.samples // args.batch if args.samples > args.batch else 1
     warmup, steps = (math.ceil(n / per_epoch) * per_epoch for n in (args.warmup, args.steps))
     cfg = compose_config("train", config_overrides(args, work / "data", warmup + steps), work / "run")
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    real_ms = real_work_ms(datamodule.datasets["train"])
-    datamodule.datasets["train"] = PacedSamples(datamodule.datasets["train"], args.sample_ms / 1000)
+    built, real_ms = build_samples(datamodule.datasets["train"], max(REAL_WORK_SAMPLES, BUILT_SAMPLES))
+    datamodule.datasets["train"] = PacedSamples(
+        datamodule.datasets["train"], args.sample_ms / 1000, built if args.sample_work == "sleep" else None
+    )
     module = build_module(cfg)
     module.net, module.loss = SleepNet(args.step_ms / 1000), ZeroLoss()
     clock = StepClock(warmup, warmup + steps)
@@ -195,6 +209,7 @@ def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "sample_ms": args.sample_ms,
         "step_ms": args.step_ms,
         "image_px": args.image_px,
+        "sample_work": args.sample_work,
         "val_every": args.val_every,
         "real_work_ms": real_ms,
         "steps_per_epoch": per_epoch,
@@ -213,15 +228,18 @@ def markdown(report: dict[str, Any]) -> str:
     waits = "n/a" if report["data_wait"] is None else f"{100 * report['data_wait']:.0f} %"
     first = "n/a" if not firsts else f"{firsts[0]:.2f} s"
     first_later = "n/a" if not later else f"{1000 * sum(later) / len(later):.1f} ms"
+    validation = f"every {report['val_every']} epochs" if report["val_every"] else "off"
+    setting = (
+        f"N={report['samples']}, B={report['batch']}, W={report['workers']}, L={report['sample_ms']} ms "
+        f"({report['sample_work']}; real work {report['real_work_ms']:.1f} ms per sample), "
+        f"S={report['step_ms']} ms, {report['image_px']} px, validation {validation}"
+    )
     return "\n".join(
         [
-            f"{report['machine']}; load {report['load_average'][0]:.1f}; N={report['samples']}, "
-            f"B={report['batch']}, W={report['workers']}, L={report['sample_ms']} ms (real work "
-            f"{report['real_work_ms']:.1f} ms of it), S={report['step_ms']} ms, {report['image_px']} px, "
-            f"validation {'every ' + str(report['val_every']) + ' epochs' if report['val_every'] else 'off'}; "
+            f"{report['machine']}; load {report['load_average'][0]:.1f}; {setting}; "
             f"{report['steps']} timed steps after {report['warmup_steps']}",
             "",
-            "| ceiling img/s (B/S) | pipeline img/s | ratio | data wait | first batch: start | later epochs |",
+            "| ceiling img/s (B/S) | pipeline img/s | ratio | data wait | first batch: start | later |",
             "| ---: | ---: | ---: | ---: | ---: | ---: |",
             f"| {report['ceiling_img_s']:.1f} | {report['pipeline_img_s']:.1f} | {report['ratio']:.2f} | "
             f"{waits} | {first} | {first_later} |",
@@ -240,6 +258,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sample-ms", type=float, default=30.0, help="worker time per sample (L)")
     parser.add_argument("--step-ms", type=float, default=29.7, help="device time per training step (S)")
     parser.add_argument("--image-px", type=int, default=64, help="side of the synthetic images and crops")
+    parser.add_argument(
+        "--sample-work",
+        choices=("sleep", "real"),
+        default="sleep",
+        help="a sample's worker time: a sleep of L (samples built once), or real work topped up to L",
+    )
     parser.add_argument("--val-every", type=int, default=0, help="validate every N epochs (0: off)")
     parser.add_argument("--val-images", type=int, default=16, help="validation images")
     parser.add_argument("--steps", type=int, default=300, help="timed steps, rounded up to whole epochs")
