@@ -13,6 +13,7 @@ either predict backend), the ONNX parity check and the crash replay on the CPU b
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import cv2
 import numpy as np
@@ -74,9 +75,9 @@ def move_batch(batch: Batch, device: torch.device) -> Batch:
     """A new batch with the compact tensors on ``device`` (non-blocking: the loader pins them,
     ``data.pin_memory``). Polygons, geometry records and photometric rows stay host-side (Lightning's
     generic transfer refuses frozen dataclasses); ``batch`` itself is left as it is."""
-    moved: dict[str, object] = dict(batch)
+    moved: dict[str, Any] = dict(batch)
     for key in BATCH_TENSOR_KEYS:
-        moved[key] = batch[key].to(device, non_blocking=True)
+        moved[key] = moved[key].to(device, non_blocking=True)
     return moved  # type: ignore[return-value]
 
 

@@ -211,7 +211,7 @@ class ReceiptDataModule(L.LightningDataModule):
         """The train stream: one shuffled pass per epoch from workers that never stop (a last incomplete
         batch is dropped, so BatchNorm never sees a batch of 1). When Lightning overfits batches
         (``trainer.overfit_batches``) a plain DataLoader, which Lightning reads in order."""
-        if self.trainer is not None and self.trainer.overfit_batches:
+        if self.trainer is not None and self.trainer.overfit_batches:  # type: ignore[attr-defined]
             return self._loader("train", self.batch_size, shuffle=True)
         if "train" not in self.datasets:
             self.setup("fit")

@@ -92,7 +92,8 @@ class DataWait(Callback):
     ) -> None:
         wait = loader_wait(trainer)
         step = trainer.global_step
-        if wait is None or step % max(1, trainer.log_every_n_steps) or step == self._last_logged_step:
+        every = max(1, trainer.log_every_n_steps)  # type: ignore[attr-defined]  # set by Lightning's connector
+        if wait is None or step % every or step == self._last_logged_step:
             return
         self._last_logged_step = step
         share = self._close(wait)
