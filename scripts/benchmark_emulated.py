@@ -9,8 +9,13 @@ augmentation, normalisation), DetectionModule's training step and logging, the r
 (configs/callbacks/default.yaml, time budget off, CSV logger) and the validation cadence (``--val-every``
 epochs; off by default). What is emulated:
 
-- the device: the module's network and loss are swapped for one that sleeps ``--step-ms`` per step and
-  a zero loss (29.7 ms = DBNet-r18-FPN at 640 px, batch 16, bf16 + channels_last on one H200: 539 img/s);
+- the device: the module's network and loss are swapped for a fixed device time of ``--step-ms`` per
+  step and a zero loss (29.7 ms = DBNet-r18-FPN at 640 px, batch 16, bf16 + channels_last on one H200:
+  539 img/s). With ``--device async`` (the default) it runs as CUDA runs kernels: the step is queued on
+  a device timeline and the host goes on (loading, decoding and logging the next batch) while it runs,
+  at most ``QUEUE_STEPS`` steps ahead, and waits for the device where training syncs (every epoch end:
+  the epoch's loss and text-crop count are read; every ``SYNC_EVERY_N_STEPS`` steps: the non-finite
+  check). With ``--device sync`` the host sleeps through every step (a lower bound: no overlap at all);
 - the workers' cost per sample: ``--sample-ms`` per sample (25-30 ms: receipts at 640 px on the H200
   host's cores, issue 26). With ``--sample-work sleep`` (the default) the dataset hands on real samples
   built once before the workers start (``BUILT_SAMPLES`` tiny ones, in turn) after sleeping that long;
@@ -52,21 +57,67 @@ from ocr.types import DBOutput, Sample
 from ocr.utils.io import atomic_write_json
 from ocr.utils.runner import compose_config, instantiate_all, quiet_third_party
 
+QUEUE_STEPS = 2  # steps the host may run ahead of the emulated device
+SYNC_EVERY_N_STEPS = 50  # configs/callbacks/triage.yaml: nonfinite_guard.check_every_n_steps
 REAL_WORK_SAMPLES = 16  # samples timed in this process to report the real work per sample
 BUILT_SAMPLES = 16  # real samples built once for --sample-work sleep
 
 
-class SleepNet(nn.Module):
-    """Stands for the network on a device: ``seconds`` of sleep per call, then logits that say "no text"
-    everywhere (so validation post-processing finds nothing) and depend on one parameter."""
+class EmulatedDevice:
+    """A device timeline: work of a given length is queued and runs after the work before it; the host
+    waits only when more than ``queue_steps`` pieces are unfinished, or at :meth:`synchronize`
+    (``queue_steps=0``: the host sleeps through each piece)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, queue_steps: int) -> None:
+        self.queue_steps = queue_steps
+        self._ends: list[float] = []  # when each queued piece finishes
+
+    def run(self, seconds: float) -> None:
+        now = time.perf_counter()
+        self._ends.append(max(now, self._ends[-1] if self._ends else now) + seconds)
+        while len(self._ends) > self.queue_steps:
+            _sleep_until(self._ends.pop(0))
+
+    def synchronize(self) -> None:
+        if self._ends:
+            _sleep_until(self._ends[-1])
+        self._ends.clear()
+
+
+def _sleep_until(moment: float) -> None:
+    rest = moment - time.perf_counter()
+    if rest > 0:
+        time.sleep(rest)
+
+
+class DeviceSyncs(Callback):
+    """The host waits for the emulated device where training syncs: at each epoch end and every
+    ``SYNC_EVERY_N_STEPS`` steps."""
+
+    def __init__(self, device: EmulatedDevice) -> None:
+        self.device = device
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.global_step % SYNC_EVERY_N_STEPS == 0:
+            self.device.synchronize()
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.device.synchronize()
+
+
+class SleepNet(nn.Module):
+    """Stands for the network on ``device``: ``seconds`` of device time per call, then logits that say "no
+    text" everywhere (so validation post-processing finds nothing) and depend on one parameter."""
+
+    def __init__(self, seconds: float, device: EmulatedDevice) -> None:
         super().__init__()
-        self.seconds = seconds
+        self.seconds, self.device = seconds, device
         self.logit = nn.Parameter(torch.full((), -10.0))
 
     def forward(self, images: Tensor) -> DBOutput:
-        time.sleep(self.seconds)
+        self.device.run(self.seconds)
         logits = self.logit.expand(images.shape[0], 1, *images.shape[2:])
         return DBOutput(logits, logits, logits)
 
@@ -103,11 +154,12 @@ class PacedSamples(Dataset[Sample]):
 
 
 class StepClock(Callback):
-    """Images per second from the end of step ``start`` to the end of step ``stop``, and the train
-    loader's wait over the same steps (``ReceiptDataModule.loader_wait`` where the datamodule has one)."""
+    """Images per second from the end of step ``start`` to the end of step ``stop`` (the device
+    synchronised before each read), and the train loader's wait over the same steps
+    (``ReceiptDataModule.loader_wait`` where the datamodule has one)."""
 
-    def __init__(self, start: int, stop: int) -> None:
-        self.start, self.stop = start, stop
+    def __init__(self, start: int, stop: int, device: EmulatedDevice) -> None:
+        self.start, self.stop, self.device = start, stop, device
         self.marks: dict[str, tuple[float, float | None]] = {}
         self.images = 0
 
@@ -119,6 +171,7 @@ class StepClock(Callback):
             self.images += int(batch["images"].shape[0])
         for name, at in (("start", self.start), ("stop", self.stop)):
             if step == at and name not in self.marks:
+                self.device.synchronize()
                 wait = getattr(trainer.datamodule, "loader_wait", None)  # type: ignore[attr-defined]
                 self.marks[name] = (time.perf_counter(), None if wait is None else wait.seconds)
 
@@ -144,7 +197,7 @@ def config_overrides(args: argparse.Namespace, data_root: Path, max_steps: int) 
         f"data.synthetic.num_val={args.val_images}",
         "data.synthetic.num_test=1",
         f"data.synthetic.long_side={px}",
-        f"data.train_transform.crop_size={px}",
+        f"data.train_transform.crop_size={args.crop_px}",
         f"data.train_transform.train_long_side={px}",
         f"data.eval_transform.long_side={px}",
         "data.targets.min_text_size=2",
@@ -190,10 +243,13 @@ def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         datamodule.datasets["train"], args.sample_ms / 1000, built if args.sample_work == "sleep" else None
     )
     module = build_module(cfg)
-    module.net, module.loss = SleepNet(args.step_ms / 1000), ZeroLoss()
-    clock = StepClock(warmup, warmup + steps)
+    device = EmulatedDevice(QUEUE_STEPS if args.device == "async" else 0)
+    module.net, module.loss = SleepNet(args.step_ms / 1000, device), ZeroLoss()
+    clock = StepClock(warmup, warmup + steps, device)
     trainer = instantiate(
-        cfg.trainer, callbacks=[*instantiate_all(cfg.callbacks), clock], logger=instantiate_all(cfg.logger)
+        cfg.trainer,
+        callbacks=[*instantiate_all(cfg.callbacks), DeviceSyncs(device), clock],
+        logger=instantiate_all(cfg.logger),
     )
     trainer.fit(module, datamodule=datamodule)
     ceiling = args.batch / (args.step_ms / 1000)
@@ -209,6 +265,8 @@ def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "sample_ms": args.sample_ms,
         "step_ms": args.step_ms,
         "image_px": args.image_px,
+        "crop_px": args.crop_px,
+        "device": args.device,
         "sample_work": args.sample_work,
         "val_every": args.val_every,
         "real_work_ms": real_ms,
@@ -232,7 +290,8 @@ def markdown(report: dict[str, Any]) -> str:
     setting = (
         f"N={report['samples']}, B={report['batch']}, W={report['workers']}, L={report['sample_ms']} ms "
         f"({report['sample_work']}; real work {report['real_work_ms']:.1f} ms per sample), "
-        f"S={report['step_ms']} ms, {report['image_px']} px, validation {validation}"
+        f"S={report['step_ms']} ms ({report['device']} device), {report['image_px']} px images, "
+        f"{report['crop_px']} px crops, validation {validation}"
     )
     return "\n".join(
         [
@@ -257,7 +316,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, default=15, help="DataLoader workers (W)")
     parser.add_argument("--sample-ms", type=float, default=30.0, help="worker time per sample (L)")
     parser.add_argument("--step-ms", type=float, default=29.7, help="device time per training step (S)")
-    parser.add_argument("--image-px", type=int, default=64, help="side of the synthetic images and crops")
+    parser.add_argument("--image-px", type=int, default=64, help="long side of the synthetic images (>= 64)")
+    parser.add_argument("--crop-px", type=int, default=32, help="side of the training crops")
+    parser.add_argument(
+        "--device",
+        choices=("async", "sync"),
+        default="async",
+        help="the device runs a step while the host goes on (as CUDA does), or the host sleeps through it",
+    )
     parser.add_argument(
         "--sample-work",
         choices=("sleep", "real"),
