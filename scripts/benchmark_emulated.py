@@ -307,7 +307,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run the emulation; prints the Markdown table and returns the report (also ``--json``)."""
+    """Run the emulation; prints the Markdown table and returns the report with it (also ``--json``)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -341,10 +341,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         parser.error("--samples, --batch, --steps and --warmup: expected >= 1; --workers: >= 0")
     with tempfile.TemporaryDirectory(prefix="benchmark_emulated_") as tmp:
         report = emulate(args, Path(tmp))
-    table = markdown(report)
-    print(table, flush=True)
+    report["table"] = markdown(report)
+    print(report["table"], flush=True)
     if args.json is not None:
-        atomic_write_json(args.json, {**report, "table": table})
+        atomic_write_json(args.json, report)
     return report
 
 

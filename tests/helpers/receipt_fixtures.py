@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -107,17 +108,7 @@ NO_AUGMENTATION: dict[str, Any] = {
 
 
 # The entries of ``TRAIN_ARGS`` that build the transform's ``PhotometricParams``.
-PHOTOMETRIC_KEYS = (
-    "brightness",
-    "contrast",
-    "saturation",
-    "hue",
-    "p_color",
-    "blur_limit",
-    "p_blur",
-    "noise_std_range",
-    "p_noise",
-)
+PHOTOMETRIC_KEYS = tuple(inspect.signature(PhotometricParams).parameters)
 
 
 def train_transform(crop_size: int = 64, **overrides: Any) -> TrainTransform:
