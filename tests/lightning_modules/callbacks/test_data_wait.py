@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from ocr.data.dataset import ReceiptDataset
 from ocr.lightning_modules.callbacks.data_wait import DataWait
-from ocr.lightning_modules.callbacks.progress import PlainProgress
+from ocr.lightning_modules.callbacks.progress import PlainProgress, RichProgress
 from tests.helpers.receipt_fixtures import make_root, receipt_datamodule
 
 SAMPLE_S = 0.1  # a slow sample: two per batch
@@ -94,6 +94,26 @@ def test_a_slow_step_is_not(tmp_path: Path, caplog: pytest.LogCaptureFixture) ->
     assert float(trainer.callback_metrics["train/data_wait"]) < 0.3
     assert not any("input-bound" in line for line in lines)
     assert any(re.match(r"data wait: \d+ % of training step time waiting for data", line) for line in lines)
+
+
+def test_the_rich_bar_shows_the_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(RichProgress, "WINDOW_SECONDS", 0.0)
+    bar = RichProgress(leave=False)
+    module = FastStep()
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=2,
+        accelerator="cpu",
+        logger=False,
+        limit_val_batches=0,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        callbacks=[bar],
+    )
+    trainer.fit(
+        module, datamodule=receipt_datamodule(make_root(tmp_path / "data", num_images=4), crop_size=32)
+    )
+    assert re.fullmatch(r"wait \d+ %.*", str(bar.get_metrics(trainer, module)["data"]))
 
 
 def test_rejects_a_share_outside_0_1() -> None:
