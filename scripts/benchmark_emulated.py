@@ -19,7 +19,9 @@ epochs; off by default). What is emulated:
 - the workers' cost per sample: ``--sample-ms`` per sample (25-30 ms: receipts at 640 px on the H200
   host's cores, issue 26). With ``--sample-work sleep`` (the default) the dataset hands on real samples
   built once before the workers start (``BUILT_SAMPLES`` tiny ones, in turn) after sleeping that long;
-  with ``--sample-work real`` each sample is built for real and topped up by a sleep to that long.
+  with ``--sample-work real`` each sample is built for real and topped up by a sleep to that long. The
+  sleeps keep to a timeline that starts with each batch, so a batch costs its worker ``batch`` times
+  that long (plus the collate) however late each sleep wakes on a busy machine.
 
 The real per-sample CPU work at 640 px (11-20 ms on this project's 2-core machines) cannot run 540 times a
 second on 2 cores, and neither can the work on tiny images: 64 px synthetic receipts (``--image-px``) still
@@ -132,20 +134,28 @@ class ZeroLoss(nn.Module):
 class PacedSamples(Dataset[Sample]):
     """The train dataset with each sample taking ``seconds`` of the worker's time: one of ``built`` (real
     samples built beforehand) handed on, or when ``built`` is None the sample built for real; either way
-    the worker then sleeps until its timeline reaches the sample's end. The timeline (one per worker
-    process) runs on from the previous sample's end while the worker is busy, so a sleep that wakes late
-    on a busy machine does not add up from sample to sample: the worker keeps ``seconds`` per sample."""
+    the worker then sleeps until its timeline reaches the sample's end.
 
-    def __init__(self, dataset: Any, seconds: float, built: list[Sample] | None) -> None:
+    A worker's timeline (one per worker process) starts afresh with the first sample of each batch of
+    ``batch_size`` (the worker may have waited for work before it) and runs on by ``seconds`` per sample to
+    the batch's end, so a sleep that wakes late on a busy machine does not add up over the batch: a batch
+    takes ``batch_size * seconds`` (more only when the real work takes longer) and the collate.
+    """
+
+    def __init__(self, dataset: Any, seconds: float, built: list[Sample] | None, batch_size: int) -> None:
         self.dataset, self.seconds, self.built = dataset, seconds, built
+        self.batch_size = batch_size  # the train stream's batches are all full
         self.transform = dataset.transform  # re-seeded per sample by the train stream
+        self._calls = 0
         self._busy_until = 0.0
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> Sample:
-        self._busy_until = max(time.perf_counter(), self._busy_until) + self.seconds
+        batch_start = self._calls % self.batch_size == 0
+        self._calls += 1
+        self._busy_until = (time.perf_counter() if batch_start else self._busy_until) + self.seconds
         sample = self.dataset[index] if self.built is None else self.built[index % len(self.built)]
         _sleep_until(self._busy_until)
         return sample
@@ -247,7 +257,10 @@ def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     datamodule.setup("fit")
     built, real_ms = build_samples(datamodule.datasets["train"], max(REAL_WORK_SAMPLES, BUILT_SAMPLES))
     datamodule.datasets["train"] = PacedSamples(
-        datamodule.datasets["train"], args.sample_ms / 1000, built if args.sample_work == "sleep" else None
+        datamodule.datasets["train"],
+        args.sample_ms / 1000,
+        built if args.sample_work == "sleep" else None,
+        batch_size=min(args.batch, args.samples),
     )
     module = build_module(cfg)
     device = EmulatedDevice(QUEUE_STEPS if args.device == "async" else 0)

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -155,3 +156,20 @@ def test_benchmark_emulated_times_the_real_loop_with_sleeps(tmp_path: Path, samp
     assert json.loads((tmp_path / "e.json").read_text())["ratio"] == report["ratio"]
     row = r"^\| 200\.0 \| [\d.]+ \| [\d.]+ \| \d+ % \| [\d.]+ s \| [\d.]+ ms \| [\d.]+ \|$"
     assert re.search(row, report["table"], re.M), report["table"]
+
+
+def test_benchmark_emulated_paces_each_batch_on_one_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A late wake-up within a batch is made up by the next samples' sleeps; a batch starts afresh."""
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_emulated", REPO_ROOT / "scripts" / "benchmark_emulated.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    now, deadlines = [0.0], []
+    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(module, "_sleep_until", deadlines.append)
+    samples = module.PacedSamples(SimpleNamespace(transform=None), 0.01, built=["a", "b"], batch_size=2)
+    for moment in (100.0, 100.5, 200.0, 200.011):  # the second sample woke 0.49 s late
+        now[0] = moment
+        samples[0]
+    assert deadlines == pytest.approx([100.01, 100.02, 200.01, 200.02])
