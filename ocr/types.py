@@ -124,14 +124,15 @@ class Sample(TypedDict):
     texts: list[str | None]  # transcription per polygon when known
     geometry: Geometry
     image_id: str  # file name relative to the split's image folder
-    sanitation: dict[str, int]  # polygons removed/repaired by reason while building this sample
+    # polygons removed/repaired by reason: at the scan (annotation) and, as "input_px/<reason>", in input px
+    sanitation: dict[str, int]
     coding: BatchCoding  # how the tensors above decode
     photometric: Tensor | None  # (P,) float32 augmentation parameters (ocr.data.photometric); None in eval
 
 
 class Batch(TypedDict):
     """Collated samples. As collated (CPU, and on the wire to the device) the tensors are compact, with
-    the dtypes of :class:`Sample`; ``ocr.data.coding.decode_batch`` (the modules'
+    the dtypes of :class:`Sample`; ``ocr.data.coding.decode_batch`` (the datamodule's
     ``on_after_batch_transfer``) gives the types below, which the network and the loss read."""
 
     images: Tensor  # (B, 3, H, W) float32, normalised with coding.mean/std

@@ -41,12 +41,13 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 
+from ocr.data import collate  # looked up at each call, so the collate stage can wrap it
 from ocr.machine.hardware import register_resolvers
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
-# stage -> the functions whose exclusive time it is: "module:attribute", or "dataset:..." / "loader:..."
-# for attributes of the train dataset (its transform's photometric pipeline) and of the train loader.
+# stage -> the functions whose exclusive time it is: "module:attribute", or "dataset:..." for attributes of
+# the train dataset (its transform's photometric pipeline).
 STAGES: dict[str, tuple[str, ...]] = {
     "decode/cache": ("ocr.data.dataset:load_source",),
     "geometry warp": ("ocr.data.transforms:TrainTransform.__call__",),
@@ -58,7 +59,7 @@ STAGES: dict[str, tuple[str, ...]] = {
         "ocr.data.dataset:encode_maps",
         "ocr.data.dataset:build_sample",
     ),
-    "collate": ("loader:collate_fn",),
+    "collate": ("ocr.data.collate:collate_batch",),
 }
 
 
@@ -89,13 +90,13 @@ class StageClock:
 
 
 @contextlib.contextmanager
-def instrument(clock: StageClock, dataset: Any, loader: Any) -> Iterator[None]:
+def instrument(clock: StageClock, dataset: Any) -> Iterator[None]:
     """Wrap every function ``STAGES`` names for the duration of the block, then put them back.
 
     Raises:
         AttributeError: a named function no longer exists (update ``STAGES`` with the pipeline).
     """
-    roots = {"dataset": dataset, "loader": loader}
+    roots = {"dataset": dataset}
     originals = []
     try:
         for stage, targets in STAGES.items():
@@ -131,14 +132,14 @@ def machine() -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Build the train loader from the config and time ``passes`` passes of ``samples`` samples."""
+    """Build the train dataset from the config and time ``passes`` passes of ``samples`` samples."""
     register_resolvers()
     GlobalHydra.instance().clear()
     overrides = [
         f"data={args.data}",
         f"hardware={args.preset}",
         f"data.root={args.root}",
-        "data.num_workers=0",  # this process is the worker; the loader only lends its dataset and collate
+        "data.num_workers=0",  # this process is the worker: it reads the train dataset and collates
         "data.persistent_workers=false",
         *args.overrides,
     ]
@@ -147,8 +148,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     np.random.seed(args.seed)
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
-    loader = datamodule.train_dataloader()
-    dataset, batch_size = loader.dataset, int(loader.batch_size)
+    datamodule.setup("fit")
+    # What the train stream's workers read (ocr.data.stream reseeds the transform per sample; a seeded
+    # transform and order stand for it here).
+    dataset, batch_size = datamodule.datasets["train"], int(datamodule.batch_size)
     dataset.transform.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     epochs = math.ceil((args.warmup + args.passes * args.samples) / len(dataset))
@@ -157,12 +160,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         dataset[int(index)]
     clock = StageClock()
     cpu, wall, wire_bytes, position = [], [], 0, args.warmup
-    with instrument(clock, dataset, loader):
+    with instrument(clock, dataset):
         for _ in range(args.passes):
             cpu_start, wall_start = time.process_time(), time.perf_counter()
             for start in range(0, args.samples, batch_size):
                 picked = order[position + start : position + min(start + batch_size, args.samples)]
-                batch = loader.collate_fn([dataset[int(i)] for i in picked])
+                batch = collate.collate_batch([dataset[int(i)] for i in picked])
                 wire_bytes = sum(v.nbytes for v in batch.values() if isinstance(v, torch.Tensor)) // len(
                     picked
                 )

@@ -9,17 +9,18 @@ Each builds the module of configs/train.yaml through ``build_module`` (``data=re
 overrides on top) and measures, on the same device:
 
 - ceiling: a few real batches are taken from the train loader once and moved to the device through the
-  module's own ``transfer_batch_to_device`` and ``on_after_batch_transfer`` (whatever the module does to a
-  batch on the device, the ceiling pays too); then forward + DBLoss + backward + optimizer step on them.
+  datamodule's ``transfer_batch_to_device`` and ``on_after_batch_transfer`` (whatever is done to a batch
+  on the device, the ceiling pays too); then forward + DBLoss + backward + optimizer step on them.
 - pipeline: a fresh module of the same config trained by the configured Lightning Trainer on the
-  datamodule's train loader (its workers, pinned memory, collate): no validation, no logger, none of the
-  run's callbacks.
+  datamodule's train loader (the stream: its workers, pinned memory, collate, never stopped between
+  epochs): no validation, no logger, none of the run's callbacks. Its data wait is the share of the timed
+  steps the loop spent waiting for the loader (``ocr.data.stream.LoaderWait``).
 
-Warm-up and timed steps are whole epochs of the train loader (``--warmup`` and ``--steps`` are rounded up):
-the pipeline's clock starts and stops at an epoch's end, when no batch the workers queued ahead is left,
-so queued batches cannot flatter it, and each timed epoch pays its own loader restart as training does.
+Warm-up and timed steps are whole epochs of the train loader (``--warmup`` and ``--steps`` are rounded up);
+the pipeline's clock is read at epoch ends. The workers' queue carries over epoch ends (as in training):
+in a steady state it is as full (or as empty) at the start of the timed epochs as at their end.
 Compilation happens in the warm-up. CUDA is synchronised before each clock read. Prints a Markdown table
-(variant, ceiling img/s, pipeline img/s, ratio); ``--json PATH`` writes the same figures.
+(variant, ceiling img/s, pipeline img/s, ratio, data wait); ``--json PATH`` writes the same figures.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def variant_config(args: argparse.Namespace, variant: Variant, work: Path) -> Di
 
 def time_ceiling(
     module: DetectionModule,
+    datamodule: ReceiptDataModule,
     cpu_batches: Sequence[Batch],
     device: torch.device,
     *,
@@ -123,7 +125,8 @@ def time_ceiling(
     module.setup("fit")  # channels_last and compile, as Lightning does before training
     module.train()
     batches = [
-        module.on_after_batch_transfer(module.transfer_batch_to_device(b, device, 0), 0) for b in cpu_batches
+        datamodule.on_after_batch_transfer(datamodule.transfer_batch_to_device(b, device, 0), 0)
+        for b in cpu_batches
     ]
     optimizer = module.optimizer_factory(params=module.parameters())
     dtype = autocast_dtype(precision)
@@ -150,7 +153,8 @@ def time_ceiling(
 
 
 class EpochClock(Callback):
-    """Images per second over the epochs after ``warmup_epochs``, clock read at epoch ends after a sync."""
+    """Images per second over the epochs after ``warmup_epochs``, clock read at epoch ends after a sync;
+    the train loader's wait over the same epochs."""
 
     def __init__(self, warmup_epochs: int, device: torch.device) -> None:
         self.warmup_epochs = warmup_epochs
@@ -158,6 +162,7 @@ class EpochClock(Callback):
         self.start: float | None = None
         self.stop: float | None = None
         self.images = 0
+        self.waited: list[float] = []  # the loader's total wait at the start and at the latest stop
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Batch, batch_idx: int
@@ -167,9 +172,12 @@ class EpochClock(Callback):
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         _sync(self.device)
+        waited = trainer.datamodule.loader_wait.seconds  # type: ignore[attr-defined]
         if trainer.current_epoch + 1 == self.warmup_epochs:
             self.start = time.perf_counter()
+            self.waited = [waited]
         self.stop = time.perf_counter()
+        self.waited = [*self.waited[:1], waited]
 
     @property
     def rate(self) -> float:
@@ -180,11 +188,18 @@ class EpochClock(Callback):
             )
         return self.images / (self.stop - self.start)
 
+    @property
+    def data_wait(self) -> float:
+        """Share of the timed epochs spent waiting for the train loader."""
+        assert self.start is not None and self.stop is not None
+        return (self.waited[-1] - self.waited[0]) / (self.stop - self.start)
+
 
 def time_pipeline(
     cfg: DictConfig, datamodule: ReceiptDataModule, device: torch.device, epochs: int, warmup_epochs: int
-) -> float:
-    """Images per second of ``trainer.fit`` over ``epochs`` epochs after ``warmup_epochs``."""
+) -> tuple[float, float]:
+    """Images per second of ``trainer.fit`` over ``epochs`` epochs after ``warmup_epochs``, and the share
+    of that time spent waiting for data."""
     clock = EpochClock(warmup_epochs, device)
     trainer = instantiate(
         cfg.trainer,
@@ -199,7 +214,7 @@ def time_pipeline(
         num_sanity_val_steps=0,
     )
     trainer.fit(build_module(cfg), datamodule=datamodule)
-    return clock.rate
+    return clock.rate, clock.data_wait
 
 
 def machine(device: torch.device) -> str:
@@ -211,9 +226,9 @@ def machine(device: torch.device) -> str:
 
 def table_row(row: dict[str, Any]) -> str:
     if row["skipped"]:
-        return f"| {row['variant']} | skipped: {row['skipped']} | | |"
+        return f"| {row['variant']} | skipped: {row['skipped']} | | | |"
     figures = f"{row['ceiling_img_s']:.1f} | {row['pipeline_img_s']:.1f} | {row['ratio']:.2f}"
-    return f"| {row['variant']} | {figures} |"
+    return f"| {row['variant']} | {figures} | {100 * row['data_wait']:.0f} % |"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -222,8 +237,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['workers']} workers; {report['steps']} timed steps ({report['epochs']} epochs) after "
         f"{report['warmup_steps']} warm-up steps",
         "",
-        "| variant | ceiling img/s | pipeline img/s | ratio |",
-        "| --- | ---: | ---: | ---: |",
+        "| variant | ceiling img/s | pipeline img/s | ratio | data wait |",
+        "| --- | ---: | ---: | ---: | ---: |",
     ]
     lines += [table_row(row) for row in report["variants"]]
     if report["device"] == "cuda":
@@ -271,8 +286,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         datamodule.setup("fit")
         per_epoch = len(datamodule.train_dataloader())
         warmup_epochs, epochs = math.ceil(args.warmup / per_epoch), math.ceil(args.steps / per_epoch)
-        # Taken once; the loader and its workers end with the slice.
+        # Taken once.
         cpu_batches = list(itertools.islice(datamodule.train_dataloader(), min(CEILING_BATCHES, per_epoch)))
+        datamodule.teardown("fit")  # its workers stop: the ceiling is timed without them
         report: dict[str, Any] = {
             "device": device.type,
             "machine": machine(device),
@@ -295,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 cfg = variant_config(args, variant, work / name)
                 ceiling = time_ceiling(
                     build_module(cfg),
+                    datamodule,
                     cpu_batches,
                     device,
                     precision=variant.precision,
@@ -303,8 +320,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 )
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-                pipeline = time_pipeline(cfg, datamodule, device, epochs, warmup_epochs)
-                row.update(ceiling_img_s=ceiling, pipeline_img_s=pipeline, ratio=pipeline / ceiling)
+                pipeline, data_wait = time_pipeline(cfg, datamodule, device, epochs, warmup_epochs)
+                row.update(
+                    ceiling_img_s=ceiling,
+                    pipeline_img_s=pipeline,
+                    ratio=pipeline / ceiling,
+                    data_wait=data_wait,
+                )
             report["variants"].append(row)
             print(table_row(row), flush=True)  # each row as soon as it is measured
     table = markdown(report)

@@ -30,12 +30,27 @@ _OLD_MODULE_KEYS = ("optimizer", "scheduler")
 # ``data.synthetic`` keys added since, with the value that describes the sets generated before them.
 _NEW_SYNTHETIC_KEYS = {"style": "basic", "granularity": "word"}
 
+# ``data.train_transform`` keys that moved under ``data.train_transform.photometric`` (issue 24).
+_PHOTOMETRIC_KEYS = (
+    "brightness",
+    "contrast",
+    "saturation",
+    "hue",
+    "p_color",
+    "blur_limit",
+    "p_blur",
+    "noise_std_range",
+    "p_noise",
+)
+_PHOTOMETRIC_TARGET = "ocr.data.photometric.PhotometricParams"
+
 
 def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
     """A copy of a stored run config with moved ``_target_`` paths renamed (:data:`TARGET_ALIASES`) and
     the old ``module.optimizer``/``module.scheduler`` copies of the ``optimizer``/``scheduler`` groups
-    dropped, retired top-level keys dropped (``RETIRED_KEYS``), and ``data.synthetic`` given the keys
-    added since (:data:`_NEW_SYNTHETIC_KEYS`); each change is logged once."""
+    dropped, retired top-level keys dropped (``RETIRED_KEYS``), ``data.synthetic`` given the keys added
+    since (:data:`_NEW_SYNTHETIC_KEYS`) and the photometric keys of ``data.train_transform`` nested under
+    its ``photometric``; each change is logged once."""
     changes: list[str] = []
     upgraded = _rename_targets(run_config, "", changes)
     for key in RETIRED_KEYS:  # refused on a command line; a stored one is read by nothing, so dropped
@@ -55,6 +70,12 @@ def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
             if key not in synthetic:
                 synthetic[key] = value
                 changes.append(f"data.synthetic.{key}: {value} (the only one before)")
+    transform = data.get("train_transform") if isinstance(data, dict) else None
+    if isinstance(transform, dict) and "photometric" not in transform:
+        moved = {key: transform.pop(key) for key in _PHOTOMETRIC_KEYS if key in transform}
+        if moved:
+            transform["photometric"] = {"_target_": _PHOTOMETRIC_TARGET, **moved}
+            changes.append(f"data.train_transform.{{{','.join(moved)}}} -> data.train_transform.photometric")
     if changes:
         log.warning("The stored run config was written by an older version; upgraded: %s", "; ".join(changes))
     return upgraded

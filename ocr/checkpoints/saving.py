@@ -149,12 +149,12 @@ class RunCheckpoint(ModelCheckpoint):
                 self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Only when there is no validation. Lightning would also save here when validation ran at the
-        # end of this epoch, but with trainer.max_steps set it resumes such a checkpoint one epoch short
-        # of max_epochs; a checkpoint from on_validation_end resumes exactly.
-        loaded_empty = trainer.val_dataloaders is not None and not sum(trainer.num_val_batches)
-        if not self._saving_off(trainer) and (not trainer.enable_validation or loaded_empty):
-            self._save_topk_and_last(trainer)
+        """No save at epoch ends (Lightning's would be here). With validation, ``on_validation_end`` saves:
+        with trainer.max_steps set, Lightning resumes an epoch-end checkpoint of a validated epoch one epoch
+        short of max_epochs. Without validation the whole run is "between validations": last.ckpt every
+        ``every_n_steps`` steps, every ``every_n_minutes`` and at the end. An epoch of a small data set
+        takes a fraction of a second on a GPU, less than copying out and writing the weights and the
+        optimizer state, and the train stream runs on across epoch ends (``ocr.data.stream``)."""
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._saving_off(trainer):

@@ -5,14 +5,15 @@ A 640 px sample leaves its worker as 2.87 MB instead of 11.5 MB: the image as ui
 (its values never leave that range; the largest error, half a step, is ``(thresh_max - thresh_min) / 510``,
 7.8e-4 for 0.3..0.7, well below what the masked L1 loss resolves; float16 would cost 3.28 MB). The
 conversion to float32, the photometric augmentation of train batches (``ocr.data.photometric``) and the
-normalisation happen once, in :func:`decode_batch`, on whatever device the batch is on: the
-LightningModules call it in ``on_after_batch_transfer``, the ONNX parity check and the crash replay on
-the CPU batch.
+normalisation happen once, in :func:`decode_batch`, on whatever device the batch is on: the datamodule
+calls :func:`move_batch` and then it in its batch-transfer hooks (for train, val, test and predict, with
+either predict backend), the ONNX parity check and the crash replay on the CPU batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import cv2
 import numpy as np
@@ -21,9 +22,9 @@ import torch
 from torch import Tensor
 
 from ocr.data.photometric import apply_photometric
-from ocr.types import TARGET_KEYS, Batch, BatchCoding, TargetKey
+from ocr.types import BATCH_TENSOR_KEYS, TARGET_KEYS, Batch, BatchCoding, TargetKey
 
-__all__ = ["THRESH_LEVELS", "decode_batch", "encode_maps", "normalize_images"]
+__all__ = ["THRESH_LEVELS", "decode_batch", "encode_maps", "move_batch", "normalize_images"]
 
 THRESH_LEVELS = 255  # uint8 codes 0..255 span [thresh_min, thresh_max]
 
@@ -70,10 +71,20 @@ def _standardize(scaled: Tensor, mean: Sequence[float], std: Sequence[float]) ->
     return torch.stack(channels, dim=1)
 
 
-def decode_batch(batch: Batch, *, channels_last: bool) -> Batch:
+def move_batch(batch: Batch, device: torch.device) -> Batch:
+    """A new batch with the compact tensors on ``device`` (non-blocking: the loader pins them,
+    ``data.pin_memory``). Polygons, geometry records and photometric rows stay host-side (Lightning's
+    generic transfer refuses frozen dataclasses); ``batch`` itself is left as it is."""
+    moved: dict[str, Any] = dict(batch)
+    for key in BATCH_TENSOR_KEYS:
+        moved[key] = moved[key].to(device, non_blocking=True)
+    return moved  # type: ignore[return-value]
+
+
+def decode_batch(batch: Batch) -> Batch:
     """A new batch whose tensors are what the network and the loss read: float32 normalised images
-    (channels_last when asked; photometric augmentation first, for train batches) and float32 maps, on
-    the device the compact tensors are on."""
+    (photometric augmentation first, for train batches) and float32 maps, on the device the compact
+    tensors are on. The memory format is the network's business (``DetectionModule.forward``)."""
     coding = batch["coding"]
     decoded = Batch(**batch)
     rows = batch.get("photometric")
@@ -81,7 +92,7 @@ def decode_batch(batch: Batch, *, channels_last: bool) -> Batch:
         images = normalize_images(batch["images"], coding.mean, coding.std)  # (B, 3, H, W) float32
     else:
         images = _standardize(apply_photometric(_unit(batch["images"]), rows), coding.mean, coding.std)
-    decoded["images"] = images.contiguous(memory_format=torch.channels_last) if channels_last else images
+    decoded["images"] = images
     step = (coding.thresh_max - coding.thresh_min) / THRESH_LEVELS
     decoded["thresh_map"] = batch["thresh_map"].float() * step + coding.thresh_min
     decoded["prob_map"] = batch["prob_map"].float()

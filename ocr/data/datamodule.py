@@ -1,4 +1,15 @@
-"""LightningDataModule for receipt detection: train/val/test splits and a predict folder scan."""
+"""LightningDataModule for receipt detection: train/val/test splits and a predict folder scan, and the
+batch's way to the device.
+
+A sample's route, top to bottom: the datasets (``ocr.data.dataset``: decode, transform, sanitation,
+targets) run in DataLoader workers; ``collate_batch`` stacks the compact samples; the train loader is a
+:class:`~ocr.data.stream.TrainStream` whose workers never stop between epochs; Lightning then calls this
+datamodule's batch-transfer hooks (the LightningModules leave them alone): ``on_before_batch_transfer``
+keeps the compact CPU batch for crash bundles, ``transfer_batch_to_device`` moves its tensors
+(``ocr.data.coding.move_batch``) and ``on_after_batch_transfer`` decodes them on the device
+(``ocr.data.coding.decode_batch``: photometric augmentation of train batches, normalisation), for train,
+val, test and predict, with either predict backend.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +27,15 @@ import numpy as np
 import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_only
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
+from ocr.data.coding import decode_batch, move_batch
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
+from ocr.data.stream import LoaderWait, StreamBatches, TrainStream
 from ocr.data.synthetic.generate import generate_dataset, synthetic_settings
 from ocr.data.transforms import Transform
+from ocr.types import Batch, Sample
 from ocr.utils.config_types import NonNegativeInt, PositiveInt
 
 __all__ = ["ReceiptDataModule", "seed_worker"]
@@ -96,7 +110,8 @@ class ReceiptDataModule(L.LightningDataModule):
             eval_batch_size: val/test/predict batch size.
             num_workers: DataLoader worker processes.
             pin_memory: pin batches for faster host-to-GPU copies.
-            persistent_workers: keep workers between epochs (only used when ``num_workers > 0``).
+            persistent_workers: keep the evaluation loaders' workers between evaluations (only used when
+                ``num_workers > 0``); the train loader's workers always run for the whole fit.
             synthetic: generator settings (counts, seed, long_side, style, granularity); when given,
                 ``prepare_data`` generates the synthetic set into ``root`` (idempotent).
         """
@@ -123,6 +138,10 @@ class ReceiptDataModule(L.LightningDataModule):
         # The data root is on a file system every node shares (docs/distributed.md): global rank 0 alone
         # generates a synthetic set there, while the other ranks, on every node, wait for it.
         self.prepare_data_per_node = False
+        self.loader_wait = LoaderWait()  # time the training loop waited for train batches
+        self.last_cpu_batch: Batch | None = None  # the compact CPU batch last moved, for crash bundles
+        self._train_stream: TrainStream | None = None
+        self._stream_state: dict[str, int] | None = None  # a checkpoint's, applied to the next stream
 
     @functools.cached_property
     def fingerprint(self) -> str | None:
@@ -194,9 +213,44 @@ class ReceiptDataModule(L.LightningDataModule):
                 "every rank needs at least one; add images or run on fewer devices (trainer.devices)"
             )
 
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled train loader (drops a last incomplete batch so BatchNorm never sees a batch of 1)."""
-        return self._loader("train", self.batch_size, shuffle=True)
+    def train_dataloader(self) -> TrainStream | DataLoader:
+        """The train stream: one shuffled pass per epoch from workers that never stop (a last incomplete
+        batch is dropped, so BatchNorm never sees a batch of 1). When Lightning overfits batches
+        (``trainer.overfit_batches``) a plain DataLoader, which Lightning reads in order."""
+        if self.trainer is not None and self.trainer.overfit_batches:  # type: ignore[attr-defined]
+            return self._loader("train", self.batch_size, shuffle=True)
+        if "train" not in self.datasets:
+            self.setup("fit")
+        rank, world_size = 0, 1
+        seed = torch.initial_seed()  # seed_everything's seed; drawing a new one would move the global RNG
+        if self.trainer is not None:
+            rank, world_size = self.trainer.global_rank, self.trainer.world_size
+            if world_size > 1:
+                seed = self.trainer.strategy.broadcast(seed, src=0)
+        self._train_stream = TrainStream(
+            dataset=self.datasets["train"],  # type: ignore[arg-type]  # a ReceiptDataset
+            batch_size=self.batch_size,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            make_loader=self._stream_loader,
+            wait=self.loader_wait,
+        )
+        if self._stream_state is not None:
+            self._train_stream.load_state_dict(self._stream_state)
+            self._stream_state = None
+        return self._train_stream
+
+    def state_dict(self) -> dict[str, Any]:
+        """The train stream's position, saved in checkpoints (exact resume, ``ocr.data.stream``)."""
+        return {} if self._train_stream is None else {"train_stream": self._train_stream.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep a checkpoint's stream position for the train stream. Lightning restores a datamodule before
+        it sets up the training data (which it does early, for ``estimated_stepping_batches``), while the
+        copy it keeps of a stateful loader's state is loaded only when the data are set up after the
+        restore: too late here."""
+        self._stream_state = state_dict.get("train_stream")
 
     def val_dataloader(self) -> DataLoader:
         """Validation loader."""
@@ -230,6 +284,40 @@ class ReceiptDataModule(L.LightningDataModule):
             worker_init_fn=seed_worker,
             collate_fn=collate_batch,
         )
+
+    def _stream_loader(self, samples: Dataset[Sample], batches: StreamBatches) -> DataLoader[Sample]:
+        """The train stream's one DataLoader; its generator (the workers' base seed) is the stream's, so
+        starting it draws nothing from the global RNG."""
+        return DataLoader(
+            samples,
+            batch_sampler=batches,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            worker_init_fn=seed_worker,
+            collate_fn=collate_batch,
+            generator=torch.Generator().manual_seed(batches.seed % 2**63),
+        )
+
+    def on_before_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        """Keep a reference to the compact CPU batch (after a CUDA fault nothing can be copied back) and
+        count a training batch in the train stream's position."""
+        self.last_cpu_batch = batch
+        if self._train_stream is not None and self.trainer is not None and self.trainer.training:
+            self._train_stream.count_trained()
+        return batch
+
+    def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
+        """Only the compact tensors travel (a new dict: ``last_cpu_batch`` stays as it was)."""
+        return move_batch(batch, device)
+
+    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        """Decode on the device: float32 maps, photometric augmentation (train), normalised images."""
+        return decode_batch(batch)
+
+    def teardown(self, stage: str) -> None:
+        """Stop the train stream's workers when fitting ends."""
+        if stage == "fit" and self._train_stream is not None:
+            self._train_stream.close()
 
 
 def _unusable(dataset: ReceiptDataset) -> str:

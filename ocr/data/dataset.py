@@ -21,16 +21,18 @@ from ocr.data.annotations import load_annotations
 from ocr.data.cache import ImageCache, cache_fingerprint
 from ocr.data.coding import encode_maps
 from ocr.data.images import IMAGE_SUFFIXES, ImageReadError, list_images
-from ocr.data.sanitize import sanitize_polygons
+from ocr.data.sanitize import merge_counts, sanitize_polygons
 from ocr.data.scan import ON_MISSING, load_source, scan_split
 from ocr.data.targets.db import make_db_targets
 from ocr.data.transforms import SourceImage, Transform, TransformResult
 from ocr.types import BatchCoding, Polygon, Sample, TargetParams
 from ocr.utils.errors import InputNotFoundError
 
-__all__ = ["IMAGE_SUFFIXES", "ImageFolderDataset", "ReceiptDataset", "build_sample"]
+__all__ = ["IMAGE_SUFFIXES", "INPUT_PX", "ImageFolderDataset", "ReceiptDataset", "build_sample"]
 
 log = logging.getLogger(__name__)
+
+INPUT_PX = "input_px/"  # prefix of the sanitation counts taken in input px, after the transform
 
 
 class ReceiptDataset(Dataset[Sample]):
@@ -150,9 +152,16 @@ def build_sample(
     coding: BatchCoding,
 ) -> Sample:
     """Sanitise the transformed polygons in input px (clip to the input), draw targets, assemble a compact
-    Sample (maps encoded with ``coding``, ``ocr.data.coding``)."""
+    Sample (maps encoded with ``coding``, ``ocr.data.coding``).
+
+    The sample's ``sanitation`` holds the scan's counts of its annotation (``sanitation``) and what the
+    input-px sanitation removed or repaired, under ``INPUT_PX`` + reason: text the crop left out
+    (``input_px/out_of_image``), text too small at the training scale (``input_px/too_small``), ...
+    """
     height, width = result.image.shape[1:]
-    polys_px, ignore_px, _ = sanitize_polygons(result.polygons, ignore, width, height, min_polygon_size)
+    polys_px, ignore_px, input_counts = sanitize_polygons(
+        result.polygons, ignore, width, height, min_polygon_size
+    )
     maps = make_db_targets(polys_px, ignore_px, height, width, targets)
     tensors = encode_maps(maps, coding)  # (1, H, W) uint8 each
     return Sample(
@@ -166,7 +175,7 @@ def build_sample(
         texts=texts,
         geometry=result.geometry,
         image_id=image_id,
-        sanitation=dict(sanitation),
+        sanitation=merge_counts(sanitation, {INPUT_PX + k: v for k, v in input_counts.items()}),
         coding=coding,
         photometric=result.photometric,
     )

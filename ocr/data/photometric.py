@@ -47,7 +47,19 @@ _GRAY = (0.299, 0.587, 0.114)  # OpenCV's RGB2GRAY weights
 
 
 class PhotometricParams:
-    """Draws one sample's parameter row (worker side); the config keys of ``TrainTransform``."""
+    """Draws one sample's parameter row (worker side); built from ``data.train_transform.photometric``.
+
+    Args:
+        brightness: ColorJitter brightness.
+        contrast: ColorJitter contrast.
+        saturation: ColorJitter saturation.
+        hue: ColorJitter hue.
+        p_color: probability of the colour jitter.
+        blur_limit: (min, max) odd kernel size of the Gaussian/motion blur.
+        p_blur: probability of a blur.
+        noise_std_range: Gaussian noise std range as a fraction of 255.
+        p_noise: probability of noise.
+    """
 
     def __init__(
         self,

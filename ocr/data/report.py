@@ -102,7 +102,7 @@ def render_sample(sample: Sample) -> npt.NDArray[np.uint8]:
     """(H, 3 * W, 3) uint8 RGB: input | prob_map | thresh_map, ground truth drawn on each."""
     image = np.ascontiguousarray(sample["image"].permute(1, 2, 0).numpy())
     prob = sample["prob_map"][0].numpy() * np.uint8(255)
-    decoded = decode_batch(collate_batch([sample]), channels_last=False)
+    decoded = decode_batch(collate_batch([sample]))
     thresh = (decoded["thresh_map"] * decoded["thresh_mask"])[0, 0].numpy()
     polygons_px = to_input(sample["polygons"], sample["geometry"])
     panels = [

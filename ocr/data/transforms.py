@@ -139,15 +139,7 @@ class TrainTransform:
         p_rotate: float,
         p_flip: float,
         p_text_crop: float,
-        brightness: float,
-        contrast: float,
-        saturation: float,
-        hue: float,
-        p_color: float,
-        blur_limit: Sequence[int],
-        p_blur: float,
-        noise_std_range: Sequence[float],
-        p_noise: float,
+        photometric: PhotometricParams,
         mean: Sequence[float],
         std: Sequence[float],
         fill: int,
@@ -163,15 +155,8 @@ class TrainTransform:
             p_flip: probability of a horizontal flip.
             p_text_crop: probability that the crop window is placed around a random non-ignored polygon
                 (otherwise uniformly over the image).
-            brightness: ColorJitter brightness.
-            contrast: ColorJitter contrast.
-            saturation: ColorJitter saturation.
-            hue: ColorJitter hue.
-            p_color: probability of the colour jitter.
-            blur_limit: (min, max) odd kernel size of the Gaussian/motion blur.
-            p_blur: probability of a blur.
-            noise_std_range: Gaussian noise std range as a fraction of 255.
-            p_noise: probability of noise.
+            photometric: draws each sample's colour jitter, blur and noise (config
+                ``train_transform.photometric``), applied on the device.
             mean: per-channel normalisation mean, applied on the device.
             std: per-channel normalisation std.
             fill: border value (0..255) where the crop leaves the image.
@@ -191,17 +176,7 @@ class TrainTransform:
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
         self.fill = int(fill)
-        self.photometric = PhotometricParams(
-            brightness=brightness,
-            contrast=contrast,
-            saturation=saturation,
-            hue=hue,
-            p_color=p_color,
-            blur_limit=blur_limit,
-            p_blur=p_blur,
-            noise_std_range=noise_std_range,
-            p_noise=p_noise,
-        )
+        self.photometric = photometric
         # Seeded from numpy's global RNG so that seed_everything() before instantiation is reproducible;
         # DataLoader workers re-seed through ReceiptDataModule's worker_init_fn.
         self.set_random_seed(int(np.random.randint(0, 2**31 - 1)))

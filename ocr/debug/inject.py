@@ -119,7 +119,7 @@ class FaultInjector(Callback):
             return
         if self.kind == "nan_loss":
             # Also poison the CPU reference the crash bundle saves, as a NaN in the data would be.
-            cpu_batch = getattr(pl_module, "last_cpu_batch", None)
+            cpu_batch = getattr(trainer.datamodule, "last_cpu_batch", None)  # type: ignore[attr-defined]
             if isinstance(cpu_batch, dict) and cpu_batch.get("images") is not batch["images"]:
                 apply_fault(self.kind, cpu_batch, self.step)
         apply_fault(self.kind, batch, self.step, self._stall_seconds(trainer))

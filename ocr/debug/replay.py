@@ -134,7 +134,7 @@ def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
     moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     if "coding" not in moved:
         return moved
-    return decode_batch(moved, channels_last=False)  # type: ignore[arg-type,return-value]
+    return decode_batch(moved)  # type: ignore[arg-type,return-value]
 
 
 def _injected_fault(bundle: Bundle) -> str | None:

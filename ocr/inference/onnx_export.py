@@ -187,7 +187,7 @@ def check_parity(
 ) -> ParityReport:
     """Run the compact ``batch`` (decoded here) through ``net`` (PyTorch, float32) and the exported model;
     compare maps and polygons."""
-    images = decode_batch(batch, channels_last=False)["images"]  # (B, 3, H, W) float32
+    images = decode_batch(batch)["images"]  # (B, 3, H, W) float32
     with torch.no_grad():
         expected = ProbabilityMapNet(net.eval().float().cpu())(images)
     actual = OnnxProbabilityMap(model_path)(images)

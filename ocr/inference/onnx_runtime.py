@@ -1,8 +1,8 @@
 """Prediction with ONNX Runtime: the exported probability-map network behind ``runners/predict.py``.
 
-The ONNX backend only replaces the network: the same data module (decode, letterbox), normalisation
-(``ocr.data.coding.decode_batch``), post-processor and writers as the PyTorch path run around it
-(``backend=onnx`` in configs/predict.yaml).
+The ONNX backend only replaces the network: the same data module (decode, letterbox, and its
+batch-transfer hooks: ``ocr.data.coding.decode_batch`` normalises), post-processor and writers as the
+PyTorch path run around it (``backend=onnx`` in configs/predict.yaml).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from ocr.checkpoints.inference_settings import apply_stored_settings, stored_setting_keys
-from ocr.data.coding import decode_batch
 from ocr.lightning_modules.detection_module import Prediction, to_predictions
 from ocr.lightning_modules.restore import inference_trainer
 from ocr.types import Batch
@@ -117,7 +116,8 @@ class OnnxProbabilityMap:
 
 class OnnxPredictModule(LightningModule):
     """``trainer.predict`` with an ONNX Runtime network: the same ``predict_step`` outputs as
-    :class:`~ocr.lightning_modules.detection_module.DetectionModule`.
+    :class:`~ocr.lightning_modules.detection_module.DetectionModule`, on batches the datamodule's hooks
+    decoded on the CPU (the trainer of :func:`onnx_for_inference`; ONNX Runtime reads host memory).
 
     Args:
         model_path: ``.onnx`` file from runners/export.py.
@@ -129,12 +129,6 @@ class OnnxPredictModule(LightningModule):
         self.network = OnnxProbabilityMap(model_path)
         self.postprocess = postprocess
         log.info("ONNX Runtime session for %s", model_path)
-
-    def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
-        return batch  # ONNX Runtime reads host memory
-
-    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
-        return decode_batch(batch, channels_last=False)
 
     def predict_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:
         return to_predictions(self.network(batch["images"]), batch, self.postprocess)

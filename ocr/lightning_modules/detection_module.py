@@ -17,10 +17,9 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from torchmetrics.aggregation import MeanMetric
 
-from ocr.data.coding import decode_batch
 from ocr.lightning_modules.prob_cache import ProbCache
 from ocr.machine.sync import sync_allowed
-from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput, Polygon, Prediction
+from ocr.types import Batch, DBOutput, Polygon, Prediction
 from ocr.utils.submission import submission_points
 
 __all__ = ["DetectionModule", "to_predictions"]
@@ -40,7 +39,8 @@ def to_predictions(prob_map: Tensor, batch: Batch, postprocess: Callable[..., An
 
 
 class DetectionModule(LightningModule):
-    """Training, evaluation and prediction for a DBNet-family detector.
+    """Training, evaluation and prediction for a DBNet-family detector. Batches arrive decoded: moving and
+    decoding them is the datamodule's (``ReceiptDataModule``'s batch-transfer hooks).
 
     Args:
         net: network returning :class:`ocr.types.DBOutput` logits.
@@ -49,8 +49,8 @@ class DetectionModule(LightningModule):
         metric: CLEval metric with ``update(preds, gts, ignore, texts)`` and ``compute()``.
         optimizer: partial optimizer, called with the parameters.
         scheduler: partial scheduler, called with the optimizer and ``total_steps``.
-        channels_last: convert the network and images to channels_last (faster convolutions on
-            recent GPUs and with oneDNN on CPUs).
+        channels_last: convert the network and its input images to channels_last (faster convolutions
+            on recent GPUs and with oneDNN on CPUs).
         compile: wrap the network with ``torch.compile``. The batch dimension is marked dynamic (the last
             batch of an epoch is smaller) and recompiles are logged, so training compiles one graph and
             evaluation (val and test share eval mode and grad mode) one more.
@@ -83,8 +83,6 @@ class DetectionModule(LightningModule):
         self.compile_net = compile  # not `self.compile`: that would hide nn.Module.compile
         self._compiled_net: Callable[[Tensor], DBOutput] | None = None
         self.run_config: dict[str, Any] | None = None
-        self.last_cpu_batch: Batch | None = None
-        self.last_cpu_batch_idx: int | None = None
         self._sanitation: Counter[str] = Counter()
         self._crops_seen = 0
         self._crops_with_text: Tensor | None = None  # a device counter, read once per epoch
@@ -100,29 +98,14 @@ class DetectionModule(LightningModule):
             torch._logging.set_logs(recompiles=True)
 
     def forward(self, images: Tensor) -> DBOutput:
+        if self.channels_last:  # the datamodule decodes batches in the default layout; a no-op when given
+            images = images.contiguous(memory_format=torch.channels_last)
         if self._compiled_net is None:  # `or` would call len()
             return self.net(images)
         torch._dynamo.maybe_mark_dynamic(images, 0)
         return self._compiled_net(images)
 
-    def on_before_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
-        # A reference to the CPU batch for crash bundles: after a CUDA fault nothing can be copied back.
-        self.last_cpu_batch = batch
-        return batch
-
-    def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
-        # Only the compact tensors travel (non-blocking: the loader pins them, data.pin_memory); polygons
-        # and geometry records stay host-side (and a new dict keeps last_cpu_batch untouched).
-        moved: dict[str, Any] = dict(batch)
-        for key in BATCH_TENSOR_KEYS:
-            moved[key] = moved[key].to(device, non_blocking=True)
-        return moved  # type: ignore[return-value]
-
-    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
-        return decode_batch(batch, channels_last=self.channels_last)
-
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        self.last_cpu_batch_idx = batch_idx
         losses = self.loss(self(batch["images"]), batch)
         self._sanitation.update(batch["sanitation"])
         self._count_text_crops(batch)

@@ -177,8 +177,6 @@ def get_metric_value(metrics: Mapping[str, Any], name: str | None) -> float | No
 def quiet_third_party() -> None:
     """Defaults for a clean console (no albumentations update check, no warnings the project handles, no
     ONNX exporter chatter); PROJECT_ROOT for ``paths``."""
-    # The module moves only the tensors of a batch on purpose (polygons and geometry stay on the host).
-    warnings.filterwarnings("ignore", message=r".*You have overridden `\w+` in `LightningModule`.*")
     # Lightning's own pytree helper on newer torch: not actionable for users.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
     # A resume continues in its own run directory, whose checkpoints folder is not empty on purpose.

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from hydra.utils import get_object
+from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig
 
 from ocr.checkpoints.legacy import TARGET_ALIASES, upgrade_run_config
 from ocr.checkpoints.reading import load_checkpoint
+from ocr.data.photometric import PhotometricParams
 from ocr.data.synthetic.generate import synthetic_settings
 from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.restore import module_from_checkpoint
@@ -120,6 +121,11 @@ def test_load_checkpoint_upgrades_the_stored_config(tmp_path: Path) -> None:
     stored = load_checkpoint(path)["ocr_config"]
     assert stored["metric"]["_target_"] == "ocr.metrics.cleval.options.CLEvalOptions"
     assert "optimizer" not in stored["module"]
+    # The photometric keys moved under data.train_transform.photometric; the old data config still builds.
+    transform = stored["data"]["train_transform"]
+    assert transform["photometric"]["_target_"] == "ocr.data.photometric.PhotometricParams"
+    assert transform["photometric"]["p_color"] == 0.5 and "p_color" not in transform
+    assert isinstance(instantiate(transform).photometric, PhotometricParams)
     # Sets generated before styles existed are the basic style with word boxes.
     assert synthetic_settings(stored["data"]["synthetic"]) == {
         **yaml.safe_load(OLD_RUN_CONFIG.read_text())["data"]["synthetic"],

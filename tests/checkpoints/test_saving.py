@@ -108,6 +108,22 @@ def test_last_checkpoint_every_n_steps_and_at_the_end_between_validations(tmp_pa
     ]
 
 
+@pytest.mark.parametrize("every_n_steps", [None, 6])
+def test_a_run_without_validation_saves_as_between_validations(
+    tmp_path: Path, every_n_steps: int | None
+) -> None:
+    """No save at each epoch end (4 steps each here): every_n_steps and the end of training only."""
+    dirpath = tmp_path / "checkpoints"
+    recorder = LastStepRecorder(dirpath)
+    trainer = _quiet_trainer(
+        tmp_path, [_run_checkpoint(dirpath, every_n_steps), recorder], max_epochs=3, limit_val_batches=0
+    )
+    trainer.fit(PlateauModule(), train_dataloaders=tiny_loader())
+    assert recorder.at_epoch_start == ([None, None, None] if every_n_steps is None else [None, None, 6])
+    assert _last_step(tmp_path) == 12
+    assert not list(dirpath.glob("best_*.ckpt"))
+
+
 class ShuffledPlateauModule(PlateauModule):
     """Saves and restores the RNG states as DetectionModule does; trains on a shuffled loader."""
 

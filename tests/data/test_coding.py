@@ -54,7 +54,7 @@ def test_maps_round_trip_within_half_a_threshold_step() -> None:
     assert all(t.dtype == torch.uint8 and t.shape == (1, 64, 72) for t in tensors.values())
     batch = {"images": torch.zeros(1, 3, 64, 72, dtype=torch.uint8), "coding": CODING}
     batch.update({key: value[None] for key, value in tensors.items()})
-    decoded = decode_batch(batch, channels_last=False)  # type: ignore[arg-type]
+    decoded = decode_batch(batch)  # type: ignore[arg-type]
     for key in ("prob_map", "prob_mask", "thresh_mask"):
         assert decoded[key].dtype == torch.float32
         np.testing.assert_array_equal(decoded[key][0, 0].numpy(), maps[key])
@@ -64,15 +64,15 @@ def test_maps_round_trip_within_half_a_threshold_step() -> None:
     assert np.ptp(maps["thresh_map"]) > 0.2  # the map had a border to quantise
 
 
-def test_decode_keeps_the_host_fields_and_gives_channels_last() -> None:
+def test_decode_keeps_the_host_fields_and_the_default_layout() -> None:
     batch = {
         "images": torch.full((2, 3, 8, 8), 255, dtype=torch.uint8),
         **{key: torch.ones(2, 1, 8, 8, dtype=torch.uint8) for key in BATCH_TENSOR_KEYS[1:]},
         "image_id": ["a", "b"],
         "coding": CODING,
     }
-    decoded = decode_batch(batch, channels_last=True)  # type: ignore[arg-type]
-    assert decoded["images"].is_contiguous(memory_format=torch.channels_last)
+    decoded = decode_batch(batch)  # type: ignore[arg-type]
+    assert decoded["images"].is_contiguous()  # channels_last is the network's (DetectionModule.forward)
     assert decoded["image_id"] is batch["image_id"] and batch["images"].dtype == torch.uint8
     assert float(decoded["thresh_map"].max()) == pytest.approx(0.3 + 0.4 / THRESH_LEVELS)
 
@@ -98,7 +98,7 @@ def test_a_640_px_training_sample_is_at_most_3_mb_on_the_wire(tmp_path: Path) ->
     assert rows is not None and rows.shape[0] == 2 and rows.dtype == torch.float32
     mean, std = (torch.tensor(IMAGENET[k]).view(1, 3, 1, 1) for k in ("mean", "std"))
     expected = (apply_photometric(batch["images"].float() / 255.0, rows) - mean) / std
-    decoded = decode_batch(batch, channels_last=False)["images"]
+    decoded = decode_batch(batch)["images"]
     torch.testing.assert_close(decoded, expected, atol=1e-5, rtol=1e-5)
 
 

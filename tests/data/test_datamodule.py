@@ -14,13 +14,16 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
+from ocr.data.collate import collate_batch
 from ocr.data.datamodule import ReceiptDataModule, seed_worker
+from ocr.data.photometric import apply_photometric
+from ocr.data.stream import TrainStream
 from ocr.machine.hardware import pick
+from ocr.types import BATCH_TENSOR_KEYS, Batch
 from tests.helpers.receipt_fixtures import (
-    TARGETS,
     block_words,
-    eval_transform,
     make_root,
+    receipt_datamodule,
     train_transform,
     write_split,
 )
@@ -29,26 +32,7 @@ from tests.helpers.receipt_fixtures import (
 def _module(
     root: Path, num_workers: int = 0, synthetic: dict[str, int] | None = None, batch_size: int = 2
 ) -> ReceiptDataModule:
-    return ReceiptDataModule(
-        root=str(root),
-        train_split="train",
-        val_split="val",
-        test_split="test",
-        predict_image_dir=None,
-        train_transform=train_transform(64),
-        eval_transform=eval_transform(64),
-        exif_mode="rotated",
-        on_missing_image="skip",
-        min_polygon_size=1.0,
-        targets=TARGETS,
-        cache_dir=None,
-        batch_size=batch_size,
-        eval_batch_size=2,
-        num_workers=num_workers,
-        pin_memory=False,
-        persistent_workers=True,
-        synthetic=synthetic,
-    )
+    return receipt_datamodule(root, num_workers=num_workers, synthetic=synthetic, batch_size=batch_size)
 
 
 def _check_batch(batch: dict[str, Any], size: int, count: int) -> None:
@@ -70,22 +54,58 @@ def test_loaders_with_two_workers(tmp_path: Path) -> None:
     module.prepare_data()
     module.setup("fit")
     train_loader = module.train_dataloader()
-    assert train_loader.persistent_workers and train_loader.num_workers == 2
-    batches = list(train_loader)
+    assert isinstance(train_loader, TrainStream) and len(train_loader) == 2
+    batches = list(train_loader)  # one epoch
     assert len(batches) == 2
+    val_loader = module.val_dataloader()
+    assert val_loader.persistent_workers and val_loader.num_workers == 2
     for batch in batches:
         _check_batch(batch, 64, 2)
         assert batch["prob_map"].sum() > 0
-    _check_batch(next(iter(module.val_dataloader())), 64, 2)
+    _check_batch(next(iter(val_loader)), 64, 2)
     _check_batch(next(iter(module.test_dataloader())), 64, 2)
+    module.teardown("fit")
     module.setup("predict")
     predict = next(iter(module.predict_dataloader()))
     _check_batch(predict, 64, 2)
     assert predict["polygons"] == [[], []]
 
 
+IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
+
+
+def test_the_transfer_hooks_move_only_tensors_keep_the_cpu_batch_and_decode(tmp_path: Path) -> None:
+    module = _module(make_root(tmp_path, num_images=2))
+    module.train_transform = train_transform(64, **IMAGENET)
+    module.setup("fit")
+    augmented = collate_batch([module.datasets["train"][0], module.datasets["train"][1]])
+    rows = augmented["photometric"]
+    assert rows is not None
+    batch = Batch(**dict(augmented, photometric=None))  # as val/test batches: normalisation only
+    kept = module.on_before_batch_transfer(batch, 0)
+    on_meta = module.transfer_batch_to_device(kept, torch.device("meta"), 0)
+    assert all(on_meta[k].device.type == "meta" for k in BATCH_TENSOR_KEYS)
+    assert on_meta["geometry"] is batch["geometry"] and module.last_cpu_batch is batch
+    assert batch["images"].device.type == "cpu" and batch["images"].dtype == torch.uint8
+    decoded = module.on_after_batch_transfer(module.transfer_batch_to_device(kept, torch.device("cpu"), 0), 0)
+    # the worker-side formula of the float32 batches, as it was written
+    mean, std = np.asarray(IMAGENET["mean"], np.float32), np.asarray(IMAGENET["std"], np.float32)
+    hwc = batch["images"].permute(0, 2, 3, 1).numpy()
+    expected = torch.from_numpy(((hwc.astype(np.float32) / 255.0 - mean) / std).transpose(0, 3, 1, 2))
+    torch.testing.assert_close(decoded["images"], expected, rtol=1e-6, atol=1e-6)
+    assert all(decoded[k].dtype == torch.float32 for k in BATCH_TENSOR_KEYS)
+    # a train batch: its photometric rows first (host-side, they do not travel), then the same formula
+    moved = module.transfer_batch_to_device(augmented, torch.device("cpu"), 0)
+    assert moved["photometric"] is rows
+    pixels = apply_photometric(augmented["images"].float() / 255.0, rows).permute(0, 2, 3, 1).numpy()
+    expected = torch.from_numpy(((pixels - mean) / std).transpose(0, 3, 1, 2))
+    torch.testing.assert_close(
+        module.on_after_batch_transfer(moved, 0)["images"], expected, rtol=1e-5, atol=1e-5
+    )
+
+
 def test_workers_draw_different_augmentations(tmp_path: Path) -> None:
-    """Identical images in two workers must not get identical crops (per-worker seeding)."""
+    """Identical images must not get identical crops, whichever worker builds them (per-sample seeds)."""
     for split in ("train", "val"):
         write_split(tmp_path, split, {f"same_{i}.png": block_words() for i in range(4)})
     module = _module(tmp_path, num_workers=2, batch_size=1)

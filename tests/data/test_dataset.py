@@ -15,10 +15,12 @@ import torch
 from PIL import Image
 
 from ocr.data.collate import collate_batch
-from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
+from ocr.data.dataset import INPUT_PX, ImageFolderDataset, ReceiptDataset, build_sample
 from ocr.data.images import ImageReadError, orientation_matrix
+from ocr.data.transforms import TransformResult
 from ocr.geometry import apply_matrix, to_input, to_original
 from ocr.machine import hardware
+from ocr.types import BatchCoding, Geometry, TargetParams
 from tests.helpers.receipt_fixtures import (
     BLOCK,
     TARGETS,
@@ -85,6 +87,50 @@ def _exif_jpeg(path: Path, orientation: int) -> None:
     exif = Image.Exif()
     exif[0x0112] = orientation
     block_image(96, 64).save(path, quality=95, exif=exif)
+
+
+def test_input_px_sanitation_is_counted_and_keeps_what_the_crop_left_out_of_the_targets() -> None:
+    """The transformed polygons are sanitised in input px: text the crop left out, text too small at the
+    training scale and text that lost its area are removed from the targets and counted, text cut by the crop's
+    border is clipped to it and counted (with the scan's counts, apart from them)."""
+    size = 32
+    inside = np.array([[4, 4], [20, 4], [20, 12], [4, 12]], np.float32)
+    cut = np.array([[24, 20], [40, 20], [40, 28], [24, 28]], np.float32)  # half over the right border
+    polygons = [
+        inside,
+        cut,
+        inside + 100.0,  # left out by the crop
+        np.array([[4, 20], [4.4, 20], [4.4, 20.4], [4, 20.4]], np.float32),  # below min_polygon_size
+        np.array([[2, 28], [10, 28], [18, 28]], np.float32),  # collinear: no area
+    ]
+    result = TransformResult(
+        image=torch.zeros((3, size, size), dtype=torch.uint8),
+        polygons=polygons,
+        geometry=Geometry(np.eye(3), size, size, size, size),
+    )
+    targets = TargetParams(min_text_size=1.0)
+    sample = build_sample(
+        result,
+        polygons,
+        [False] * len(polygons),
+        [None] * len(polygons),
+        "a.png",
+        {"too_few_points": 2},
+        1.0,
+        targets,
+        BatchCoding(MEAN, STD, targets.thresh_min, targets.thresh_max),
+    )
+    assert sample["sanitation"] == {
+        "too_few_points": 2,
+        f"{INPUT_PX}clipped": 1,
+        f"{INPUT_PX}out_of_image": 1,
+        f"{INPUT_PX}too_small": 1,
+        f"{INPUT_PX}zero_area": 1,
+    }
+    text = sample["thresh_mask"][0].numpy() > 0
+    assert text[4:13, 4:21].any() and text[20:29, 24:].any()  # the kept and the clipped polygon
+    assert not text[18:23, :8].any()  # nothing drawn for the one too small to learn from
+    assert sample["polygons"] is polygons  # ground truth stays in original px, untouched
 
 
 @pytest.mark.parametrize("exif_mode", ["raw", "rotated"])

@@ -9,10 +9,9 @@ import pytest
 import torch
 
 from ocr.data.photometric import COLUMNS, PhotometricParams, apply_photometric
-from tests.helpers.receipt_fixtures import TRAIN_ARGS
+from tests.helpers.receipt_fixtures import PHOTOMETRIC_KEYS, TRAIN_ARGS
 
-PHOTOMETRIC_KEYS = ("brightness", "contrast", "saturation", "hue", "p_color", "blur_limit", "p_blur")
-CONFIG = {key: TRAIN_ARGS[key] for key in (*PHOTOMETRIC_KEYS, "noise_std_range", "p_noise")}
+CONFIG = {key: TRAIN_ARGS[key] for key in PHOTOMETRIC_KEYS}
 
 
 def _image(seed: int = 0, size: int = 48) -> np.ndarray:

@@ -50,9 +50,14 @@ def test_train_leaves_checkpoints_metadata_and_success(trained_run: tuple[Path, 
 def test_a_redirected_run_prints_plain_progress_lines(trained_run_output: tuple[Path, Path, str]) -> None:
     stdout = trained_run_output[2]
     steps = re.findall(
-        r"step \d/3 \(\d+%\) \| epoch 0 \| loss \d+\.\d{4} \| [\d.]+ img/s \| elapsed .* ETA ", stdout
+        r"step \d/3 \(\d+%\) \| epoch 0 \| loss \d+\.\d{4} \| [\d.]+ img/s \| data wait \d+ %"
+        r"( \(epoch start [\d.]+ s\))? \| elapsed .* ETA ",
+        stdout,
     )
     assert len(steps) == 3, stdout[-3000:]
+    # training ends with its data-wait figure, and the final metrics carry it
+    assert re.search(r"(data wait: |input-bound: )\d+ % of training step time waiting for data", stdout)
+    assert "train/data_wait" in stdout
     assert re.search(r"validation at step 3/3 \(100%\) \| epoch 0 \| .*val/hmean \d\.\d{4}", stdout)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from ocr.data.datamodule import ReceiptDataModule
+from ocr.data.photometric import PhotometricParams
 from ocr.data.transforms import EvalTransform, TrainTransform
 
 MEAN, STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
@@ -104,6 +107,44 @@ NO_AUGMENTATION: dict[str, Any] = {
 }
 
 
+# The entries of ``TRAIN_ARGS`` that build the transform's ``PhotometricParams``.
+PHOTOMETRIC_KEYS = tuple(inspect.signature(PhotometricParams).parameters)
+
+
 def train_transform(crop_size: int = 64, **overrides: Any) -> TrainTransform:
-    """Full augmentation at a small size; ``overrides`` replace entries of ``TRAIN_ARGS``."""
-    return TrainTransform(crop_size=crop_size, **{**TRAIN_ARGS, **overrides})
+    """Full augmentation at a small size; ``overrides`` replace entries of ``TRAIN_ARGS`` (photometric ones
+    included: they go to the transform's ``PhotometricParams``)."""
+    args = {**TRAIN_ARGS, **overrides}
+    photometric = PhotometricParams(**{key: args.pop(key) for key in PHOTOMETRIC_KEYS})
+    return TrainTransform(crop_size=crop_size, photometric=photometric, **args)
+
+
+def receipt_datamodule(
+    root: Path,
+    *,
+    num_workers: int = 0,
+    synthetic: dict[str, int] | None = None,
+    batch_size: int = 2,
+    crop_size: int = 64,
+) -> ReceiptDataModule:
+    """A datamodule on ``root`` with the full train augmentation at ``crop_size`` and a 64 px letterbox."""
+    return ReceiptDataModule(
+        root=str(root),
+        train_split="train",
+        val_split="val",
+        test_split="test",
+        predict_image_dir=None,
+        train_transform=train_transform(crop_size),
+        eval_transform=eval_transform(64),
+        exif_mode="rotated",
+        on_missing_image="skip",
+        min_polygon_size=1.0,
+        targets=TARGETS,
+        cache_dir=None,
+        batch_size=batch_size,
+        eval_batch_size=2,
+        num_workers=num_workers,
+        pin_memory=False,
+        persistent_workers=num_workers > 0,
+        synthetic=synthetic,
+    )

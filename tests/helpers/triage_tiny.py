@@ -1,4 +1,5 @@
-"""A tiny LightningModule, loader and quiet trainer for the callback tests (2 conv layers, random tensors)."""
+"""A tiny LightningModule, loader, datamodule and quiet trainer for the callback tests (2 conv layers,
+random tensors)."""
 
 from __future__ import annotations
 
@@ -16,20 +17,13 @@ from ocr.checkpoints.saving import RunCheckpoint
 
 
 class TinyModule(L.LightningModule):
-    """Keeps ``last_cpu_batch`` like DetectionModule does."""
+    """Two convolutions trained towards ``prob_map``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 1, 3, padding=1))
-        self.last_cpu_batch: dict[str, Any] | None = None
-        self.last_cpu_batch_idx: int | None = None
-
-    def on_before_batch_transfer(self, batch: dict[str, Any], dataloader_idx: int) -> dict[str, Any]:
-        self.last_cpu_batch = batch
-        return batch
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        self.last_cpu_batch_idx = batch_idx
         return F.mse_loss(self.net(batch["images"]), batch["prob_map"])
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -48,6 +42,21 @@ def tiny_loader(num: int = 8, size: int = 16, batch_size: int = 2) -> DataLoader
     return DataLoader(samples, batch_size=batch_size, shuffle=False)
 
 
+class TinyData(L.LightningDataModule):
+    """:func:`tiny_loader` for training; keeps ``last_cpu_batch`` like ``ReceiptDataModule`` does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_cpu_batch: dict[str, Any] | None = None
+
+    def train_dataloader(self) -> DataLoader:
+        return tiny_loader()
+
+    def on_before_batch_transfer(self, batch: dict[str, Any], dataloader_idx: int) -> dict[str, Any]:
+        self.last_cpu_batch = batch
+        return batch
+
+
 def fit_tiny(
     root: Path,
     callbacks: list[Callback],
@@ -63,7 +72,7 @@ def fit_tiny(
         limit_val_batches=0,
         accumulate_grad_batches=accumulate_grad_batches,
     )
-    trainer.fit(module, train_dataloaders=tiny_loader())
+    trainer.fit(module, datamodule=TinyData())
     return module
 
 

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -112,17 +112,17 @@ def test_benchmark_gpu_default_workers_are_the_presets(tmp_path: Path) -> None:
 def test_benchmark_gpu_measures_ceiling_and_pipeline_on_the_cpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ocr.lightning_modules.detection_module import DetectionModule
+    from ocr.data.datamodule import ReceiptDataModule
 
     module = _benchmark_gpu()
-    hook = DetectionModule.on_after_batch_transfer
+    hook = ReceiptDataModule.on_after_batch_transfer
     moved: list[int] = []
 
-    def spy(self: DetectionModule, batch: dict, dataloader_idx: int) -> dict:
+    def spy(self: ReceiptDataModule, batch: dict, dataloader_idx: int) -> dict:
         moved.append(batch["images"].shape[0])
         return hook(self, batch, dataloader_idx)
 
-    monkeypatch.setattr(DetectionModule, "on_after_batch_transfer", spy)
+    monkeypatch.setattr(ReceiptDataModule, "on_after_batch_transfer", spy)
     report = module.main(
         [
             *("--device", "cpu", "--data", "synthetic", "--data-root", str(tmp_path / "data")),
@@ -143,11 +143,52 @@ def test_benchmark_gpu_measures_ceiling_and_pipeline_on_the_cpu(
     fp32 = rows["fp32"]
     assert fp32["skipped"] is None and fp32["ceiling_img_s"] > 0 and fp32["pipeline_img_s"] > 0
     assert fp32["ratio"] == pytest.approx(fp32["pipeline_img_s"] / fp32["ceiling_img_s"])
+    assert 0 <= fp32["data_wait"] <= 1
     assert "CUDA only" in rows["compile"]["skipped"]
-    # The ceiling's batches (2: the first epoch) and every pipeline batch (6) went through the module's
-    # own hook; with bf16 measured on this CPU, its ceiling and pipeline did too.
+    # The ceiling's batches (2: the first epoch) and every pipeline batch (6) went through the
+    # datamodule's hook; with bf16 measured on this CPU, its ceiling and pipeline did too.
     assert moved == [2] * (8 if rows["bf16_cl"]["skipped"] else 16)
     table = capsys.readouterr().out
-    assert "| variant | ceiling img/s | pipeline img/s | ratio |" in table
-    assert re.search(r"^\| fp32 \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", table, re.M), table
+    assert "| variant | ceiling img/s | pipeline img/s | ratio | data wait |" in table
+    assert re.search(r"^\| fp32 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+ % \|$", table, re.M), table
     assert re.search(r"^\| compile \| skipped: torch\.compile is measured on CUDA only", table, re.M)
+
+
+@pytest.mark.slow  # over 20 s on 2 busy cores: a tiny training with the run's callbacks
+@pytest.mark.parametrize("sample_work", ["sleep", "real"])
+def test_benchmark_emulated_times_the_real_loop_with_sleeps(tmp_path: Path, sample_work: str) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_emulated", REPO_ROOT / "scripts" / "benchmark_emulated.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = [*("--samples", "5", "--batch", "2", "--workers", "1", "--sample-ms", "20", "--step-ms", "10")]
+    args += [*("--image-px", "64", "--steps", "3", "--warmup", "1", "--sample-work", sample_work)]
+    report = module.main([*args, "--val-every", "2", "--val-images", "2", "--json", str(tmp_path / "e.json")])
+    # 5 images in batches of 2: 2 steps per epoch; 3 timed steps round up to 2 epochs after 1 of warm-up.
+    assert (report["steps_per_epoch"], report["warmup_steps"], report["steps"]) == (2, 2, 4)
+    assert report["ceiling_img_s"] == pytest.approx(200.0)  # 2 images per 10 ms
+    assert 0 < report["pipeline_img_s"] < report["ceiling_img_s"]
+    assert report["ratio"] == pytest.approx(report["pipeline_img_s"] / report["ceiling_img_s"])
+    # One worker, 20 ms a sample: the loop waits for some batches (how long depends on the machine's load).
+    assert 0 < report["data_wait"] <= 1 and len(report["first_batch_wait_s"]) == 3
+    assert json.loads((tmp_path / "e.json").read_text())["ratio"] == report["ratio"]
+    row = r"^\| 200\.0 \| [\d.]+ \| [\d.]+ \| \d+ % \| [\d.]+ s \| [\d.]+ ms \| [\d.]+ \|$"
+    assert re.search(row, report["table"], re.M), report["table"]
+
+
+def test_benchmark_emulated_paces_each_batch_on_one_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A late wake-up within a batch is made up by the next samples' sleeps; a batch starts afresh."""
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_emulated", REPO_ROOT / "scripts" / "benchmark_emulated.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    now, deadlines = [0.0], []
+    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(module, "_sleep_until", deadlines.append)
+    samples = module.PacedSamples(SimpleNamespace(transform=None), 0.01, built=["a", "b"], batch_size=2)
+    for moment in (100.0, 100.5, 200.0, 200.011):  # the second sample woke 0.49 s late
+        now[0] = moment
+        samples[0]
+    assert deadlines == pytest.approx([100.01, 100.02, 200.01, 200.02])

@@ -115,30 +115,40 @@ def _config_text(run_dir: Path, pl_module: L.LightningModule) -> str | None:
     return OmegaConf.to_yaml(OmegaConf.create(config)) if config else None
 
 
+def failed_cpu_batch(trainer: L.Trainer, exception: BaseException) -> Any:
+    """The batch a crash bundle saves: the one a ``NonFiniteLossError`` carries (its first bad step), else
+    the last batch the datamodule moved to the device, as it was on the CPU (None: no such batch)."""
+    batch = getattr(exception, "cpu_batch", None)
+    if batch is None:
+        batch = getattr(trainer.datamodule, "last_cpu_batch", None)  # type: ignore[attr-defined]
+    return batch
+
+
 def write_crash_bundle(
     run_dir: Path,
     trainer: L.Trainer,
     pl_module: L.LightningModule,
     exception: BaseException,
     environment: dict[str, Any] | None,
+    *,
+    batch: Any,
+    batch_idx: int | None,
 ) -> Path:
     """Write ``run_dir/crash/`` for ``exception`` and return that directory.
 
     Args:
         run_dir: the run directory.
         trainer: the trainer that raised.
-        pl_module: the module; its ``last_cpu_batch`` (when present) is saved as ``batch.pt``.
+        pl_module: the module (its ``run_config`` when the run directory has no ``config.yaml``).
         exception: the exception being handled.
         environment: an environment report taken before the fault (CUDA is not queried again after a
             CUDA error); ``None`` collects one now.
+        batch: the CPU batch to save as ``batch.pt`` (None: none).
+        batch_idx: its index in the epoch, when known.
     """
     crash = crash_dir(run_dir, trainer.global_rank, trainer.node_rank)
     cuda_fault = is_cuda_fault(exception)
     oom = isinstance(exception, torch.cuda.OutOfMemoryError)
-    # A NonFiniteLossError may carry the batch of the first bad step; else the last batch.
-    batch = getattr(exception, "cpu_batch", None)
-    if batch is None:
-        batch = getattr(pl_module, "last_cpu_batch", None)
     state: dict[str, Any] = {
         "exception_type": f"{type(exception).__module__}.{type(exception).__name__}",
         "exception_message": str(exception),
@@ -147,7 +157,7 @@ def write_crash_bundle(
         "stage": str(trainer.state.stage.value) if trainer.state.stage else None,
         "global_step": trainer.global_step,
         "epoch": trainer.current_epoch,
-        "batch_idx": getattr(pl_module, "last_cpu_batch_idx", None),
+        "batch_idx": batch_idx,
         "first_bad_step": getattr(exception, "step", None),
         "detected_at_step": getattr(exception, "checked_at", None),
         "last_checkpoint": last_checkpoint_path(trainer),
@@ -212,11 +222,17 @@ class CrashBundle(Callback):
     def __init__(self, *, dirpath: str | None) -> None:
         self.dirpath = dirpath
         self._environment: dict[str, Any] | None = None
+        self._batch_idx: int | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # Taken up front: after a CUDA fault the device can no longer be queried.
         if self._environment is None:
             self._environment = collect_environment(query_cuda=True)
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._batch_idx = batch_idx
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
@@ -224,8 +240,17 @@ class CrashBundle(Callback):
         if is_interruption(exception, trainer):  # a stop by Ctrl-C or SIGTERM is no crash
             return
         run_dir = resolve_run_dir(self.dirpath, trainer)
+        batch = failed_cpu_batch(trainer, exception)
         try:
-            crash = write_crash_bundle(run_dir, trainer, pl_module, exception, self._environment)
+            crash = write_crash_bundle(
+                run_dir,
+                trainer,
+                pl_module,
+                exception,
+                self._environment,
+                batch=batch,
+                batch_idx=self._batch_idx,
+            )
         except Exception:
             # The original exception matters more than a failed bundle: log and let it propagate.
             log.exception(

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from ocr.lightning_modules.callbacks.crash_bundle import write_crash_bundle
+from ocr.lightning_modules.callbacks.crash_bundle import failed_cpu_batch, write_crash_bundle
 from ocr.lightning_modules.callbacks.rundir import crash_dir
 from ocr.utils.cuda_fault import CudaFault, FaultSite, find_cuda_fault, headline
 from ocr.utils.fault_exit import FaultExit
@@ -127,7 +127,15 @@ class CudaFaultExit(Callback):
         state = crash_dir(self.run_dir, trainer.global_rank, trainer.node_rank) / "state.json"
         if not (state.is_file() and state.stat().st_mtime >= self._detected_s - 1):
             try:
-                write_crash_bundle(self.run_dir, trainer, pl_module, exception, environment=None)
+                write_crash_bundle(
+                    self.run_dir,
+                    trainer,
+                    pl_module,
+                    exception,
+                    environment=None,
+                    batch=failed_cpu_batch(trainer, exception),
+                    batch_idx=self._batch_idx,
+                )
             except Exception:  # the exit matters more than a complete bundle
                 log.exception("Could not write the crash bundle into %s", state.parent)
         store = default_store() if trainer.world_size > 1 else None
@@ -136,7 +144,7 @@ class CudaFaultExit(Callback):
         self._ending.finish()
 
     def _site(self, trainer: L.Trainer, pl_module: L.LightningModule) -> FaultSite:
-        batch = getattr(pl_module, "last_cpu_batch", None)
+        batch = getattr(trainer.datamodule, "last_cpu_batch", None)  # type: ignore[attr-defined]
         ids = batch.get("image_id") if isinstance(batch, dict) else None
         return FaultSite(
             stage=trainer.state.stage.value if trainer.state.stage is not None else None,

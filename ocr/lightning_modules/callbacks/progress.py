@@ -15,7 +15,9 @@ from lightning.pytorch.callbacks.progress import ProgressBar
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
-__all__ = ["PlainProgress", "progress_bar"]
+from ocr.lightning_modules.callbacks.data_wait import WaitWindow, loader_wait
+
+__all__ = ["PlainProgress", "RichProgress", "progress_bar"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +31,7 @@ def progress_bar(*, every_n_seconds: float, leave: bool) -> ProgressBar:
         leave: keep the rich bar of a finished epoch on the screen.
     """
     if sys.stdout.isatty():
-        return RichProgressBar(leave=leave)
+        return RichProgress(leave=leave)
     return PlainProgress(every_n_seconds=every_n_seconds)
 
 
@@ -47,9 +49,60 @@ def _batch_size(batch: Any) -> int | None:
     return int(batch.shape[0]) if isinstance(batch, Tensor) and batch.ndim else None
 
 
+def _data_wait(window: WaitWindow, trainer: L.Trainer) -> str | None:
+    """``data wait 61 %`` over ``window`` (and ``, epoch start 0.48 s``: the latest epoch's first-batch
+    wait, when one was waited for); None without a train stream or an open window."""
+    wait = loader_wait(trainer)
+    share = window.share(wait) if wait is not None else None
+    if wait is None or share is None:
+        return None
+    text = f"data wait {100 * share:.0f} %"
+    if wait.first_batch and wait.first_batch[-1] >= 0.005:
+        text += f" (epoch start {wait.first_batch[-1]:.2f} s)"
+    return text
+
+
+class RichProgress(RichProgressBar):
+    """Lightning's rich bar with the data-wait share (``ocr.lightning_modules.callbacks.data_wait``) over
+    the last ``WINDOW_SECONDS`` among its metrics."""
+
+    WINDOW_SECONDS = 10.0
+
+    def __init__(self, *, leave: bool) -> None:
+        super().__init__(leave=leave)
+        self._window = WaitWindow()
+        self._shown: str | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        wait = loader_wait(trainer)
+        if wait is not None:
+            self._window.restart(wait)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        wait = loader_wait(trainer)
+        if wait is not None and trainer.state.fn == TrainerFn.FITTING:
+            self._window.restart(wait)  # validation time is not step time
+
+    def get_metrics(
+        self, trainer: L.Trainer, pl_module: L.LightningModule
+    ) -> dict[str, int | str | float | dict[str, float]]:
+        metrics = super().get_metrics(trainer, pl_module)
+        wait = loader_wait(trainer)
+        started = self._window.started
+        if wait is not None and started is not None and time.perf_counter() - started >= self.WINDOW_SECONDS:
+            self._shown = _data_wait(self._window, trainer)
+            self._window.restart(wait)
+        if self._shown is not None:
+            metrics["data"] = self._shown.removeprefix("data ")
+        return metrics
+
+
 class PlainProgress(ProgressBar):
-    """Logs ``step 120/200 (60%) | epoch 3 | loss 0.8123 | 12.3 img/s | elapsed 1:02 | ETA 0:41`` every
-    ``every_n_seconds`` during training, and a line with the validation metrics after each validation.
+    """Logs ``step 120/200 (60%) | epoch 3 | loss 0.8123 | 12.3 img/s | data wait 4 % | elapsed 1:02 |
+    ETA 0:41`` every ``every_n_seconds`` during training, and a line with the validation metrics after
+    each validation. The data-wait share is over the same interval as the rate (validations left out).
 
     Lines go through ``logging`` (console and ``train.log``), on global rank 0 only. Reading the loss
     costs one host-device sync per line, not per step.
@@ -69,6 +122,7 @@ class PlainProgress(ProgressBar):
         self._window_start = 0.0
         self._window_images = 0
         self._last_line = 0.0
+        self._wait_window = WaitWindow()
 
     def disable(self) -> None:
         self._enabled = False
@@ -84,6 +138,7 @@ class PlainProgress(ProgressBar):
         self._start = self._window_start = self._last_line = time.monotonic()
         self._start_step = trainer.global_step  # a resumed run's rate counts its own steps only
         self._window_images = 0
+        self._restart_wait(trainer)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -100,9 +155,13 @@ class PlainProgress(ProgressBar):
             parts.append(f"loss {float(loss):.4f}")
         if self._window_images and now > self._window_start:
             parts.append(f"{self._window_images / (now - self._window_start):.1f} img/s")
+        data_wait = _data_wait(self._wait_window, trainer)
+        if data_wait is not None:
+            parts.append(data_wait)
         log.info(" | ".join([*parts, self._timing(trainer, now)]))
         self._last_line = self._window_start = now
         self._window_images = 0
+        self._restart_wait(trainer)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._enabled or trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
@@ -118,6 +177,12 @@ class PlainProgress(ProgressBar):
         # The throughput window restarts: validation time is not training speed.
         self._window_start = self._last_line = now
         self._window_images = 0
+        self._restart_wait(trainer)
+
+    def _restart_wait(self, trainer: L.Trainer) -> None:
+        wait = loader_wait(trainer)
+        if wait is not None:
+            self._wait_window.restart(wait)
 
     def _position(self, trainer: L.Trainer) -> str:
         total = self._total(trainer)

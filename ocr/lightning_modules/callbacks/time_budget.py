@@ -5,13 +5,16 @@ A fixed step count takes 4 minutes on one CPU and 12 on another. With ``minutes`
 then sets ``max_steps`` to the most whole epochs that fit (capped by the configured ``max_steps``) and the
 LR schedule's length to match. Validation keeps its interval in epochs and also runs at the last epoch, so
 that start-up, training, its validations and the test after fit end within ``minutes`` of the process
-start. Steps can slow down after that (a loaded machine, a VM's neighbours, slower data): at the end of
-every epoch the callback compares that epoch's step time and the last validation's measured time with the
-plan, and when the rest no longer fits it trains fewer epochs (never more), with a warning. It does so
-before the epoch's last step, so that Lightning's decision to validate that epoch follows the new plan: the
-last epoch of any plan validates. The plan is saved in checkpoints: a resumed run keeps it instead of
-measuring again, unless the resume changed the run's length (``trainer.max_steps=400``) or its budget
-(``time_budget_minutes=10``): then it plans again, for the budget counted from the resumed process's start.
+start. A run that validates every N steps instead (``trainer.check_val_every_n_epoch=null
+trainer.val_check_interval=N``, for data sets of a few batches per epoch) is planned in whole intervals of
+N steps, each ending with its validation. Steps can slow down after that (a loaded machine, a VM's
+neighbours, slower data): at the end of every epoch the callback compares that epoch's step time and the
+last validation's measured time with the plan, and when the rest no longer fits it trains fewer epochs
+(never more), with a warning. It does so before the epoch's last step, so that Lightning's decision to
+validate that epoch follows the new plan: the last epoch of any plan validates. The plan is saved in
+checkpoints: a resumed run keeps it instead of measuring again, unless the resume changed the run's length
+(``trainer.max_steps=400``) or its budget (``time_budget_minutes=10``): then it plans again, for the
+budget counted from the resumed process's start.
 """
 
 from __future__ import annotations
@@ -273,8 +276,11 @@ class TimeBudget(Callback):
             self._set(trainer, plan)
 
     def _costs(self, trainer: L.Trainer, seconds_per_step: float) -> Costs:
-        """What the rest of the run costs at ``seconds_per_step``, measured once a validation ran."""
-        steps_per_epoch = _steps_per_epoch(trainer)
+        """What the rest of the run costs at ``seconds_per_step``, measured once a validation ran. With
+        validation every N steps, N steps count as an "epoch" validated at its end."""
+        steps_per_epoch = (
+            _steps_per_epoch(trainer) if self._validates_by_epochs else _steps_per_check(trainer)
+        )
         images_per_step = self._images_per_batch * trainer.accumulate_grad_batches
         seconds_per_image = seconds_per_step / max(1, images_per_step)
         seconds_per_validation = (
@@ -316,15 +322,20 @@ class TimeBudget(Callback):
                 )
                 return BudgetPlan(max_steps, val_every=val_every, seconds_per_step=seconds_per_step)
         plan, epochs, fits = fit_epochs(costs, max_steps, val_every)
+        length, cadence = (
+            (f"{epochs} epochs", f"every {plan.val_every} epochs and at the last")
+            if self._validates_by_epochs
+            else (f"{epochs} intervals", f"every {costs.steps_per_epoch} steps")
+        )
         log.info(
-            "time budget %.1f min: %.2f s/step measured, %.0f s left; training %d steps (%d epochs), "
-            "validating every %d epochs and at the last (about %.0f s each)",
+            "time budget %.1f min: %.2f s/step measured, %.0f s left; training %d steps (%s), validating %s "
+            "(about %.0f s each)",
             minutes,
             seconds_per_step,
             costs.seconds_left,
             plan.max_steps,
-            epochs,
-            plan.val_every,
+            length,
+            cadence,
             costs.seconds_per_validation,
         )
         if 0 <= plan.max_steps < max_steps:
@@ -381,6 +392,15 @@ class TimeBudget(Callback):
 
 def _steps_per_epoch(trainer: L.Trainer) -> int:
     return max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
+
+
+def _steps_per_check(trainer: L.Trainer) -> int:
+    """Optimizer steps between two validations when they are counted in batches (Lightning's
+    ``val_check_batch``, set from ``val_check_interval`` with ``check_val_every_n_epoch=None``)."""
+    batches = trainer.val_check_batch
+    if batches is None or not math.isfinite(batches):
+        return _steps_per_epoch(trainer)
+    return max(1, math.ceil(int(batches) / trainer.accumulate_grad_batches))
 
 
 def _images_in(batch: Any) -> int:

@@ -27,7 +27,7 @@ def test_bundle_written_on_injected_exception(tmp_path: Path) -> None:
         )
     crash = tmp_path / "crash"
     state = json.loads((crash / "state.json").read_text())
-    assert state["global_step"] == 2
+    assert state["global_step"] == 2 and state["batch_idx"] == 2
     assert state["exception_type"].endswith("InjectedFaultError")
     assert state["batch_shapes"]["images"] == [2, 3, 16, 16]
     batch = torch.load(crash / "batch.pt", weights_only=False)
@@ -42,11 +42,12 @@ def test_bundle_written_on_injected_exception(tmp_path: Path) -> None:
 
 
 def test_oom_bundle_has_memory_report_and_suggestion(tmp_path: Path) -> None:
-    module = TinyModule()
-    module.last_cpu_batch = {"images": torch.zeros(8, 3, 16, 16)}
     trainer = L.Trainer(default_root_dir=tmp_path, logger=False, accelerator="cpu")
     exc = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    crash = write_crash_bundle(tmp_path, trainer, module, exc, environment={"test": True})
+    batch = {"images": torch.zeros(8, 3, 16, 16)}
+    crash = write_crash_bundle(
+        tmp_path, trainer, TinyModule(), exc, environment={"test": True}, batch=batch, batch_idx=None
+    )
     state = json.loads((crash / "state.json").read_text())
     assert state["out_of_memory"] is True and state["cuda_fault"] is False
     assert "data.batch_size=4" in state["memory"]["suggestion"]
@@ -68,9 +69,11 @@ def test_a_divergence_keeps_the_networks_weights_for_replay(
     tmp_path: Path, exception: Exception, kept: bool
 ) -> None:
     module = TinyModule()
-    module.last_cpu_batch = {"images": torch.zeros(2, 3, 16, 16)}
     trainer = L.Trainer(default_root_dir=tmp_path, logger=False, accelerator="cpu")
-    crash = write_crash_bundle(tmp_path, trainer, module, exception, environment={"test": True})
+    batch = {"images": torch.zeros(2, 3, 16, 16)}
+    crash = write_crash_bundle(
+        tmp_path, trainer, module, exception, environment={"test": True}, batch=batch, batch_idx=None
+    )
     state = json.loads((crash / "state.json").read_text())
     assert state["weights_file"] == ("weights.pt" if kept else None)
     assert (crash / "weights.pt").is_file() == kept

@@ -13,6 +13,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import Strategy
+from torch.utils.data import DataLoader
 
 from ocr.debug.inject import CUDA_FAULT_MESSAGE
 from ocr.lightning_modules.callbacks.crash_bundle import CrashBundle
@@ -21,7 +22,7 @@ from ocr.lightning_modules.callbacks.run_status import RunStatus
 from ocr.utils import fault_exit
 from ocr.utils.fault_exit import EXIT_CUDA_FAULT
 from tests.helpers.exits import Exited, fake_exits
-from tests.helpers.triage_tiny import TinyModule, quiet_cpu_trainer, tiny_loader
+from tests.helpers.triage_tiny import TinyData, TinyModule, quiet_cpu_trainer, tiny_loader
 
 
 class FaultyModule(TinyModule):
@@ -50,15 +51,28 @@ class FaultyModule(TinyModule):
         return self.net(batch["images"])
 
 
+class AllStagesData(TinyData):
+    """:func:`tiny_loader` for every stage, the last CPU batch kept as ``ReceiptDataModule`` keeps it."""
+
+    def val_dataloader(self) -> DataLoader:
+        return tiny_loader()
+
+    def test_dataloader(self) -> DataLoader:
+        return tiny_loader()
+
+    def predict_dataloader(self) -> DataLoader:
+        return tiny_loader()
+
+
 def _run(stage: str, root: Path, callbacks: list[Callback]) -> None:
     trainer = quiet_cpu_trainer(root, callbacks, max_steps=4, limit_val_batches=2, val_check_interval=2)
     module = FaultyModule(stage)
     if stage in ("train", "validate"):
-        trainer.fit(module, train_dataloaders=tiny_loader(), val_dataloaders=tiny_loader())
+        trainer.fit(module, datamodule=AllStagesData())
     elif stage == "test":
-        trainer.test(module, dataloaders=tiny_loader())
+        trainer.test(module, datamodule=AllStagesData())
     else:
-        trainer.predict(module, dataloaders=tiny_loader())
+        trainer.predict(module, datamodule=AllStagesData())
 
 
 @pytest.mark.parametrize("stage", ["train", "validate", "test", "predict"])

@@ -146,6 +146,19 @@ def test_budget_sets_steps_schedule_and_validation(tmp_path: Path, clock: Simple
     assert "training 16 of the configured 200 steps" in cut.getMessage()
 
 
+def test_validation_every_n_steps_is_planned_in_whole_intervals(
+    tmp_path: Path, clock: SimpleNamespace, caplog
+) -> None:
+    # As above, but validating every 6 steps (check_val_every_n_epoch=None): I intervals cost
+    # (6I - 3) + 6I <= 37, so I = 3: 18 steps, validated after steps 6, 12 and 18 (the last one too).
+    callback = TimeBudget(minutes=1.0, test_after_fit=False, measure_steps=2, skip_steps=1)
+    module = _ScheduledTiny(clock)
+    with caplog.at_level(logging.INFO, logger=time_budget.__name__):
+        trainer = _fit(tmp_path, callback, module, check_val_every_n_epoch=None, val_check_interval=6)
+    assert trainer.global_step == 18 and module.validations == 3
+    assert "training 18 steps (3 intervals), validating every 6 steps" in caplog.text
+
+
 class _SlowingTiny(_ScheduledTiny):
     """Steps take 1 s until 8 are done, then 6 s (a machine that got loaded after the plan)."""
 

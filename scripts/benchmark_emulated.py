@@ -1,0 +1,374 @@
+"""The GPU training regime emulated on a small CPU: the real data pipeline and Lightning loop, sleeps for
+the network and for the workers' per-sample cost.
+
+    uv run python scripts/benchmark_emulated.py --workers 15 --sample-ms 30 --step-ms 29.7 --json out.json
+
+What runs as in training (configs/train.yaml with ``hardware=cpu``, ``data=synthetic``): the datamodule
+and its train loader (sampler, DataLoader workers, collate), its batch-transfer hooks (decode, photometric
+augmentation, normalisation), DetectionModule's training step and logging, the run's callbacks
+(configs/callbacks/default.yaml, time budget off, CSV logger) and the validation cadence (``--val-every``
+epochs; off by default). What is emulated:
+
+- the device: the module's network and loss are swapped for a fixed device time of ``--step-ms`` per
+  step and a zero loss (29.7 ms = DBNet-r18-FPN at 640 px, batch 16, bf16 + channels_last on one H200:
+  539 img/s). With ``--device async`` (the default) it runs as CUDA runs kernels: the step is queued on
+  a device timeline and the host goes on (loading, decoding and logging the next batch) while it runs,
+  at most ``QUEUE_STEPS`` steps ahead, and waits for the device where training syncs (every epoch end:
+  the epoch's loss and text-crop count are read; every ``SYNC_EVERY_N_STEPS`` steps: the non-finite
+  check). With ``--device sync`` the host sleeps through every step (a lower bound: no overlap at all);
+- the workers' cost per sample: ``--sample-ms`` per sample (25-30 ms: receipts at 640 px on the H200
+  host's cores, issue 26). With ``--sample-work sleep`` (the default) the dataset hands on real samples
+  built once before the workers start (``BUILT_SAMPLES`` tiny ones, in turn) after sleeping that long;
+  with ``--sample-work real`` each sample is built for real and topped up by a sleep to that long. The
+  sleeps keep to a timeline that starts with each batch, so a batch costs its worker ``batch`` times
+  that long (plus the collate) however late each sleep wakes on a busy machine.
+
+The real per-sample CPU work at 640 px (11-20 ms on this project's 2-core machines) cannot run 540 times a
+second on 2 cores, and neither can the work on tiny images: 64 px synthetic receipts (``--image-px``) still
+cost several ms each (mostly per-polygon Python; printed as ``real work``), 15-25 ms on a 2-core machine
+shared by other jobs. So by default the sleep is the sample's whole cost, and the figures show how the
+pipeline schedules work (sampler, workers, queue, collate, transfer hooks, the Lightning loop and its
+callbacks), not how fast this machine's CPU is. Sleeping workers cost no CPU, so 15 of them fit on 2 cores.
+
+The clock: ``--warmup`` and ``--steps`` are rounded up to whole epochs; the pipeline's img/s is timed from
+the end of the warm-up's last step to the end of the last step. Reports ceiling = batch / step time (what
+the emulated GPU could eat), pipeline img/s, ratio = pipeline / ceiling, the share of the timed steps spent
+waiting for data and the first-batch wait of each epoch; ``--json PATH`` writes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from lightning import Callback, LightningModule, Trainer
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+from ocr.lightning_modules.build import build_module
+from ocr.types import DBOutput, Sample
+from ocr.utils.io import atomic_write_json
+from ocr.utils.runner import compose_config, instantiate_all, quiet_third_party
+
+QUEUE_STEPS = 2  # steps the host may run ahead of the emulated device
+SYNC_EVERY_N_STEPS = 50  # configs/callbacks/triage.yaml: nonfinite_guard.check_every_n_steps
+REAL_WORK_SAMPLES = 16  # samples timed in this process to report the real work per sample
+BUILT_SAMPLES = 16  # real samples built once for --sample-work sleep
+
+
+class EmulatedDevice:
+    """A device timeline: work of a given length is queued and runs after the work before it; the host
+    waits only when more than ``queue_steps`` pieces are unfinished, or at :meth:`synchronize`
+    (``queue_steps=0``: the host sleeps through each piece)."""
+
+    def __init__(self, queue_steps: int) -> None:
+        self.queue_steps = queue_steps
+        self._ends: list[float] = []  # when each queued piece finishes
+
+    def run(self, seconds: float) -> None:
+        now = time.perf_counter()
+        self._ends.append(max(now, self._ends[-1] if self._ends else now) + seconds)
+        while len(self._ends) > self.queue_steps:
+            _sleep_until(self._ends.pop(0))
+
+    def synchronize(self) -> None:
+        if self._ends:
+            _sleep_until(self._ends[-1])
+        self._ends.clear()
+
+
+def _sleep_until(moment: float) -> None:
+    rest = moment - time.perf_counter()
+    if rest > 0:
+        time.sleep(rest)
+
+
+class DeviceSyncs(Callback):
+    """The host waits for the emulated device where training syncs: at each epoch end and every
+    ``SYNC_EVERY_N_STEPS`` steps."""
+
+    def __init__(self, device: EmulatedDevice) -> None:
+        self.device = device
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.global_step % SYNC_EVERY_N_STEPS == 0:
+            self.device.synchronize()
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.device.synchronize()
+
+
+class SleepNet(nn.Module):
+    """Stands for the network on ``device``: ``seconds`` of device time per call, then logits that say "no
+    text" everywhere (so validation post-processing finds nothing) and depend on one parameter."""
+
+    def __init__(self, seconds: float, device: EmulatedDevice) -> None:
+        super().__init__()
+        self.seconds, self.device = seconds, device
+        self.logit = nn.Parameter(torch.full((), -10.0))
+
+    def forward(self, images: Tensor) -> DBOutput:
+        self.device.run(self.seconds)
+        logits = self.logit.expand(images.shape[0], 1, *images.shape[2:])
+        return DBOutput(logits, logits, logits)
+
+
+class ZeroLoss(nn.Module):
+    """A loss with a gradient and no cost (the device time is in :class:`SleepNet`)."""
+
+    def forward(self, output: DBOutput, batch: Any) -> dict[str, Tensor]:
+        return {"loss": output.prob_logits.mean() * 0.0}
+
+
+class PacedSamples(Dataset[Sample]):
+    """The train dataset with each sample taking ``seconds`` of the worker's time: one of ``built`` (real
+    samples built beforehand) handed on, or when ``built`` is None the sample built for real; either way
+    the worker then sleeps until its timeline reaches the sample's end.
+
+    A worker's timeline (one per worker process) starts afresh with the first sample of each batch of
+    ``batch_size`` (the worker may have waited for work before it) and runs on by ``seconds`` per sample to
+    the batch's end, so a sleep that wakes late on a busy machine does not add up over the batch: a batch
+    takes ``batch_size * seconds`` (more only when the real work takes longer) and the collate.
+    """
+
+    def __init__(self, dataset: Any, seconds: float, built: list[Sample] | None, batch_size: int) -> None:
+        self.dataset, self.seconds, self.built = dataset, seconds, built
+        self.batch_size = batch_size  # the train stream's batches are all full
+        self.transform = dataset.transform  # re-seeded per sample by the train stream
+        self._calls = 0
+        self._busy_until = 0.0
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Sample:
+        batch_start = self._calls % self.batch_size == 0
+        self._calls += 1
+        self._busy_until = (time.perf_counter() if batch_start else self._busy_until) + self.seconds
+        sample = self.dataset[index] if self.built is None else self.built[index % len(self.built)]
+        _sleep_until(self._busy_until)
+        return sample
+
+
+class StepClock(Callback):
+    """Images per second from the end of step ``start`` to the end of step ``stop`` (the device
+    synchronised before each read), and the train loader's wait over the same steps
+    (``ReceiptDataModule.loader_wait`` where the datamodule has one)."""
+
+    def __init__(self, start: int, stop: int, device: EmulatedDevice) -> None:
+        self.start, self.stop, self.device = start, stop, device
+        self.marks: dict[str, tuple[float, float | None, float]] = {}
+        self.images = 0
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        step = trainer.global_step
+        if self.start < step <= self.stop:
+            self.images += int(batch["images"].shape[0])
+        for name, at in (("start", self.start), ("stop", self.stop)):
+            if step == at and name not in self.marks:
+                self.device.synchronize()
+                wait = getattr(trainer.datamodule, "loader_wait", None)  # type: ignore[attr-defined]
+                waited = None if wait is None else wait.seconds
+                self.marks[name] = (time.perf_counter(), waited, time.process_time())
+
+    def figures(self) -> dict[str, float | None]:
+        """img/s, the data-wait share, seconds, and the main process's CPU milliseconds per step: the
+        host work a device step has to hide, whatever the machine's load does to the wall clock."""
+        (t0, w0, c0), (t1, w1, c1) = self.marks["start"], self.marks["stop"]
+        data_wait = None if w0 is None or w1 is None else (w1 - w0) / (t1 - t0)
+        cpu_ms = 1000 * (c1 - c0) / (self.stop - self.start)
+        return {
+            "pipeline_img_s": self.images / (t1 - t0),
+            "data_wait": data_wait,
+            "seconds": t1 - t0,
+            "host_cpu_ms_per_step": cpu_ms,
+        }
+
+
+def config_overrides(args: argparse.Namespace, data_root: Path, max_steps: int) -> list[str]:
+    """configs/train.yaml for the emulation: tiny synthetic data, the asked batch, workers and cadence."""
+    px = args.image_px
+    validation = (
+        [f"trainer.check_val_every_n_epoch={args.val_every}"]
+        if args.val_every
+        else ["trainer.limit_val_batches=0", "trainer.check_val_every_n_epoch=1"]
+    )
+    return [
+        "hardware=cpu",
+        "data=synthetic",
+        f"data.root={data_root}",
+        f"data.synthetic.num_train={args.samples}",
+        f"data.synthetic.num_val={args.val_images}",
+        "data.synthetic.num_test=1",
+        f"data.synthetic.long_side={px}",
+        f"data.train_transform.crop_size={args.crop_px}",
+        f"data.train_transform.train_long_side={px}",
+        f"data.eval_transform.long_side={px}",
+        "data.targets.min_text_size=2",
+        f"data.batch_size={args.batch}",
+        f"data.eval_batch_size={args.batch}",
+        f"data.num_workers={args.workers}",
+        f"data.persistent_workers={args.workers > 0}",
+        "data.pin_memory=false",
+        "trainer.precision=32-true",
+        "trainer.enable_model_summary=false",
+        "trainer.max_epochs=-1",
+        f"trainer.max_steps={max_steps}",
+        *validation,
+        "time_budget_minutes=null",
+        "test_after_fit=false",
+        "logger=csv",
+        "callbacks.progress_bar.every_n_seconds=10",
+        *args.overrides,
+    ]
+
+
+def build_samples(dataset: Any, count: int) -> tuple[list[Sample], float]:
+    """The first ``count`` samples built for real (decode, transform, sanitation, targets) in this process,
+    and the milliseconds each took on average."""
+    started = time.perf_counter()
+    samples = [dataset[index] for index in range(min(count, len(dataset)))]
+    return samples, 1000 * (time.perf_counter() - started) / len(samples)
+
+
+def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """One emulated training run; its figures."""
+    # The main process's tensor work stands for device kernels: on one thread it neither fights the
+    # workers for the cores nor stalls at a thread pool's barriers on a busy machine.
+    torch.set_num_threads(1)
+    per_epoch = args.samples // args.batch if args.samples > args.batch else 1
+    warmup, steps = (math.ceil(n / per_epoch) * per_epoch for n in (args.warmup, args.steps))
+    cfg = compose_config("train", config_overrides(args, work / "data", warmup + steps), work / "run")
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    built, real_ms = build_samples(datamodule.datasets["train"], max(REAL_WORK_SAMPLES, BUILT_SAMPLES))
+    datamodule.datasets["train"] = PacedSamples(
+        datamodule.datasets["train"],
+        args.sample_ms / 1000,
+        built if args.sample_work == "sleep" else None,
+        batch_size=min(args.batch, args.samples),
+    )
+    module = build_module(cfg)
+    device = EmulatedDevice(QUEUE_STEPS if args.device == "async" else 0)
+    module.net, module.loss = SleepNet(args.step_ms / 1000, device), ZeroLoss()
+    clock = StepClock(warmup, warmup + steps, device)
+    trainer = instantiate(
+        cfg.trainer,
+        callbacks=[*instantiate_all(cfg.callbacks), DeviceSyncs(device), clock],
+        logger=instantiate_all(cfg.logger),
+    )
+    trainer.fit(module, datamodule=datamodule)
+    ceiling = args.batch / (args.step_ms / 1000)
+    figures = clock.figures()
+    wait = getattr(datamodule, "loader_wait", None)
+    firsts = [] if wait is None else list(wait.first_batch)
+    return {
+        "machine": f"{platform.platform()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}",
+        "load_average": os.getloadavg(),
+        "samples": args.samples,
+        "batch": args.batch,
+        "workers": args.workers,
+        "sample_ms": args.sample_ms,
+        "step_ms": args.step_ms,
+        "image_px": args.image_px,
+        "crop_px": args.crop_px,
+        "device": args.device,
+        "sample_work": args.sample_work,
+        "val_every": args.val_every,
+        "real_work_ms": real_ms,
+        "steps_per_epoch": per_epoch,
+        "warmup_steps": warmup,
+        "steps": steps,
+        "ceiling_img_s": ceiling,
+        **figures,
+        "ratio": figures["pipeline_img_s"] / ceiling,  # type: ignore[operator]
+        "first_batch_wait_s": firsts,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    firsts = report["first_batch_wait_s"]
+    later = firsts[1:]
+    waits = "n/a" if report["data_wait"] is None else f"{100 * report['data_wait']:.0f} %"
+    first = "n/a" if not firsts else f"{firsts[0]:.2f} s"
+    first_later = "n/a" if not later else f"{1000 * sum(later) / len(later):.1f} ms"
+    validation = f"every {report['val_every']} epochs" if report["val_every"] else "off"
+    setting = (
+        f"N={report['samples']}, B={report['batch']}, W={report['workers']}, L={report['sample_ms']} ms "
+        f"({report['sample_work']}; real work {report['real_work_ms']:.1f} ms per sample), "
+        f"S={report['step_ms']} ms ({report['device']} device), {report['image_px']} px images, "
+        f"{report['crop_px']} px crops, validation {validation}"
+    )
+    return "\n".join(
+        [
+            f"{report['machine']}; load {report['load_average'][0]:.1f}; {setting}; "
+            f"{report['steps']} timed steps after {report['warmup_steps']}",
+            "",
+            "| ceiling img/s (B/S) | pipeline img/s | ratio | data wait | first batch: start | later "
+            "| host CPU ms/step |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| {report['ceiling_img_s']:.1f} | {report['pipeline_img_s']:.1f} | {report['ratio']:.2f} | "
+            f"{waits} | {first} | {first_later} | {report['host_cpu_ms_per_step']:.1f} |",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the emulation; prints the Markdown table and returns the report with it (also ``--json``)."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--samples", type=int, default=150, help="training images (N)")
+    parser.add_argument("--batch", type=int, default=16, help="batch size (B)")
+    parser.add_argument("--workers", type=int, default=15, help="DataLoader workers (W)")
+    parser.add_argument("--sample-ms", type=float, default=30.0, help="worker time per sample (L)")
+    parser.add_argument("--step-ms", type=float, default=29.7, help="device time per training step (S)")
+    parser.add_argument("--image-px", type=int, default=64, help="long side of the synthetic images (>= 64)")
+    parser.add_argument("--crop-px", type=int, default=32, help="side of the training crops")
+    parser.add_argument(
+        "--device",
+        choices=("async", "sync"),
+        default="async",
+        help="the device runs a step while the host goes on (as CUDA does), or the host sleeps through it",
+    )
+    parser.add_argument(
+        "--sample-work",
+        choices=("sleep", "real"),
+        default="sleep",
+        help="a sample's worker time: a sleep of L (samples built once), or real work topped up to L",
+    )
+    parser.add_argument("--val-every", type=int, default=0, help="validate every N epochs (0: off)")
+    parser.add_argument("--val-images", type=int, default=16, help="validation images")
+    parser.add_argument("--steps", type=int, default=300, help="timed steps, rounded up to whole epochs")
+    parser.add_argument("--warmup", type=int, default=60, help="warm-up steps, rounded up to whole epochs")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
+    args = parser.parse_args(argv)
+    if min(args.samples, args.batch, args.steps, args.warmup) < 1 or args.workers < 0:
+        parser.error("--samples, --batch, --steps and --warmup: expected >= 1; --workers: >= 0")
+    with tempfile.TemporaryDirectory(prefix="benchmark_emulated_") as tmp:
+        report = emulate(args, Path(tmp))
+    report["table"] = markdown(report)
+    print(report["table"], flush=True)
+    if args.json is not None:
+        atomic_write_json(args.json, report)
+    return report
+
+
+if __name__ == "__main__":
+    quiet_third_party()
+    main()
