@@ -132,6 +132,7 @@ def write_report(
         min_polygon_size=1.0,
         targets=asdict(TargetParams()),
         cache_dir=None,
+        render_on="worker",  # a CLI on the CPU: the maps drawn as a CPU training run draws them
     )
     stats = compute_stats(dataset, long_side)
     out = Path(out_dir)

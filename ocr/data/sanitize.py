@@ -35,6 +35,8 @@ from shapely.geometry import Polygon as ShapelyPolygon
 from shapely.geometry.polygon import orient
 
 from ocr.polygons import (
+    clip_polygons_to_box,
+    compact_points,
     convex_min_rect_short_sides,
     group_by_point_count,
     is_convex,
@@ -194,30 +196,51 @@ def _prepare_group(
 def _clean_group(
     pts: npt.NDArray[np.float64], width: float, height: float, min_size: float
 ) -> list[tuple[Polygon | None, str | None]]:
-    """Sanitise (N, K, 2) polygons with the same point count: simple convex ones inside or entirely
-    outside the image in one pass."""
+    """Sanitise (N, K, 2) polygons with the same point count: the simple convex ones (inside, outside or
+    across the image border, as a training crop sees them) as arrays, the others one by one; the
+    reasons and shapes are ``_clean``'s."""
     lo, hi = pts.min(axis=1), pts.max(axis=1)  # (N, 2) bounding boxes
     inside = (lo.min(axis=1) >= 0) & (hi[:, 0] <= width) & (hi[:, 1] <= height)
     # Clipping leaves no area: most polygons of an image fall outside a training crop.
     outside = (hi[:, 0] <= 0) | (hi[:, 1] <= 0) | (lo[:, 0] >= width) | (lo[:, 1] >= height)
     simple_convex = is_convex(pts, strict=True) & winds_once(pts)
-    fast = inside & simple_convex
     area = np.abs(signed_areas(pts))
+    across = np.flatnonzero(simple_convex & ~inside & ~outside & (area > _MIN_AREA))
+    clipped, counts = _clip_convex(pts[across], width, height)
+    left = (counts >= 3) & (np.abs(signed_areas(clipped)) > _MIN_AREA)
     short = np.zeros(len(pts))
-    short[fast] = convex_min_rect_short_sides(pts[fast])
+    short[inside & simple_convex] = convex_min_rect_short_sides(pts[inside & simple_convex])
+    if left.any():
+        short[across[left]] = convex_min_rect_short_sides(clipped[left])
+    lost = outside.copy()
+    lost[across[~left]] = True
+    parts = {row: clipped[i, : counts[i]] for i, row in enumerate(across.tolist())}
     out: list[tuple[Polygon | None, str | None]] = []
     for k, poly in enumerate(pts):
-        if outside[k] and simple_convex[k] and area[k] > _MIN_AREA:
-            out.append((None, "out_of_image"))  # what _clean finds for a valid polygon with area
-        elif not fast[k]:
+        if not simple_convex[k]:
             out.append(_clean_safe(poly, width, height, min_size))
         elif area[k] <= _MIN_AREA:
             out.append((None, "zero_area"))
+        elif lost[k]:
+            out.append((None, "out_of_image"))
         elif min_size > 0 and short[k] < min_size:
             out.append((None, "too_small"))
         else:
-            out.append((poly.astype(np.float32), None))
+            out.append((parts.get(k, poly).astype(np.float32), None))
     return out
+
+
+def _clip_convex(
+    pts: npt.NDArray[np.float64], width: float, height: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """(N, K, 2) simple convex polygons clipped to the image: (N, M, 2) points, each row's first
+    ``counts[n]`` distinct (no point equal to the next), the rest repeating the last, and (N,) counts."""
+    clipped, counts = clip_polygons_to_box(pts, 0.0, 0.0, width, height)
+    column = np.arange(clipped.shape[1])
+    following = np.where(column + 1 < counts[:, None], column + 1, 0)
+    nxt = np.take_along_axis(clipped, following[..., None], axis=1)
+    distinct = (clipped != nxt).any(axis=2) & (column < counts[:, None])
+    return compact_points(clipped, distinct)
 
 
 def _as_points(poly: Any) -> npt.NDArray[np.float64] | None:
