@@ -135,12 +135,14 @@ def clip_polygons_to_box(
     for axis, bound, keep_below in ((0, x_min, False), (0, x_max, True), (1, y_min, False), (1, y_max, True)):
         if not pts.shape[1]:
             break
+        inside = pts[..., axis] <= bound if keep_below else pts[..., axis] >= bound
+        if inside.all():  # padding repeats a point of its row: this bound cuts nothing
+            continue
         column = np.arange(pts.shape[1])
         valid = column < counts[:, None]  # (N, M)
         following = np.where(column + 1 < counts[:, None], column + 1, 0)  # cyclic within each row
-        nxt = np.take_along_axis(pts, following[..., None], axis=1)
-        inside = pts[..., axis] <= bound if keep_below else pts[..., axis] >= bound
-        nxt_inside = np.take_along_axis(inside, following, axis=1)
+        rows = np.arange(len(pts))[:, None]
+        nxt, nxt_inside = pts[rows, following], inside[rows, following]
         with np.errstate(divide="ignore", invalid="ignore"):
             t = (bound - pts[..., axis]) / (nxt[..., axis] - pts[..., axis])
             crossing = pts + t[..., None] * (nxt - pts)
@@ -163,9 +165,10 @@ def compact_points(points: F64, keep: npt.NDArray[np.bool_]) -> tuple[F64, npt.N
     width = int(counts.max(initial=0))
     if not width:
         return points[:, :0], counts
+    rows = np.arange(len(points))[:, None]
     order = np.argsort(~keep, axis=1, kind="stable")[:, :width]
-    last = np.take_along_axis(order, np.maximum(counts - 1, 0)[:, None], axis=1)
+    last = order[rows, np.maximum(counts - 1, 0)[:, None]]
     order = np.where(np.arange(width) < counts[:, None], order, last)
-    compacted = np.take_along_axis(points, order[..., None], axis=1)
+    compacted = points[rows, order]
     compacted[counts == 0] = 0.0
     return compacted, counts

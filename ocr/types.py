@@ -160,8 +160,10 @@ class TargetPolygons(NamedTuple):
     points: Tensor  # (B, N, K, 2) float32; a polygon of fewer points repeats its last one, padding is 0
     offsets: Tensor  # (B, N) float32 DB offset D of each drawn polygon, px (0 elsewhere)
     roles: Tensor  # (B, N) uint8: 0 padding, 1 drawn (prob and threshold maps), 2 masked (prob_mask 0)
-    tiles: Tensor  # (B, N, 4) int32 tiles the polygon reaches: first column, first row, columns, count
-    num_tiles: int  # sum of the counts
+    # (2, B, N, 4) int32 tiles the threshold field [0] and the fills [1] of each polygon reach: first
+    # column, first row, columns, count
+    tiles: Tensor
+    num_tiles: tuple[int, int]  # sum of the counts, field and fills
 
 
 class Sample(TypedDict):

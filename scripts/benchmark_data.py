@@ -8,7 +8,13 @@ exclusive CPU time of the functions each stage names (``STAGES``); what they do 
 sample assembly) is ``other``.
 
     uv run python scripts/benchmark_data.py                       # sroie-compact train, hardware=h100_80gb
+    uv run python scripts/benchmark_data.py data.render_on=worker # the crop and targets in the worker
     uv run python scripts/benchmark_data.py --preset rtx3060_12gb_i5_16core data.cache_dir=null
+
+``data.render_on`` (the preset's unless overridden) says where the crop is warped and the DB targets are
+drawn: ``worker`` here, or ``device`` in ``ocr.data.coding.decode_batch`` after the transfer. The device
+stage is timed apart, on the last batches (``--device``: CUDA when there is one, else this core), and is
+not part of the worker's figures.
 
 The GPU presets cache decoded receipts (``data.cache_dir``); the dataset's start-up scan fills the cache,
 so the timed passes read it as every epoch of a run does; ``data.cache_dir=null`` measures decoding.
@@ -41,6 +47,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 
+from ocr.data.coding import decode_batch
 from ocr.utils.hardware import register_resolvers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,17 +56,21 @@ DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
 # for attributes of the train dataset (its transform's photometric pipeline) and of the train loader.
 STAGES: dict[str, tuple[str, ...]] = {
     "decode/cache": ("ocr.data.dataset:load_source",),
-    "geometry warp": ("ocr.data.transforms:TrainTransform.__call__",),
-    "photometric augmentation": ("dataset:transform.photometric",),
+    "augmentation draw, source region, polygon mapping": ("ocr.data.transforms:TrainTransform.crop_region",),
+    "photometric draw": ("dataset:transform.photometric",),
+    "warp (worker)": ("ocr.data.transforms:render_crop", "ocr.data.transforms:TrainTransform.__call__"),
     "polygon sanitation": ("ocr.data.dataset:sanitize_polygons",),
-    "targets": ("ocr.data.dataset:make_db_targets",),
+    "targets (worker)": ("ocr.data.dataset:make_db_targets",),
     "tensor conversion": (
         "ocr.data.transforms:to_chw_tensor",
         "ocr.data.dataset:encode_maps",
         "ocr.data.dataset:build_sample",
     ),
+    "collate: pack regions": ("ocr.data.collate:pack_regions",),
+    "collate: pack polygons": ("ocr.data.collate:pack_polygons",),
     "collate": ("loader:collate_fn",),
 }
+DEVICE_BATCHES = 4  # last batches the device stage is timed on
 
 
 class StageClock:
@@ -156,28 +167,53 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for index in order[: args.warmup]:
         dataset[int(index)]
     clock = StageClock()
-    cpu, wall, wire_bytes, position = [], [], 0, args.warmup
+    cpu, wall, position, batches = [], [], args.warmup, []
     with instrument(clock, dataset, loader):
         for _ in range(args.passes):
             cpu_start, wall_start = time.process_time(), time.perf_counter()
             for start in range(0, args.samples, batch_size):
                 picked = order[position + start : position + min(start + batch_size, args.samples)]
-                batch = loader.collate_fn([dataset[int(i)] for i in picked])
-                wire_bytes = sum(v.nbytes for v in batch.values() if isinstance(v, torch.Tensor)) // len(
-                    picked
-                )
+                batches = [*batches, loader.collate_fn([dataset[int(i)] for i in picked])][-DEVICE_BATCHES:]
             cpu.append(time.process_time() - cpu_start)
             wall.append(time.perf_counter() - wall_start)
             position += args.samples
     return {
         "overrides": overrides,
+        "render_on": cfg.data.render_on,
         "batch_size": batch_size,
         "images": len(dataset),
         "cpu": cpu,
         "wall": wall,
         "stages": dict(clock.seconds),
-        "wire_bytes": wire_bytes,
+        "wire_bytes": wire_bytes(batches[-1]) / len(batches[-1]["image_id"]),
+        "device": time_device_stage(batches, torch.device(args.device)),
     }
+
+
+def wire_bytes(batch: dict[str, Any]) -> int:
+    """Bytes of the batch's tensors, those in its named tuples (``warp``, ``target_polygons``) too."""
+    tensors = [v for v in batch.values() if isinstance(v, torch.Tensor)]
+    tensors += [t for v in batch.values() if isinstance(v, tuple) for t in v if isinstance(t, torch.Tensor)]
+    return sum(t.nbytes for t in tensors)
+
+
+def time_device_stage(batches: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
+    """Seconds per sample of ``decode_batch`` on ``device`` (transfer excluded; first batch untimed)."""
+    moved = [
+        {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()} for batch in batches
+    ]
+    decode_batch(moved[0], channels_last=False)  # type: ignore[arg-type]
+    seconds, samples = 0.0, 0
+    for batch in moved[1:]:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter() if device.type == "cuda" else time.process_time()
+        decode_batch(batch, channels_last=False)  # type: ignore[arg-type]
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds += (time.perf_counter() if device.type == "cuda" else time.process_time()) - start
+        samples += len(batch["image_id"])
+    return {"device": str(device), "seconds_per_sample": seconds / max(samples, 1)}
 
 
 def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
@@ -196,6 +232,8 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
         f"img/s per core, wall: {_spread(wall_rates)}",
         f"img/s per core, CPU time: {_spread(cpu_rates)}",
         f"batch bytes per sample (compact tensors): {result['wire_bytes'] / 1e6:.2f} MB",
+        f"data.render_on={result['render_on']}; device stage (decode_batch, not in the table) on "
+        f"{result['device']['device']}: {result['device']['seconds_per_sample'] * 1e3:.1f} ms per sample",
         "",
         "| stage | CPU ms/sample | share |",
         "| --- | ---: | ---: |",
@@ -228,6 +266,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=8, help="untimed samples first (imports, caches)")
     parser.add_argument("--core", type=int, default=0, help="CPU core to pin to; -1 leaves affinity alone")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where decode_batch is timed"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.cache_dir=/tmp/cache")
     return parser.parse_args(argv)
 

@@ -7,7 +7,9 @@ A 640 px sample leaves its worker as 2.87 MB instead of 11.5 MB: the image as ui
 conversion to float32, the photometric augmentation of train batches (``ocr.data.photometric``) and the
 normalisation happen once, in :func:`decode_batch`, on whatever device the batch is on: the
 LightningModules call it in ``on_after_batch_transfer``, the ONNX parity check and the crash replay on
-the CPU batch.
+the CPU batch. With ``data.render_on=device`` a batch carries source regions and polygons instead, and
+:func:`decode_batch` makes the crops (``ocr.data.device_warp``) and draws the four maps
+(``ocr.data.device_targets``) there first.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
+from ocr.data.device_targets import draw_db_targets
+from ocr.data.device_warp import warp_regions
 from ocr.data.photometric import apply_photometric
 from ocr.types import TARGET_KEYS, Batch, BatchCoding, TargetKey
 
@@ -71,17 +75,25 @@ def _standardize(scaled: Tensor, mean: Sequence[float], std: Sequence[float]) ->
 
 
 def decode_batch(batch: Batch, *, channels_last: bool) -> Batch:
-    """A new batch whose tensors are what the network and the loss read: float32 normalised images
-    (channels_last when asked; photometric augmentation first, for train batches) and float32 maps, on
-    the device the compact tensors are on."""
+    """A new batch whose tensors are what the network and the loss read, on the device the compact
+    tensors are on: float32 normalised images (the crops made first when the batch carries ``warp``;
+    photometric augmentation, for train batches; channels_last when asked) and float32 maps (drawn when
+    the batch carries ``target_polygons``)."""
     coding = batch["coding"]
     decoded = Batch(**batch)
+    warps = batch.get("warp")
+    unit = _unit(batch["images"]) if warps is None else warp_regions(batch["images"], warps)  # (B, 3, H, W)
     rows = batch.get("photometric")
-    if rows is None:
-        images = normalize_images(batch["images"], coding.mean, coding.std)  # (B, 3, H, W) float32
-    else:
-        images = _standardize(apply_photometric(_unit(batch["images"]), rows), coding.mean, coding.std)
+    if rows is not None:
+        unit = apply_photometric(unit, rows)
+    images = _standardize(unit, coding.mean, coding.std)  # (B, 3, H, W) float32
     decoded["images"] = images.contiguous(memory_format=torch.channels_last) if channels_last else images
+    polygons = batch.get("target_polygons")
+    if polygons is not None:
+        height, width = images.shape[2:]
+        maps = draw_db_targets(polygons, height, width, coding.thresh_min, coding.thresh_max, images.device)
+        decoded.update(maps)  # type: ignore[typeddict-item]
+        return decoded
     step = (coding.thresh_max - coding.thresh_min) / THRESH_LEVELS
     decoded["thresh_map"] = batch["thresh_map"].float() * step + coding.thresh_min
     decoded["prob_map"] = batch["prob_map"].float()

@@ -61,6 +61,7 @@ REASONS: tuple[str, ...] = (
     "malformed",
 )
 _MIN_AREA = 1e-6
+_FAST_REASONS = (None, "zero_area", "out_of_image", "too_small")  # by code in _clean_group
 # Coordinates are clamped to +-1e9 px so that areas and intersections stay finite in float64.
 _COORD_LIMIT = 1e9
 
@@ -126,6 +127,9 @@ def _sanitize_each(
             f"for {len(polygons)} polygons"
         )
     w, h, min_size = float(width), float(height), float(min_size)
+    plain = _plain_stack(polygons)
+    if plain is not None:  # the common case (a transform's output): one array, nothing to prepare
+        return _clean_group(plain, w, h, min_size)
     results: list[tuple[Polygon | None, str | None]] = [(None, None)] * len(polygons)
     read, read_at = [], []
     for i, poly in enumerate(polygons):
@@ -147,6 +151,23 @@ def _sanitize_each(
         for row, result in zip(rows.tolist(), _clean_group(stack, w, h, min_size), strict=True):
             results[ready_at[row]] = result
     return results
+
+
+def _plain_stack(polygons: Sequence[Any]) -> npt.NDArray[np.float64] | None:
+    """The polygons as one (N, K, 2) float64 array when they all have the same K >= 3 points, finite,
+    within the coordinate limit and no point equal to the next; None otherwise (or when there are none).
+    """
+    try:
+        stack = np.asarray(polygons, dtype=np.float64)
+    except (ValueError, TypeError):
+        return None
+    if stack.ndim != 3 or stack.shape[0] == 0 or stack.shape[1] < 3 or stack.shape[2] != 2:
+        return None
+    if not np.isfinite(stack).all() or np.abs(stack).max() > _COORD_LIMIT:
+        return None
+    if (stack == np.roll(stack, -1, axis=1)).all(axis=2).any():
+        return None
+    return stack
 
 
 def _counts(results: Sequence[tuple[Polygon | None, str | None]]) -> dict[str, int]:
@@ -203,7 +224,9 @@ def _clean_group(
     inside = (lo.min(axis=1) >= 0) & (hi[:, 0] <= width) & (hi[:, 1] <= height)
     # Clipping leaves no area: most polygons of an image fall outside a training crop.
     outside = (hi[:, 0] <= 0) | (hi[:, 1] <= 0) | (lo[:, 0] >= width) | (lo[:, 1] >= height)
-    simple_convex = is_convex(pts, strict=True) & winds_once(pts)
+    simple_convex = is_convex(pts, strict=True)
+    if pts.shape[1] > 4:  # a star turns the same way everywhere too (is_convex)
+        simple_convex &= winds_once(pts)
     area = np.abs(signed_areas(pts))
     across = np.flatnonzero(simple_convex & ~inside & ~outside & (area > _MIN_AREA))
     clipped, counts = _clip_convex(pts[across], width, height)
@@ -214,19 +237,22 @@ def _clean_group(
         short[across[left]] = convex_min_rect_short_sides(clipped[left])
     lost = outside.copy()
     lost[across[~left]] = True
-    parts = {row: clipped[i, : counts[i]] for i, row in enumerate(across.tolist())}
+    # 0: kept; 1-3: removed, for _FAST_REASONS[code]; 4: not simple convex, _clean decides
+    codes = np.select(
+        [~simple_convex, area <= _MIN_AREA, lost, (short < min_size) & (min_size > 0)],
+        [4, 1, 2, 3],
+        default=0,
+    ).tolist()
+    ends = zip(across.tolist(), counts.tolist(), strict=True)
+    parts = {row: clipped[i, :count] for i, (row, count) in enumerate(ends)}
     out: list[tuple[Polygon | None, str | None]] = []
-    for k, poly in enumerate(pts):
-        if not simple_convex[k]:
-            out.append(_clean_safe(poly, width, height, min_size))
-        elif area[k] <= _MIN_AREA:
-            out.append((None, "zero_area"))
-        elif lost[k]:
-            out.append((None, "out_of_image"))
-        elif min_size > 0 and short[k] < min_size:
-            out.append((None, "too_small"))
+    for k, code in enumerate(codes):
+        if code == 0:
+            out.append((parts.get(k, pts[k]).astype(np.float32), None))
+        elif code < 4:
+            out.append((None, _FAST_REASONS[code]))
         else:
-            out.append((parts.get(k, poly).astype(np.float32), None))
+            out.append(_clean_safe(pts[k], width, height, min_size))
     return out
 
 
@@ -238,7 +264,7 @@ def _clip_convex(
     clipped, counts = clip_polygons_to_box(pts, 0.0, 0.0, width, height)
     column = np.arange(clipped.shape[1])
     following = np.where(column + 1 < counts[:, None], column + 1, 0)
-    nxt = np.take_along_axis(clipped, following[..., None], axis=1)
+    nxt = clipped[np.arange(len(clipped))[:, None], following]
     distinct = (clipped != nxt).any(axis=2) & (column < counts[:, None])
     return compact_points(clipped, distinct)
 

@@ -109,7 +109,8 @@ class DetectionModule(LightningModule):
         # and geometry records stay host-side (and a new dict keeps last_cpu_batch untouched).
         moved: dict[str, Any] = dict(batch)
         for key in BATCH_TENSOR_KEYS:
-            moved[key] = moved[key].to(device, non_blocking=True)
+            if moved[key] is not None:  # the maps are None when decode_batch draws them (render_on=device)
+                moved[key] = moved[key].to(device, non_blocking=True)
         return moved  # type: ignore[return-value]
 
     def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:

@@ -42,6 +42,7 @@ def _module(
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=None,
+        render_on="worker",
         batch_size=batch_size,
         eval_batch_size=2,
         num_workers=num_workers,

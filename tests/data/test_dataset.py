@@ -46,6 +46,7 @@ def _dataset(
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=cache_dir,
+        render_on="worker",
     )
 
 
@@ -286,6 +287,7 @@ def test_invalid_options_fail_loudly(tmp_path: Path) -> None:
                 min_polygon_size=1.0,
                 targets=targets,
                 cache_dir=None,
+                render_on="worker",
             )
     with pytest.raises(FileNotFoundError, match="nosuch.json"):
         _dataset(tmp_path, split="nosuch")
@@ -320,6 +322,7 @@ def test_collate_batch_contract(tmp_path: Path) -> None:
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=None,
+        render_on="worker",
     )
     with pytest.raises(ValueError, match="val_0.png"):
         collate_batch([dataset[0], other[0]])

@@ -27,6 +27,7 @@ def _dataset(root: Path, split: str, transform: Transform) -> ReceiptDataset:
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=None,
+        render_on="worker",
     )
 
 

@@ -78,6 +78,7 @@ def _compact_batch(root: Path, crop: int = 64) -> dict:
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=None,
+        render_on="worker",
     )
     return collate_batch([dataset[0], dataset[1]])  # type: ignore[return-value]
 
