@@ -67,7 +67,7 @@ def test_only_tensors_move_and_the_cpu_batch_is_kept() -> None:
     assert batch["images"].device.type == "cpu"
 
 
-def _compact_batch(root: Path, crop: int = 64) -> dict:
+def _compact_batch(root: Path, crop: int = 64, render_on: str = "worker") -> dict:
     """A collated batch of two augmented block-image crops, as the train loader yields it."""
     dataset = ReceiptDataset(
         root=root,
@@ -78,7 +78,7 @@ def _compact_batch(root: Path, crop: int = 64) -> dict:
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=None,
-        render_on="worker",
+        render_on=render_on,
     )
     return collate_batch([dataset[0], dataset[1]])  # type: ignore[return-value]
 
@@ -108,14 +108,27 @@ def test_the_device_side_decoding_gives_the_former_network_input(tmp_path: Path)
     )
 
 
-def test_training_on_compact_batches_converges(tmp_path: Path) -> None:
+def test_a_batch_the_device_renders_moves_its_regions_and_decodes(tmp_path: Path) -> None:
+    """data.render_on=device: no maps on the wire (the hook leaves them None), drawn by the decode."""
+    module = _module()
+    batch = _compact_batch(make_root(tmp_path, num_images=2), render_on="device")
+    moved = module.transfer_batch_to_device(module.on_before_batch_transfer(batch, 0), torch.device("cpu"), 0)
+    assert moved["prob_map"] is None and moved["images"].ndim == 1
+    decoded = module.on_after_batch_transfer(moved, 0)
+    assert decoded["images"].shape == (2, 3, 64, 64)
+    assert all(decoded[k].shape[1:] == (1, 64, 64) and decoded[k].dtype == torch.float32 for k in TARGET_KEYS)
+    assert module.last_cpu_batch is batch
+
+
+@pytest.mark.parametrize("render_on", ["worker", pytest.param("device", marks=pytest.mark.slow)])
+def test_training_on_compact_batches_converges(tmp_path: Path, render_on: str) -> None:
     """Overfitting one augmented batch through the decode hook: the loss falls well below its start."""
     module = _module().train()
-    compact = _compact_batch(make_root(tmp_path, num_images=2))
+    compact = _compact_batch(make_root(tmp_path, num_images=2), render_on=render_on)
+    batch = module.on_after_batch_transfer(compact, 0)  # the same every time: the rows seed the noise
     optimizer = torch.optim.AdamW(module.parameters(), lr=3e-3)
     losses = []
     for step in range(30):
-        batch = module.on_after_batch_transfer(compact, 0)
         loss = module.training_step(batch, step)
         optimizer.zero_grad()
         loss.backward()
