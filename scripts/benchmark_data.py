@@ -21,6 +21,10 @@ so the timed passes read it as every epoch of a run does; ``data.cache_dir=null`
 Photometric augmentation is drawn here and applied on the device (``ocr.data.photometric``), so its
 stage is the parameter draw.
 
+``--loader`` times ``train_dataloader()`` itself instead (0 workers, this core): the cost per sample of
+everything a worker and the collate do, without the stage table; ``cd <checkout> && uv run python
+<this script> --loader`` measures another checkout's pipeline the same way.
+
 Trailing arguments are Hydra overrides of ``configs/train.yaml``.
 """
 
@@ -46,11 +50,14 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from ocr.data.coding import decode_batch
 from ocr.utils.hardware import register_resolvers
 
-REPO = Path(__file__).resolve().parents[1]
+# The checkout whose ``ocr`` package runs (its configs too): run from another checkout's environment, the
+# script measures that checkout (docs/benchmarks.md measures the starting commit this way).
+REPO = Path(importlib.import_module("ocr").__file__ or "").resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
 # stage -> the functions whose exclusive time it is: "module:attribute", or "dataset:..." / "loader:..."
 # for attributes of the train dataset (its transform's photometric pipeline) and of the train loader.
@@ -159,6 +166,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     loader = datamodule.train_dataloader()
+    if args.loader:
+        return time_loader(
+            args, loader, overrides, str(OmegaConf.select(cfg, "data.render_on", default="worker"))
+        )
     dataset, batch_size = loader.dataset, int(loader.batch_size)
     dataset.transform.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -180,6 +191,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "overrides": overrides,
         "render_on": cfg.data.render_on,
+        "samples_per_pass": args.samples,
         "batch_size": batch_size,
         "images": len(dataset),
         "cpu": cpu,
@@ -188,6 +200,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "wire_bytes": wire_bytes(batches[-1]) / len(batches[-1]["image_id"]),
         "device": time_device_stage(batches, torch.device(args.device)),
     }
+
+
+def time_loader(
+    args: argparse.Namespace, loader: Any, overrides: list[str], render_on: str
+) -> dict[str, Any]:
+    """CPU and wall seconds per pass of ``args.samples`` samples, iterating ``loader`` (0 workers)."""
+    torch.manual_seed(args.seed)
+    loader.dataset.transform.set_random_seed(args.seed)
+    batches = _endless(loader)
+    for _ in range(math.ceil(args.warmup / loader.batch_size)):
+        next(batches)
+    cpu, wall, per_pass = [], [], math.ceil(args.samples / loader.batch_size)
+    for _ in range(args.passes):
+        cpu_start, wall_start = time.process_time(), time.perf_counter()
+        for _ in range(per_pass):
+            last = next(batches)
+        cpu.append(time.process_time() - cpu_start)
+        wall.append(time.perf_counter() - wall_start)
+    return {
+        "overrides": overrides,
+        "render_on": render_on,
+        "samples_per_pass": per_pass * int(loader.batch_size),  # whole batches (drop_last)
+        "batch_size": int(loader.batch_size),
+        "images": len(loader.dataset),
+        "cpu": cpu,
+        "wall": wall,
+        "wire_bytes": wire_bytes(last) / len(last["image_id"]),
+    }
+
+
+def _endless(loader: Any) -> Iterator[dict[str, Any]]:
+    while True:
+        yield from loader
 
 
 def wire_bytes(batch: dict[str, Any]) -> int:
@@ -217,23 +262,30 @@ def time_device_stage(batches: list[dict[str, Any]], device: torch.device) -> di
 
 
 def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
-    """Markdown: the setup, img/s per pass and the per-stage table (ms per sample, exclusive CPU)."""
-    total = args.samples * args.passes
-    cpu_rates = [args.samples / s for s in result["cpu"]]
-    wall_rates = [args.samples / s for s in result["wall"]]
-    stages = dict(result["stages"])
-    stages["other"] = sum(result["cpu"]) - sum(stages.values())
+    """Markdown: the setup, img/s and ms per sample per pass, and (not ``--loader``) the device stage and
+    the per-stage table (ms per sample, exclusive CPU)."""
+    samples = result["samples_per_pass"]
+    total = samples * args.passes
+    cpu_rates = [samples / s for s in result["cpu"]]
+    wall_rates = [samples / s for s in result["wall"]]
     lines = [
         f"machine: {machine()}; core {args.core}, python {platform.python_version()}, torch "
-        f"{torch.__version__}, opencv {cv2.__version__}",
+        f"{torch.__version__}, opencv {cv2.__version__}; checkout {REPO}",
         f"overrides: {' '.join(result['overrides'])}; batch {result['batch_size']}, {result['images']} "
-        f"images, {args.passes} passes x {args.samples} samples after {args.warmup} warm-up, "
-        f"seed {args.seed}",
+        f"images, {args.passes} passes x {samples} samples after {args.warmup} warm-up, seed {args.seed}"
+        f"{', iterating train_dataloader()' if args.loader else ''}; data.render_on={result['render_on']}",
         f"img/s per core, wall: {_spread(wall_rates)}",
         f"img/s per core, CPU time: {_spread(cpu_rates)}",
+        f"CPU ms per sample: {_spread([1e3 / r for r in cpu_rates])}",
         f"batch bytes per sample (compact tensors): {result['wire_bytes'] / 1e6:.2f} MB",
-        f"data.render_on={result['render_on']}; device stage (decode_batch, not in the table) on "
-        f"{result['device']['device']}: {result['device']['seconds_per_sample'] * 1e3:.1f} ms per sample",
+    ]
+    if args.loader:
+        return "\n".join(lines)
+    stages = dict(result["stages"])
+    stages["other"] = sum(result["cpu"]) - sum(stages.values())
+    lines += [
+        f"device stage (decode_batch, not in the table) on {result['device']['device']}: "
+        f"{result['device']['seconds_per_sample'] * 1e3:.1f} ms per sample",
         "",
         "| stage | CPU ms/sample | share |",
         "| --- | ---: | ---: |",
@@ -266,6 +318,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=8, help="untimed samples first (imports, caches)")
     parser.add_argument("--core", type=int, default=0, help="CPU core to pin to; -1 leaves affinity alone")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loader", action="store_true", help="iterate train_dataloader(); no stage table")
     parser.add_argument(
         "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where decode_batch is timed"
     )

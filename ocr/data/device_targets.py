@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ocr.data.photometric import to_device
-from ocr.data.targets.geometry import measure_polygons
+from ocr.data.targets.geometry import PolygonMeasures, measure_polygons
 from ocr.types import Polygon, TargetKey, TargetParams, TargetPolygons
 
 __all__ = ["TILE", "draw_db_targets", "pack_polygons"]
@@ -55,27 +55,22 @@ def pack_polygons(
         width: map width.
         params: the data config's target parameters.
     """
-    batch, slots = len(polygons), max((len(p) for p in polygons), default=0)
+    counts = [len(p) for p in polygons]
     flat = [p for sample in polygons for p in sample]
-    owner = np.repeat(np.arange(batch), [len(p) for p in polygons])
-    slot = np.arange(len(flat)) - np.repeat(
-        np.cumsum([0, *map(len, polygons)])[:-1], [len(p) for p in polygons]
-    )
-    flags = np.array([f for sample in ignore for f in sample], dtype=bool).reshape(-1)
+    owner = np.repeat(np.arange(len(polygons)), counts)  # sample and slot of each polygon of ``flat``
+    slot = np.arange(len(flat)) - np.repeat(np.cumsum([0, *counts])[:-1], counts)
     measures = measure_polygons(flat)
     rows = measures.index  # positions in ``flat`` of the measured (usable) polygons
+    where = (owner[rows], slot[rows])
+    flags = np.array([f for sample in ignore for f in sample], dtype=bool).reshape(-1)
     offsets = measures.area * (1.0 - params.shrink_ratio**2) / np.maximum(measures.perimeter, 1e-12)
     drawn = ~flags[rows] & (measures.area >= 1.0) & (measures.short_side >= params.min_text_size)
-    points_k = max((stacked.shape[1] for _, stacked in measures.groups), default=3)
-    points = np.zeros((batch, slots, points_k, 2), np.float32)
-    for group_rows, stacked in measures.groups:
-        where = rows[group_rows]
-        padded = np.concatenate([stacked, np.repeat(stacked[:, -1:], points_k - stacked.shape[1], axis=1)], 1)
-        points[owner[where], slot[where]] = padded
-    roles = np.zeros((batch, slots), np.uint8)
-    roles[owner[rows], slot[rows]] = np.where(drawn, _DRAWN, _MASKED)
-    reach = np.zeros((batch, slots), np.float32)
-    reach[owner[rows], slot[rows]] = np.where(drawn, offsets, 0.0)
+    shape = (len(polygons), max(counts, default=0))
+    points = _padded_points(measures, where, shape)
+    roles = np.zeros(shape, np.uint8)
+    roles[where] = np.where(drawn, _DRAWN, _MASKED)
+    reach = np.zeros(shape, np.float32)
+    reach[where] = np.where(drawn, offsets, 0.0)
     # the field reaches D (+1 px, for rounding) around a drawn polygon; the fills its box (+1 px)
     tiles = np.stack(
         [
@@ -90,6 +85,19 @@ def pack_polygons(
         torch.from_numpy(tiles),
         (int(tiles[0, ..., 3].sum()), int(tiles[1, ..., 3].sum())),
     )
+
+
+def _padded_points(
+    measures: PolygonMeasures, where: tuple[np.ndarray, np.ndarray], shape: tuple[int, int]
+) -> np.ndarray:
+    """(B, N, K, 2) float32 points of the measured polygons at their (sample, slot) ``where``, K the most
+    points of any; a polygon with fewer repeats its last point (an edge of length 0), padding is 0."""
+    points_k = max((stacked.shape[1] for _, stacked in measures.groups), default=3)
+    points = np.zeros((*shape, points_k, 2), np.float32)
+    for group_rows, stacked in measures.groups:
+        tail = np.repeat(stacked[:, -1:], points_k - stacked.shape[1], axis=1)
+        points[where[0][group_rows], where[1][group_rows]] = np.concatenate([stacked, tail], axis=1)
+    return points
 
 
 def _tiles(points: np.ndarray, reach: np.ndarray, used: np.ndarray, height: int, width: int) -> np.ndarray:

@@ -4,7 +4,7 @@ The worker ships the part of the source image the crop reads (``TrainTransform.c
 :class:`~ocr.types.CropWarp`; here each region is area-averaged by its integer factor (an average pool,
 the counterpart of OpenCV's integer INTER_AREA) onto one canvas, and ONE batched ``grid_sample`` makes
 every crop, bilinear as ``cv2.warpAffine``. A fourth canvas channel marks where the image is, so the
-border value blends in exactly as OpenCV's constant border does. ``ocr.data.transforms.render_crop`` is
+border value blends in exactly as OpenCV's constant border does. ``ocr.data.warp.render_crop`` is
 the CPU reference (tests/data/test_device_warp.py states the tolerances). Sizes and offsets are host
 integers: nothing here waits for the device.
 """

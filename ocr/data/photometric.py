@@ -162,8 +162,8 @@ def _identity_kernel(size: int) -> np.ndarray:
 
 def to_device(tensor: Tensor, device: torch.device) -> Tensor:
     """A host tensor on ``device`` without waiting for it: on CUDA through pinned memory, non-blocking
-    (a copy from pageable memory would wait for the stream)."""
-    if device.type != "cuda":
+    (a copy from pageable memory would wait for the stream); a tensor already there is returned."""
+    if device.type != "cuda" or tensor.device.type == "cuda":
         return tensor.to(device)
     return (tensor if tensor.is_pinned() else tensor.pin_memory()).to(device, non_blocking=True)
 

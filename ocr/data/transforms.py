@@ -1,7 +1,8 @@
 """Train and eval transforms: source image + polygons (original px) -> network input + Geometry.
 
 Every geometric step of a sample (scale, flip, rotation, crop, letterbox) is folded into ONE affine
-matrix that moves the pixels (a single ``cv2.resize``/``cv2.warpAffine``) and the polygons alike, so
+matrix that moves the pixels (a single ``cv2.resize``/``cv2.warpAffine``, or for a training crop with
+``data.render_on=device`` one ``grid_sample`` on the device, ``ocr.data.warp``) and the polygons alike, so
 no polygon point can be dropped or re-ordered and ``Geometry.matrix`` is exact by construction.
 Photometric augmentations (colour, blur, noise) never move pixels: the train transform draws their
 parameters with albumentations and the device applies them per batch (``ocr.data.photometric``).
@@ -22,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ocr.data.photometric import PhotometricParams
+from ocr.data.warp import render_crop, source_region
 from ocr.geometry import apply_matrix, letterbox_geometry
 from ocr.polygons import group_by_point_count
 from ocr.types import CropWarp, Geometry, Polygon
@@ -32,7 +34,6 @@ __all__ = [
     "TrainTransform",
     "Transform",
     "TransformResult",
-    "render_crop",
     "to_chw_tensor",
 ]
 
@@ -265,9 +266,11 @@ class TrainTransform:
         x0 = _axis_origin(bounds[0], bounds[2], self.crop_size, None if text is None else text[0::2], rng)
         y0 = _axis_origin(bounds[1], bounds[3], self.crop_size, None if text is None else text[1::2], rng)
         crop = np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0], [0.0, 0.0, 1.0]]) @ warp  # frame px -> crop px
+        side = self.crop_size
+        window = np.array([[0, 0], [side, 0], [0, side], [side, side]], np.float32)
         crop_to_frame = np.linalg.inv(crop).astype(np.float64)  # numpy stubs: inv() loses float64
-        region, pool, region_to_frame = _source_region(
-            source.image, factor if downscale else 1.0, factor, crop_to_frame, self.crop_size
+        region, pool, region_to_frame = source_region(
+            source.image, _box(window, crop_to_frame), factor if downscale else 1.0, factor
         )
         orig_to_input = crop @ pre
         geometry = Geometry(
@@ -281,28 +284,6 @@ class TrainTransform:
         polygons = _map_polygons(groups, len(polygons_orig_px), orig_to_input)
         image = torch.from_numpy(region).permute(2, 0, 1)  # (3, h, w) view, no copy
         return region, TransformResult(image, polygons, geometry, self.photometric(), crop_warp)
-
-
-def render_crop(region: npt.NDArray[np.uint8], warp: CropWarp) -> npt.NDArray[np.uint8]:
-    """The crop of a source region on the CPU (the reference of ``ocr.data.device_warp.warp_regions``):
-    OpenCV's integer INTER_AREA by ``warp.pool``, then a bilinear ``warpAffine``.
-
-    Returns:
-        (H, W, 3) uint8.
-    """
-    if warp.pool > 1:
-        height, width = region.shape[:2]
-        size = (width // warp.pool, height // warp.pool)
-        region = cv2.resize(region, size, interpolation=cv2.INTER_AREA)  # type: ignore[assignment]
-    out_height, out_width = warp.out_size
-    return cv2.warpAffine(  # type: ignore[return-value]  # cv2 stubs: MatLike
-        region,
-        _pixel_index_matrix(warp.matrix)[:2],
-        (out_width, out_height),
-        flags=cv2.INTER_LINEAR,
-        borderMode=cv2.BORDER_CONSTANT,
-        borderValue=(warp.fill,) * 3,
-    )
 
 
 def _group_polygons(
@@ -340,49 +321,6 @@ def resize_by(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uin
     interp = cv2.INTER_AREA if factor < 1.0 else cv2.INTER_LINEAR
     # cv2's stubs type images as MatLike, without a dtype.
     return cv2.resize(image, (0, 0), fx=factor, fy=factor, interpolation=interp)  # type: ignore[return-value]
-
-
-def _source_region(
-    image: npt.NDArray[np.uint8],
-    frame_per_source: float,
-    factor: float,
-    crop_to_frame: npt.NDArray[np.float64],
-    crop_size: int,
-) -> tuple[npt.NDArray[np.uint8], int, npt.NDArray[np.float64]]:
-    """The part of ``image`` the crop window reads (the window always overlaps the image: ``_axis_origin``
-    keeps one inside the other), in whole blocks of the integer area-averaging factor ``k`` nearest
-    ``1 / factor`` (1 unless downscaling). Integer INTER_AREA is far faster than a fractional one (0.7 vs
-    7.8 ms at x0.5 and x0.6 on a receipt) and the warp's bilinear sampling does the rest, a scale in
-    [0.67, 1.5); the mean difference to a fractional INTER_AREA is about 1.5 grey levels
-    (docs/benchmarks.md).
-
-    Args:
-        image: (H, W, 3) uint8 source.
-        frame_per_source: frame px per source px (``factor`` when downscaling, else 1).
-        factor: scaled px per source px.
-        crop_to_frame: (3, 3) crop px -> frame px.
-        crop_size: side of the crop window.
-
-    Returns:
-        The region (h, w, 3) uint8 view (h and w multiples of ``k``), ``k`` and the (3, 3) matrix from
-        pooled-region px (``k`` source px each) to frame px.
-    """
-    window = np.array([[0, 0], [crop_size, 0], [0, crop_size], [crop_size, crop_size]], np.float32)
-    x0, y0, x1, y1 = _box(window, crop_to_frame)  # frame px
-    margin = 2.0 / factor + 2.0  # source px: area support plus the warp's bilinear neighbours
-    height, width = image.shape[:2]
-    sx0, sy0 = (max(0, int(np.floor(v / frame_per_source - margin))) for v in (x0, y0))
-    span_x = min(width, int(np.ceil(x1 / frame_per_source + margin))) - sx0
-    span_y = min(height, int(np.ceil(y1 / frame_per_source + margin))) - sy0
-    k = min(max(1, round(1.0 / factor)), span_x, span_y)
-    # whole k x k blocks, so that OpenCV takes its integer path (a partial block at the image edge is left)
-    sx1, sy1 = sx0 + span_x // k * k, sy0 + span_y // k * k
-    step, fps = k * frame_per_source, frame_per_source  # region px -> frame px
-    return (
-        image[sy0:sy1, sx0:sx1],
-        k,
-        np.array([[step, 0.0, sx0 * fps], [0.0, step, sy0 * fps], [0.0, 0.0, 1.0]]),
-    )
 
 
 def _scale_flip_rotate(
@@ -440,9 +378,3 @@ def _axis_origin(
         if max(lo, a) <= min(hi, b):
             lo, hi = max(lo, a), min(hi, b)
     return float(rng.uniform(lo, hi))
-
-
-def _pixel_index_matrix(matrix: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Convert a continuous-coordinate transform to OpenCV's pixel-centre-at-integer convention."""
-    shift = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, 0.5], [0.0, 0.0, 1.0]])
-    return np.linalg.inv(shift) @ matrix @ shift

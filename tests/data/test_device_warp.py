@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from ocr.data.device_warp import pack_regions, warp_regions
-from ocr.data.transforms import SourceImage, render_crop
+from ocr.data.transforms import SourceImage
+from ocr.data.warp import render_crop
 from tests.helpers.receipt_fixtures import NO_AUGMENTATION, train_transform
 
 

@@ -14,39 +14,33 @@ import torch
 
 from ocr.data.coding import THRESH_LEVELS, decode_batch
 from ocr.data.collate import collate_batch
-from ocr.data.dataset import ReceiptDataset
 from ocr.data.transforms import Transform
 from ocr.types import BATCH_TENSOR_KEYS, Batch
 from tests.data.test_device_targets import _only_on_the_border
-from tests.helpers.receipt_fixtures import MEAN, STD, TARGETS, eval_transform, make_root, train_transform
-
-
-def _dataset(root: Path, split: str, transform: Transform, render_on: str) -> ReceiptDataset:
-    return ReceiptDataset(
-        root=root,
-        split=split,
-        transform=transform,
-        exif_mode="rotated",
-        on_missing_image="fail",
-        min_polygon_size=1.0,
-        targets=TARGETS,
-        cache_dir=None,
-        render_on=render_on,
-    )
+from tests.helpers.receipt_fixtures import (
+    MEAN,
+    STD,
+    TARGETS,
+    eval_transform,
+    labelled_dataset,
+    make_root,
+    train_transform,
+)
 
 
 def _batches(root: Path, split: str, transform: Transform, seed: int = 0) -> tuple[Batch, Batch]:
     """The split's first three samples on each path, collated, with the same augmentation draws."""
     batches = []
     for render_on in ("worker", "device"):
-        dataset = _dataset(root, split, transform, render_on)
+        dataset = labelled_dataset(root, split, transform, render_on)
         if hasattr(transform, "set_random_seed"):
             transform.set_random_seed(seed)
         batches.append(collate_batch([dataset[i] for i in range(3)]))
     return batches[0], batches[1]
 
 
-def _assert_same_maps(worker: Batch, device: Batch) -> None:
+def assert_same_maps(worker: Batch, device: Batch) -> None:
+    """The decoded maps of both paths agree within the tolerances of tests/data/test_device_targets.py."""
     half_step = (TARGETS["thresh_max"] - TARGETS["thresh_min"]) / (2 * THRESH_LEVELS)
     torch.testing.assert_close(device["thresh_map"], worker["thresh_map"], atol=half_step + 1e-5, rtol=0)
     torch.testing.assert_close(device["thresh_mask"], worker["thresh_mask"], atol=0, rtol=0)
@@ -70,7 +64,7 @@ def test_train_batches_decode_alike_on_both_paths(tmp_path: Path, seed: int) -> 
     # MEAN 0 and STD 1: images stay in [0, 1]; the photometric rows (noise included) are the same
     difference = (decoded_device["images"] - decoded_worker["images"]).abs() * 255
     assert float(difference.mean()) < 0.5 and float(difference.max()) <= 3
-    _assert_same_maps(decoded_worker, decoded_device)
+    assert_same_maps(decoded_worker, decoded_device)
     assert all(decoded_device[key].dtype == torch.float32 for key in BATCH_TENSOR_KEYS)
 
 
@@ -80,12 +74,12 @@ def test_eval_batches_draw_their_targets_on_the_device(tmp_path: Path) -> None:
     worker, device = _batches(root, "val", eval_transform(96))
     assert device["warp"] is None and device["target_polygons"] is not None
     torch.testing.assert_close(device["images"], worker["images"])
-    _assert_same_maps(decode_batch(worker, channels_last=False), decode_batch(device, channels_last=False))
+    assert_same_maps(decode_batch(worker, channels_last=False), decode_batch(device, channels_last=False))
 
 
 def test_render_on_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"render_on: expected one of \('worker', 'device'\), got 'gpu'"):
-        _dataset(make_root(tmp_path), "train", train_transform(64), "gpu")
+        labelled_dataset(make_root(tmp_path), "train", train_transform(64), "gpu")
 
 
 def test_device_batches_are_smaller_on_the_wire(tmp_path: Path) -> None:

@@ -10,12 +10,11 @@ import torch
 from omegaconf import OmegaConf
 
 from ocr.data.collate import collate_batch
-from ocr.data.dataset import ReceiptDataset
 from ocr.debug.oom_probe import random_batch
 from ocr.debug.replay import EXIT_CLEAN, EXIT_REPRODUCED, EXIT_UNUSABLE, main
 from ocr.types import TARGET_KEYS, BatchCoding
 from ocr.utils.runner import compose_config
-from tests.helpers.receipt_fixtures import TARGETS, make_root, train_transform
+from tests.helpers.receipt_fixtures import labelled_dataset, make_root, train_transform
 
 
 def _bundle(
@@ -70,16 +69,8 @@ def test_a_batch_the_device_renders_is_replayed(tmp_path: Path, capsys: pytest.C
     """data.render_on=device: the bundle keeps the source regions and polygons; replay makes the crops
     and draws the maps with the module's decode_batch."""
     crash = _bundle(tmp_path)
-    dataset = ReceiptDataset(
-        root=make_root(tmp_path / "data", num_images=2),
-        split="train",
-        transform=train_transform(64),
-        exif_mode="rotated",
-        on_missing_image="fail",
-        min_polygon_size=1.0,
-        targets=TARGETS,
-        cache_dir=None,
-        render_on="device",
+    dataset = labelled_dataset(
+        make_root(tmp_path / "data", num_images=2), "train", train_transform(64), "device"
     )
     batch = collate_batch([dataset[0], dataset[1]])
     assert batch["warp"] is not None and batch["prob_map"] is None

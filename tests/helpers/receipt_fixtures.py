@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from ocr.data.transforms import EvalTransform, TrainTransform
+from ocr.data.dataset import ReceiptDataset
+from ocr.data.transforms import EvalTransform, TrainTransform, Transform
 
 MEAN, STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
 TARGETS = {"shrink_ratio": 0.4, "thresh_min": 0.3, "thresh_max": 0.7, "min_text_size": 2}
@@ -107,3 +108,21 @@ NO_AUGMENTATION: dict[str, Any] = {
 def train_transform(crop_size: int = 64, **overrides: Any) -> TrainTransform:
     """Full augmentation at a small size; ``overrides`` replace entries of ``TRAIN_ARGS``."""
     return TrainTransform(crop_size=crop_size, **{**TRAIN_ARGS, **overrides})
+
+
+def labelled_dataset(
+    root: Path, split: str, transform: Transform, render_on: str = "worker", exif_mode: str = "rotated"
+) -> ReceiptDataset:
+    """A labelled split (of a ``make_root`` folder, or real receipts): missing images fail, ``TARGETS``,
+    no cache."""
+    return ReceiptDataset(
+        root=root,
+        split=split,
+        transform=transform,
+        exif_mode=exif_mode,
+        on_missing_image="fail",
+        min_polygon_size=1.0,
+        targets=TARGETS,
+        cache_dir=None,
+        render_on=render_on,
+    )

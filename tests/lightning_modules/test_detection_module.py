@@ -9,14 +9,13 @@ import pytest
 import torch
 
 from ocr.data.collate import collate_batch
-from ocr.data.dataset import ReceiptDataset
 from ocr.data.photometric import apply_photometric
 from ocr.geometry import letterbox_geometry
 from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.detection_module import DetectionModule
 from ocr.types import BATCH_TENSOR_KEYS, TARGET_KEYS
 from ocr.utils.runner import compose_config
-from tests.helpers.receipt_fixtures import TARGETS, make_root, train_transform
+from tests.helpers.receipt_fixtures import labelled_dataset, make_root, train_transform
 
 IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
 
@@ -69,17 +68,7 @@ def test_only_tensors_move_and_the_cpu_batch_is_kept() -> None:
 
 def _compact_batch(root: Path, crop: int = 64, render_on: str = "worker") -> dict:
     """A collated batch of two augmented block-image crops, as the train loader yields it."""
-    dataset = ReceiptDataset(
-        root=root,
-        split="train",
-        transform=train_transform(crop, **IMAGENET),
-        exif_mode="rotated",
-        on_missing_image="fail",
-        min_polygon_size=1.0,
-        targets=TARGETS,
-        cache_dir=None,
-        render_on=render_on,
-    )
+    dataset = labelled_dataset(root, "train", train_transform(crop, **IMAGENET), render_on)
     return collate_batch([dataset[0], dataset[1]])  # type: ignore[return-value]
 
 
