@@ -160,10 +160,13 @@ class TargetPolygons(NamedTuple):
     points: Tensor  # (B, N, K, 2) float32; a polygon of fewer points repeats its last one, padding is 0
     offsets: Tensor  # (B, N) float32 DB offset D of each drawn polygon, px (0 elsewhere)
     roles: Tensor  # (B, N) uint8: 0 padding, 1 drawn (prob and threshold maps), 2 masked (prob_mask 0)
-    # (2, B, N, 4) int32 tiles the threshold field [0] and the fills [1] of each polygon reach: first
-    # column, first row, columns, count
+    # (B, N, 6) float32 frame of a rectangle (make_db_targets' closed form): centre x, y, unit axis x, y,
+    # half sizes along the axis and its normal; zeros for other polygons
+    rects: Tensor
+    # (3, B, N, 4) int32 tiles each polygon reaches with its threshold field as a polygon [0] or as a
+    # rectangle [1], and with its fill [2]: first column, first row, columns, count
     tiles: Tensor
-    num_tiles: tuple[int, int]  # sum of the counts, field and fills
+    num_tiles: tuple[int, int, int]  # sum of the counts of each
 
 
 class Sample(TypedDict):

@@ -12,10 +12,12 @@ with ``ocr.data.coding.decode_batch`` on ``--device`` and compares what the netw
     uv run python scripts/compare_device_stage.py                   # 64 samples of each, batch 16
     uv run python scripts/compare_device_stage.py --samples 160 --device cuda
 
-Per set it prints the image difference in grey levels, the share of pixels where each {0, 1} map differs
-(and, for those, the largest distance to the border of the worker's shape), and the largest threshold
-map difference (the worker's maps are uint8-coded: up to 7.8e-4). tests/data/test_device_*.py state
-the tolerances on small cases.
+Per set it prints the crop difference in grey levels without and with the photometric augmentation (the
+same parameters on both paths; a hue rotation makes a small difference in a near-grey pixel a larger
+one), the share of pixels where each {0, 1} map differs (and the largest distance from such a pixel to a
+worker-path pixel of the value the device has there: 1 means next to the border of the worker's shape),
+and the largest threshold map difference (the worker's maps are uint8-coded: up to 7.8e-4).
+tests/data/test_device_*.py state the tolerances on small cases.
 
 Trailing arguments are Hydra overrides of ``configs/train.yaml``.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -75,21 +78,24 @@ def jittered(dataset: Any, max_px: float, seed: int) -> None:
 
 def compare(pair: dict[str, Any], samples: int, batch_size: int, seed: int, device: torch.device) -> dict:
     """Differences between the decoded batches of both paths over ``samples`` samples."""
-    order = np.random.default_rng(seed).permutation(len(pair["worker"]))
-    order = np.resize(order, samples)
-    stats: dict[str, list[float]] = {key: [] for key in ("grey", "grey_max", "thresh", "pixels", *MASKS)}
-    stats |= {f"{key}_ones": [] for key in MASKS} | {f"{key}_reach": [] for key in MASKS}
+    order = np.resize(np.random.default_rng(seed).permutation(len(pair["worker"])), samples)
+    stats: dict[str, list[float]] = defaultdict(list)
     for dataset in pair.values():
         dataset.transform.set_random_seed(seed)
     for start in range(0, samples, batch_size):
         picked = [int(i) for i in order[start : start + batch_size]]
-        worker, device_path = (
-            decode_batch(_moved(collate_batch([pair[side][i] for i in picked]), device), channels_last=False)
-            for side in ("worker", "device")
-        )
-        grey = ((worker["images"] - device_path["images"]) * 255).abs()
-        stats["grey"].append(float(grey.mean()))
-        stats["grey_max"].append(float(grey.max()))
+        compact = {side: collate_batch([pair[side][i] for i in picked]) for side in ("worker", "device")}
+        worker, device_path = (decode_batch(_moved(compact[s], device), channels_last=False) for s in compact)
+        for name, plain in (("grey", False), ("warp", True)):  # with, and without, photometric augmentation
+            if plain:
+                worker, device_path = (
+                    decode_batch(_moved(dict(compact[s], photometric=None), device), channels_last=False)
+                    for s in compact
+                )
+            std = torch.tensor(compact["worker"]["coding"].std, device=device).view(1, 3, 1, 1)
+            grey = ((worker["images"] - device_path["images"]) * std * 255).abs()  # back to grey levels
+            stats[name].append(float(grey.mean()))
+            stats[f"{name}_max"].append(float(grey.max()))
         stats["thresh"].append(float((worker["thresh_map"] - device_path["thresh_map"]).abs().max()))
         stats["pixels"].append(float(worker["prob_map"].numel()))
         for key in MASKS:
@@ -105,15 +111,17 @@ def _moved(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 
 
 def _reach(want: np.ndarray, got: np.ndarray) -> float:
-    """Largest distance (px) from a pixel where the maps differ to the border of ``want``'s shapes."""
+    """Largest distance (px) from a pixel where the maps differ to the nearest pixel of ``want`` with the
+    value ``got`` has there (1: next to the border of ``want``'s shapes)."""
     differ = want != got
     if not differ.any():
         return 0.0
-    inside = want.astype(np.uint8)
-    to_border = np.minimum(
-        cv2.distanceTransform(inside, cv2.DIST_L2, 3), cv2.distanceTransform(1 - inside, cv2.DIST_L2, 3)
+    ones = want.astype(np.uint8)
+    to_zero, to_one = (
+        cv2.distanceTransform(ones, cv2.DIST_L2, 5),
+        cv2.distanceTransform(1 - ones, cv2.DIST_L2, 5),
     )
-    return float(to_border[differ].max())
+    return float(np.where(ones > 0, to_zero, to_one)[differ].max())
 
 
 def report(name: str, stats: dict[str, list[float]], samples: int) -> str:
@@ -122,6 +130,7 @@ def report(name: str, stats: dict[str, list[float]], samples: int) -> str:
     cells = [
         name,
         str(samples),
+        f"{np.mean(stats['warp']):.3f} / {max(stats['warp_max']):.1f}",
         f"{np.mean(stats['grey']):.3f} / {max(stats['grey_max']):.1f}",
         f"{max(stats['thresh']):.1e}",
     ]
@@ -156,10 +165,10 @@ def main(argv: Sequence[str] | None = None) -> str:
         args.synthetic_root, 24, 0, 0, args.seed, long_side=1024, style="receipt", granularity="line"
     )
     rows = [
-        "| set | samples | image diff, grey levels: mean / max | thresh_map max diff | "
+        "| set | samples | crop diff, grey levels: mean / max | with photometric | thresh_map max diff | "
         + " | ".join(f"{key} differs" for key in MASKS)
         + " |",
-        "| --- | ---: | --- | --- | " + " | ".join("---" for _ in MASKS) + " |",
+        "| --- | ---: | --- | --- | --- | " + " | ".join("---" for _ in MASKS) + " |",
     ]
     sroie = datasets(args.sroie, args.overrides)
     sets = [("sroie-compact train", sroie), (f"sroie-compact, corners jittered {args.jitter:g} px", sroie)]

@@ -9,13 +9,15 @@ coordinates, as ``cv2.fillPoly``) to a polygon's border,
   ``thresh_mask`` where it is >= 0 (within ``D`` of a drawn polygon or inside it);
 - ``prob_map`` inside a drawn polygon and at least ``D - 0.5`` from its border: the inward offset by ``D``
   (pyclipper's, whose output vertices are rounded to whole pixels, hence the half pixel);
-- ``prob_mask`` 0 inside or on a masked polygon.
+- ``prob_mask`` 0 inside or on a masked polygon (within half a pixel, as the integer fill).
 
 As in the reference, the probability map and mask use coordinates truncated to integers (pyclipper and
-the integer fill truncate), the threshold map the exact ones. Work runs on pairs of (polygon, 16 x 16
-tile of the map it reaches), listed on the host, in chunks of a fixed number of pixel-edge evaluations,
-so memory is bounded whatever the polygon count; pixels reach the maps by a scatter-max. Nothing here
-waits for the device. tests/data/test_device_targets.py states the tolerances against the reference.
+the integer fill truncate), the threshold map the exact ones, and a polygon ``measure_polygons`` calls a
+rectangle gets the reference's closed-form field of that rectangle (no loop over edges; most text boxes
+are rectangles). Work runs on pairs of (polygon, 16 x 16 tile of the map it reaches), listed on the host,
+in chunks of a fixed number of pixel-edge evaluations, so memory is bounded whatever the polygon count;
+pixels reach the maps by a scatter-max. Nothing here waits for the device.
+tests/data/test_device_targets.py states the tolerances against the reference.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ocr.data.photometric import to_device
-from ocr.data.targets.geometry import PolygonMeasures, measure_polygons
+from ocr.data.targets.geometry import AXIS_RECT, GENERAL, PolygonMeasures, measure_polygons
 from ocr.types import Polygon, TargetKey, TargetParams, TargetPolygons
 
 __all__ = ["TILE", "draw_db_targets", "pack_polygons"]
@@ -71,10 +73,14 @@ def pack_polygons(
     roles[where] = np.where(drawn, _DRAWN, _MASKED)
     reach = np.zeros(shape, np.float32)
     reach[where] = np.where(drawn, offsets, 0.0)
+    rects = np.zeros((*shape, 6), np.float32)
+    rects[where] = _rectangle_frames(measures)
+    is_rect = rects[..., 4] > 0
     # the field reaches D (+1 px, for rounding) around a drawn polygon; the fills its box (+1 px)
     tiles = np.stack(
         [
-            _tiles(points, reach + 1.0, roles == _DRAWN, height, width),
+            _tiles(points, reach + 1.0, (roles == _DRAWN) & ~is_rect, height, width),
+            _tiles(points, reach + 1.0, (roles == _DRAWN) & is_rect, height, width),
             _tiles(points, np.ones_like(reach), roles > 0, height, width),
         ]
     )
@@ -82,9 +88,20 @@ def pack_polygons(
         torch.from_numpy(points),
         torch.from_numpy(reach),
         torch.from_numpy(roles),
+        torch.from_numpy(rects),
         torch.from_numpy(tiles),
-        (int(tiles[0, ..., 3].sum()), int(tiles[1, ..., 3].sum())),
+        (int(tiles[0, ..., 3].sum()), int(tiles[1, ..., 3].sum()), int(tiles[2, ..., 3].sum())),
     )
+
+
+def _rectangle_frames(measures: PolygonMeasures) -> np.ndarray:
+    """(N, 6) centre x, y, unit axis x, y and half sizes along the axis and its normal of the polygons
+    ``measure_polygons`` calls rectangles (their threshold field is ``make_db_targets``' closed form of
+    that rectangle); zeros for the others."""
+    aligned = measures.kind == AXIS_RECT  # half sizes along x and y: the axis is x
+    axis = np.where(aligned[:, None], [1.0, 0.0], measures.axis)
+    frames = np.concatenate([measures.center, axis, measures.half], axis=1)
+    return np.where((measures.kind != GENERAL)[:, None], frames, 0.0)
 
 
 def _padded_points(
@@ -128,7 +145,8 @@ def draw_db_targets(
     points = to_device(polygons.points, device).view(batch * slots, points_k, 2)
     offsets = to_device(polygons.offsets, device).view(-1)
     roles = to_device(polygons.roles, device).view(-1)
-    tiles = to_device(polygons.tiles, device).view(2, -1, 4).long()
+    rects = to_device(polygons.rects, device).view(-1, 6)
+    tiles = to_device(polygons.tiles, device).view(3, -1, 4).long()
     pixels = batch * height * width
     # per pixel: threshold field, drawn and masked flags; one more column takes pixels beyond the map
     maps = torch.zeros((3, pixels + 1), device=device)
@@ -137,7 +155,10 @@ def draw_db_targets(
     for owner, xs, ys in _tile_pixels(tiles[0], polygons.num_tiles[0], per_chunk, device):
         field = _field(xs.float(), ys.float(), points[owner], offsets[owner])[None]  # (1, C, T, T)
         _scatter_max(maps[:1], field, _flat_index(owner // slots, xs, ys, height, width, pixels))
-    for owner, xs, ys in _tile_pixels(tiles[1], polygons.num_tiles[1], per_chunk, device):
+    for owner, xs, ys in _tile_pixels(tiles[1], polygons.num_tiles[1], per_chunk * points_k, device):
+        field = _rectangle_field(xs.float(), ys.float(), rects[owner], offsets[owner])[None]
+        _scatter_max(maps[:1], field, _flat_index(owner // slots, xs, ys, height, width, pixels))
+    for owner, xs, ys in _tile_pixels(tiles[2], polygons.num_tiles[2], per_chunk, device):
         fill = _fill(xs.float(), ys.float(), points[owner].trunc(), offsets[owner], roles[owner])
         _scatter_max(maps[1:], fill, _flat_index(owner // slots, xs, ys, height, width, pixels))
     field, drawn, masked = (maps[i, :pixels].view(batch, 1, height, width) for i in range(3))
@@ -190,6 +211,24 @@ def _field(xs: Tensor, ys: Tensor, points: Tensor, offsets: Tensor) -> Tensor:
     distance, inside = _distance_inside(xs, ys, points)
     field = 1.0 - distance / offsets.clamp_min(1e-6)[:, None, None]
     return torch.where(inside, field.clamp_min(0.0), field)
+
+
+def _rectangle_field(xs: Tensor, ys: Tensor, rects: Tensor, offsets: Tensor) -> Tensor:
+    """(C, T, T) threshold field of each pair's (drawn) rectangle, ``make_db_targets``' closed form: the
+    signed distances ``du``, ``dv`` to the nearer side along the axis and the normal give
+    ``max(1 + du / D, 1 + dv / D)`` clamped to [0, 1], less the distance outside over D.
+
+    Args:
+        xs: (C, T, T) pixel x; ys: pixel y.
+        rects: (C, 6) the pair's rectangle frame; offsets: (C,) its D.
+    """
+    frame = rects[:, :, None, None]  # (C, 6, 1, 1)
+    dx, dy = xs - frame[:, 0], ys - frame[:, 1]
+    inverse = 1.0 / offsets.clamp_min(1e-6)[:, None, None]
+    du = torch.addcmul(dx * frame[:, 2], dy, frame[:, 3]).abs_().sub_(frame[:, 4]).mul_(inverse)
+    dv = torch.addcmul(dy * frame[:, 2], dx, frame[:, 3], value=-1.0).abs_().sub_(frame[:, 5]).mul_(inverse)
+    inside = torch.maximum(du, dv).add_(1.0).clamp_(0.0, 1.0)
+    return inside.sub_(torch.hypot(du.clamp_min_(0.0), dv.clamp_min_(0.0)))
 
 
 def _fill(xs: Tensor, ys: Tensor, points: Tensor, offsets: Tensor, roles: Tensor) -> Tensor:

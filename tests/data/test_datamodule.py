@@ -14,7 +14,9 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
+from ocr.data.coding import decode_batch
 from ocr.data.datamodule import ReceiptDataModule
+from ocr.types import TARGET_KEYS
 from ocr.utils.hardware import pick
 from tests.helpers.receipt_fixtures import (
     TARGETS,
@@ -27,7 +29,11 @@ from tests.helpers.receipt_fixtures import (
 
 
 def _module(
-    root: Path, num_workers: int = 0, synthetic: dict[str, int] | None = None, batch_size: int = 2
+    root: Path,
+    num_workers: int = 0,
+    synthetic: dict[str, int] | None = None,
+    batch_size: int = 2,
+    render_on: str = "worker",
 ) -> ReceiptDataModule:
     return ReceiptDataModule(
         root=str(root),
@@ -42,7 +48,7 @@ def _module(
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=None,
-        render_on="worker",
+        render_on=render_on,
         batch_size=batch_size,
         eval_batch_size=2,
         num_workers=num_workers,
@@ -83,6 +89,20 @@ def test_loaders_with_two_workers(tmp_path: Path) -> None:
     predict = next(iter(module.predict_dataloader()))
     _check_batch(predict, 64, 2)
     assert predict["polygons"] == [[], []]
+
+
+def test_batches_the_device_renders_come_through_two_workers(tmp_path: Path) -> None:
+    """data.render_on=device: regions and polygons collated in the workers (shared memory) decode to the
+    batch contract."""
+    module = _module(make_root(tmp_path, num_images=4), num_workers=2, render_on="device")
+    module.setup("fit")
+    for loader, size in ((module.train_dataloader(), 64), (module.val_dataloader(), 64)):
+        for compact in loader:
+            assert compact["prob_map"] is None and compact["target_polygons"] is not None
+            batch = decode_batch(compact, channels_last=False)
+            assert batch["images"].shape == (2, 3, size, size) and batch["images"].dtype == torch.float32
+            assert all(batch[key].shape == (2, 1, size, size) for key in TARGET_KEYS)
+            assert float((batch["prob_map"] * batch["prob_mask"]).sum()) > 0
 
 
 def test_workers_draw_different_augmentations(tmp_path: Path) -> None:

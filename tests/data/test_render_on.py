@@ -95,3 +95,18 @@ def test_device_batches_are_smaller_on_the_wire(tmp_path: Path) -> None:
         decode_batch(device, channels_last=False)["thresh_mask"].numpy(),
         decode_batch(worker, channels_last=False)["thresh_mask"].numpy(),
     )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_decoding_on_cuda_never_waits_for_the_device(tmp_path: Path) -> None:
+    """The whole device stage (crops, photometric augmentation, maps) with CUDA's sync check on."""
+    _, device = _batches(make_root(tmp_path), "train", train_transform(64, mean=MEAN, std=STD))
+    moved = dict(device, images=device["images"].pin_memory().to("cuda", non_blocking=True))
+    decode_batch(moved, channels_last=True)  # type: ignore[arg-type]  # warm-up: allocator, kernels
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        decoded = decode_batch(moved, channels_last=True)  # type: ignore[arg-type]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    reference = decode_batch(device, channels_last=False)
+    torch.testing.assert_close(decoded["thresh_map"].cpu(), reference["thresh_map"], atol=1e-5, rtol=0)
