@@ -21,13 +21,15 @@ _OLD_MODULE_KEYS = ("optimizer", "scheduler")
 
 # ``data.synthetic`` keys added since, with the value that describes the sets generated before them.
 _NEW_SYNTHETIC_KEYS = {"style": "basic", "granularity": "word"}
+# ``data`` keys added since, with the value that gives the run's former behaviour.
+_NEW_DATA_KEYS = {"render_on": "worker"}
 
 
 def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
     """A copy of a stored run config with moved ``_target_`` paths renamed (:data:`TARGET_ALIASES`) and
     the old ``module.optimizer``/``module.scheduler`` copies of the ``optimizer``/``scheduler`` groups
-    dropped, and ``data.synthetic`` given the keys added since (:data:`_NEW_SYNTHETIC_KEYS`); each change
-    is logged once."""
+    dropped, and ``data`` and ``data.synthetic`` given the keys added since (:data:`_NEW_DATA_KEYS`,
+    :data:`_NEW_SYNTHETIC_KEYS`); each change is logged once."""
     changes: list[str] = []
     upgraded = _rename_targets(run_config, "", changes)
     module = upgraded.get("module")
@@ -37,6 +39,11 @@ def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
                 del module[key]
                 changes.append(f"module.{key} dropped (built from the {key} group)")
     data = upgraded.get("data")
+    if isinstance(data, dict):
+        for key, value in _NEW_DATA_KEYS.items():
+            if key not in data:
+                data[key] = value
+                changes.append(f"data.{key}: {value} (the only one before)")
     synthetic = data.get("synthetic") if isinstance(data, dict) else None
     if isinstance(synthetic, dict):
         for key, value in _NEW_SYNTHETIC_KEYS.items():

@@ -6,12 +6,17 @@ within the tolerances tests/data/test_device_warp.py and tests/data/test_device_
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
 import torch
+from omegaconf import DictConfig
 
+import ocr.data.coding as coding
 from ocr.data.coding import THRESH_LEVELS, decode_batch
 from ocr.data.collate import collate_batch
 from ocr.data.transforms import Transform
@@ -95,6 +100,37 @@ def test_device_batches_are_smaller_on_the_wire(tmp_path: Path) -> None:
         decode_batch(device, channels_last=False)["thresh_mask"].numpy(),
         decode_batch(worker, channels_last=False)["thresh_mask"].numpy(),
     )
+
+
+@pytest.mark.slow  # a tiny run of the train runner: about a minute on 2 busy cores
+def test_a_cpu_training_run_goes_through_the_device_path(
+    tmp_path: Path,
+    tiny_run: list[str],
+    compose_cfg: Callable[[str, list[str], Path], DictConfig],
+    runner_module: Callable[[str], ModuleType],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """data.render_on=device forced on the CPU preset: the runner trains, validates and tests on crops and
+    maps that decode_batch makes (the key is read as set; nothing falls back to the worker path)."""
+    calls = {"warp": 0, "targets": 0}
+
+    def counted(name: str, function: Callable[..., object]) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(coding, "warp_regions", counted("warp", coding.warp_regions))
+    monkeypatch.setattr(coding, "draw_db_targets", counted("targets", coding.draw_db_targets))
+    overrides = [*tiny_run, f"data.root={tmp_path / 'data'}", "data.render_on=device", "trainer.max_steps=3"]
+    cfg = compose_cfg("train", [*overrides, "logger=none"], tmp_path / "run")
+    metrics = runner_module("train").train(cfg)
+    assert (tmp_path / "run" / ".SUCCESS").is_file()
+    # one epoch of 3 train batches warped; they, the validation after it and the test (3 images each,
+    # batch 2) drawn on the device
+    assert calls == {"warp": 3, "targets": 3 + 2 + 2}
+    assert math.isfinite(metrics["train/loss"]) and 0.0 <= metrics["test/hmean"] <= 1.0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -94,6 +94,8 @@ def test_load_checkpoint_upgrades_the_stored_config(tmp_path: Path) -> None:
     stored = load_checkpoint(path)["ocr_config"]
     assert stored["metric"]["_target_"] == "ocr.metrics.cleval.options.CLEvalOptions"
     assert "optimizer" not in stored["module"]
+    # Runs before data.render_on warped the crop and drew the targets in the workers, and resume so.
+    assert stored["data"]["render_on"] == "worker"
     # Sets generated before styles existed are the basic style with word boxes.
     assert synthetic_settings(stored["data"]["synthetic"]) == {
         **yaml.safe_load(OLD_RUN_CONFIG.read_text())["data"]["synthetic"],
