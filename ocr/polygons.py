@@ -1,4 +1,5 @@
-"""Vectorised measurements of polygons stacked as (N, K, 2) float64 arrays: N polygons of K points each.
+"""Vectorised measurements of polygons stacked as (N, K, 2) float64 arrays: N polygons of K points each,
+and their clip to a box.
 
 Points are x, y in image pixels (y down); edge k runs from point k to point k + 1, and from the last
 point back to the first. Signs follow the shoelace formula in those axes: a positive area or turn is
@@ -14,6 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "clip_polygons_to_box",
+    "compact_points",
     "convex_min_rect_short_sides",
     "cross",
     "edge_vectors",
@@ -113,3 +116,59 @@ def group_by_point_count(
         (np.array(positions, dtype=np.int64), np.stack([polygons[i] for i in positions]))
         for positions in by_count.values()
     ]
+
+
+def clip_polygons_to_box(
+    points: F64, x_min: float, y_min: float, x_max: float, y_max: float
+) -> tuple[F64, npt.NDArray[np.int64]]:
+    """The parts of (N, K, 2) polygons inside an axis-aligned box, all at once (Sutherland-Hodgman).
+
+    Exact for convex polygons; a concave one may come out with edges doubling back along the box (what a
+    fill needs, not a valid polygon). Consecutive points may repeat where a vertex lies on the box.
+
+    Returns:
+        (N, M, 2) points and (N,) counts: row n's first ``counts[n]`` points are its part (fewer than 3:
+        none), the rest repeat its last point (zeros when there is none).
+    """
+    pts = np.asarray(points, dtype=np.float64)
+    counts = np.full(len(pts), pts.shape[1], dtype=np.int64)
+    for axis, bound, keep_below in ((0, x_min, False), (0, x_max, True), (1, y_min, False), (1, y_max, True)):
+        if not pts.shape[1]:
+            break
+        inside = pts[..., axis] <= bound if keep_below else pts[..., axis] >= bound
+        if inside.all():  # padding repeats a point of its row: this bound cuts nothing
+            continue
+        column = np.arange(pts.shape[1])
+        valid = column < counts[:, None]  # (N, M)
+        following = np.where(column + 1 < counts[:, None], column + 1, 0)  # cyclic within each row
+        rows = np.arange(len(pts))[:, None]
+        nxt, nxt_inside = pts[rows, following], inside[rows, following]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = (bound - pts[..., axis]) / (nxt[..., axis] - pts[..., axis])
+            crossing = pts + t[..., None] * (nxt - pts)
+        crossing[..., axis] = bound  # exactly on the box, whatever the rounding
+        # each point emits itself when inside, then the crossing of its edge when the edge crosses
+        emitted = np.stack([pts, crossing], axis=2).reshape(len(pts), 2 * pts.shape[1], 2)
+        keep = np.stack([inside & valid, (inside != nxt_inside) & valid], axis=2).reshape(emitted.shape[:2])
+        pts, counts = compact_points(emitted, keep)
+    return pts, counts
+
+
+def compact_points(points: F64, keep: npt.NDArray[np.bool_]) -> tuple[F64, npt.NDArray[np.int64]]:
+    """Move the kept points of each row of (N, M, 2) ``points`` to its front, in order, and pad the row
+    with its last kept point (zeros when it has none).
+
+    Returns:
+        (N, largest count, 2) points and (N,) counts.
+    """
+    counts = keep.sum(axis=1)
+    width = int(counts.max(initial=0))
+    if not width:
+        return points[:, :0], counts
+    rows = np.arange(len(points))[:, None]
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :width]
+    last = order[rows, np.maximum(counts - 1, 0)[:, None]]
+    order = np.where(np.arange(width) < counts[:, None], order, last)
+    compacted = points[rows, order]
+    compacted[counts == 0] = 0.0
+    return compacted, counts

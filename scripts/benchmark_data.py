@@ -8,12 +8,22 @@ exclusive CPU time of the functions each stage names (``STAGES``); what they do 
 sample assembly) is ``other``.
 
     uv run python scripts/benchmark_data.py                       # sroie-compact train, hardware=h100_80gb
+    uv run python scripts/benchmark_data.py data.render_on=worker # the crop and targets in the worker
     uv run python scripts/benchmark_data.py --preset rtx3060_12gb_i5_16core data.cache_dir=null
+
+``data.render_on`` (the preset's unless overridden) says where the crop is warped and the DB targets are
+drawn: ``worker`` here, or ``device`` in ``ocr.data.coding.decode_batch`` after the transfer. The device
+stage is timed apart, on the last batches (``--device``: CUDA when there is one, else this core), and is
+not part of the worker's figures.
 
 The GPU presets cache decoded receipts (``data.cache_dir``); the dataset's start-up scan fills the cache,
 so the timed passes read it as every epoch of a run does; ``data.cache_dir=null`` measures decoding.
 Photometric augmentation is drawn here and applied on the device (``ocr.data.photometric``), so its
 stage is the parameter draw.
+
+``--loader`` times ``train_dataloader()`` itself instead (0 workers, this core): the cost per sample of
+everything a worker and the collate do, without the stage table; ``cd <checkout> && uv run python
+<this script> --loader`` measures another checkout's pipeline the same way.
 
 Trailing arguments are Hydra overrides of ``configs/train.yaml``.
 """
@@ -40,27 +50,35 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from ocr.data import collate  # looked up at each call, so the collate stage can wrap it
+from ocr.data.coding import decode_batch
 from ocr.machine.hardware import register_resolvers
 
-REPO = Path(__file__).resolve().parents[1]
+# The checkout whose ``ocr`` package runs (its configs too): run from another checkout's environment, the
+# script measures that checkout (docs/benchmarks.md measures the starting commit this way).
+REPO = Path(importlib.import_module("ocr").__file__ or "").resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
 # stage -> the functions whose exclusive time it is: "module:attribute", or "dataset:..." for attributes of
 # the train dataset (its transform's photometric pipeline).
 STAGES: dict[str, tuple[str, ...]] = {
     "decode/cache": ("ocr.data.dataset:load_source",),
-    "geometry warp": ("ocr.data.transforms:TrainTransform.__call__",),
-    "photometric augmentation": ("dataset:transform.photometric",),
+    "augmentation draw, source region, polygon mapping": ("ocr.data.transforms:TrainTransform.crop_region",),
+    "photometric draw": ("dataset:transform.photometric",),
+    "warp (worker)": ("ocr.data.transforms:render_crop", "ocr.data.transforms:TrainTransform.__call__"),
     "polygon sanitation": ("ocr.data.dataset:sanitize_polygons",),
-    "targets": ("ocr.data.dataset:make_db_targets",),
+    "targets (worker)": ("ocr.data.dataset:make_db_targets",),
     "tensor conversion": (
         "ocr.data.transforms:to_chw_tensor",
         "ocr.data.dataset:encode_maps",
         "ocr.data.dataset:build_sample",
     ),
+    "collate: pack regions": ("ocr.data.collate:pack_regions",),
+    "collate: pack polygons": ("ocr.data.collate:pack_polygons",),
     "collate": ("ocr.data.collate:collate_batch",),
 }
+DEVICE_BATCHES = 4  # last batches the device stage is timed on
 
 
 class StageClock:
@@ -152,6 +170,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # What the train stream's workers read (ocr.data.stream reseeds the transform per sample; a seeded
     # transform and order stand for it here).
     dataset, batch_size = datamodule.datasets["train"], int(datamodule.batch_size)
+    if args.loader:
+        render_on = str(OmegaConf.select(cfg, "data.render_on", default="worker"))
+        return time_loader(args, datamodule.train_dataloader(), dataset, batch_size, overrides, render_on)
     dataset.transform.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     epochs = math.ceil((args.warmup + args.passes * args.samples) / len(dataset))
@@ -159,46 +180,122 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for index in order[: args.warmup]:
         dataset[int(index)]
     clock = StageClock()
-    cpu, wall, wire_bytes, position = [], [], 0, args.warmup
+    cpu, wall, position, batches = [], [], args.warmup, []
     with instrument(clock, dataset):
         for _ in range(args.passes):
             cpu_start, wall_start = time.process_time(), time.perf_counter()
             for start in range(0, args.samples, batch_size):
                 picked = order[position + start : position + min(start + batch_size, args.samples)]
-                batch = collate.collate_batch([dataset[int(i)] for i in picked])
-                wire_bytes = sum(v.nbytes for v in batch.values() if isinstance(v, torch.Tensor)) // len(
-                    picked
-                )
+                batches = [*batches, collate.collate_batch([dataset[int(i)] for i in picked])][
+                    -DEVICE_BATCHES:
+                ]
             cpu.append(time.process_time() - cpu_start)
             wall.append(time.perf_counter() - wall_start)
             position += args.samples
     return {
         "overrides": overrides,
+        "render_on": cfg.data.render_on,
+        "samples_per_pass": args.samples,
         "batch_size": batch_size,
         "images": len(dataset),
         "cpu": cpu,
         "wall": wall,
         "stages": dict(clock.seconds),
-        "wire_bytes": wire_bytes,
+        "wire_bytes": wire_bytes(batches[-1]) / len(batches[-1]["image_id"]),
+        "device": time_device_stage(batches, torch.device(args.device)),
     }
 
 
+def time_loader(
+    args: argparse.Namespace,
+    loader: Any,
+    dataset: Any,
+    batch_size: int,
+    overrides: list[str],
+    render_on: str,
+) -> dict[str, Any]:
+    """CPU and wall seconds per pass of ``args.samples`` samples, iterating ``loader`` (0 workers) over
+    ``dataset`` in batches of ``batch_size``."""
+    torch.manual_seed(args.seed)
+    dataset.transform.set_random_seed(args.seed)
+    batches = _endless(loader)
+    for _ in range(math.ceil(args.warmup / batch_size)):
+        next(batches)
+    cpu, wall, per_pass = [], [], math.ceil(args.samples / batch_size)
+    for _ in range(args.passes):
+        cpu_start, wall_start = time.process_time(), time.perf_counter()
+        for _ in range(per_pass):
+            last = next(batches)
+        cpu.append(time.process_time() - cpu_start)
+        wall.append(time.perf_counter() - wall_start)
+    return {
+        "overrides": overrides,
+        "render_on": render_on,
+        "samples_per_pass": per_pass * batch_size,  # whole batches (drop_last)
+        "batch_size": batch_size,
+        "images": len(dataset),
+        "cpu": cpu,
+        "wall": wall,
+        "wire_bytes": wire_bytes(last) / len(last["image_id"]),
+    }
+
+
+def _endless(loader: Any) -> Iterator[dict[str, Any]]:
+    while True:
+        yield from loader
+
+
+def wire_bytes(batch: dict[str, Any]) -> int:
+    """Bytes of the batch's tensors, those in its named tuples (``warp``, ``target_polygons``) too."""
+    tensors = [v for v in batch.values() if isinstance(v, torch.Tensor)]
+    tensors += [t for v in batch.values() if isinstance(v, tuple) for t in v if isinstance(t, torch.Tensor)]
+    return sum(t.nbytes for t in tensors)
+
+
+def time_device_stage(batches: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
+    """Seconds per sample of ``decode_batch`` on ``device`` (transfer excluded; first batch untimed)."""
+    moved = [
+        {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()} for batch in batches
+    ]
+    decode_batch(moved[0])  # type: ignore[arg-type]
+    seconds, samples = 0.0, 0
+    for batch in moved[1:]:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter() if device.type == "cuda" else time.process_time()
+        decode_batch(batch)  # type: ignore[arg-type]
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds += (time.perf_counter() if device.type == "cuda" else time.process_time()) - start
+        samples += len(batch["image_id"])
+    return {"device": str(device), "seconds_per_sample": seconds / max(samples, 1)}
+
+
 def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
-    """Markdown: the setup, img/s per pass and the per-stage table (ms per sample, exclusive CPU)."""
-    total = args.samples * args.passes
-    cpu_rates = [args.samples / s for s in result["cpu"]]
-    wall_rates = [args.samples / s for s in result["wall"]]
-    stages = dict(result["stages"])
-    stages["other"] = sum(result["cpu"]) - sum(stages.values())
+    """Markdown: the setup, img/s and ms per sample per pass, and (not ``--loader``) the device stage and
+    the per-stage table (ms per sample, exclusive CPU)."""
+    samples = result["samples_per_pass"]
+    total = samples * args.passes
+    cpu_rates = [samples / s for s in result["cpu"]]
+    wall_rates = [samples / s for s in result["wall"]]
     lines = [
         f"machine: {machine()}; core {args.core}, python {platform.python_version()}, torch "
-        f"{torch.__version__}, opencv {cv2.__version__}",
+        f"{torch.__version__}, opencv {cv2.__version__}; checkout {REPO}",
         f"overrides: {' '.join(result['overrides'])}; batch {result['batch_size']}, {result['images']} "
-        f"images, {args.passes} passes x {args.samples} samples after {args.warmup} warm-up, "
-        f"seed {args.seed}",
+        f"images, {args.passes} passes x {samples} samples after {args.warmup} warm-up, seed {args.seed}"
+        f"{', iterating train_dataloader()' if args.loader else ''}; data.render_on={result['render_on']}",
         f"img/s per core, wall: {_spread(wall_rates)}",
         f"img/s per core, CPU time: {_spread(cpu_rates)}",
+        f"CPU ms per sample: {_spread([1e3 / r for r in cpu_rates])}",
         f"batch bytes per sample (compact tensors): {result['wire_bytes'] / 1e6:.2f} MB",
+    ]
+    if args.loader:
+        return "\n".join(lines)
+    stages = dict(result["stages"])
+    stages["other"] = sum(result["cpu"]) - sum(stages.values())
+    lines += [
+        f"device stage (decode_batch, not in the table) on {result['device']['device']}: "
+        f"{result['device']['seconds_per_sample'] * 1e3:.1f} ms per sample",
         "",
         "| stage | CPU ms/sample | share |",
         "| --- | ---: | ---: |",
@@ -231,6 +328,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=8, help="untimed samples first (imports, caches)")
     parser.add_argument("--core", type=int, default=0, help="CPU core to pin to; -1 leaves affinity alone")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loader", action="store_true", help="iterate train_dataloader(); no stage table")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where decode_batch is timed"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.cache_dir=/tmp/cache")
     return parser.parse_args(argv)
 

@@ -29,6 +29,8 @@ _OLD_MODULE_KEYS = ("optimizer", "scheduler")
 
 # ``data.synthetic`` keys added since, with the value that describes the sets generated before them.
 _NEW_SYNTHETIC_KEYS = {"style": "basic", "granularity": "word"}
+# ``data`` keys added since, with the value that gives the run's former behaviour.
+_NEW_DATA_KEYS = {"render_on": "worker"}
 
 # ``data.train_transform`` keys that moved under ``data.train_transform.photometric`` (issue 24).
 _PHOTOMETRIC_KEYS = (
@@ -48,9 +50,9 @@ _PHOTOMETRIC_TARGET = "ocr.data.photometric.PhotometricParams"
 def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
     """A copy of a stored run config with moved ``_target_`` paths renamed (:data:`TARGET_ALIASES`) and
     the old ``module.optimizer``/``module.scheduler`` copies of the ``optimizer``/``scheduler`` groups
-    dropped, retired top-level keys dropped (``RETIRED_KEYS``), ``data.synthetic`` given the keys added
-    since (:data:`_NEW_SYNTHETIC_KEYS`) and the photometric keys of ``data.train_transform`` nested under
-    its ``photometric``; each change is logged once."""
+    dropped, retired top-level keys dropped (``RETIRED_KEYS``), ``data`` and ``data.synthetic`` given the
+    keys added since (:data:`_NEW_DATA_KEYS`, :data:`_NEW_SYNTHETIC_KEYS`) and the photometric keys of
+    ``data.train_transform`` nested under its ``photometric``; each change is logged once."""
     changes: list[str] = []
     upgraded = _rename_targets(run_config, "", changes)
     for key in RETIRED_KEYS:  # refused on a command line; a stored one is read by nothing, so dropped
@@ -64,6 +66,11 @@ def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
                 del module[key]
                 changes.append(f"module.{key} dropped (built from the {key} group)")
     data = upgraded.get("data")
+    if isinstance(data, dict):
+        for key, value in _NEW_DATA_KEYS.items():
+            if key not in data:
+                data[key] = value
+                changes.append(f"data.{key}: {value} (the only one before)")
     synthetic = data.get("synthetic") if isinstance(data, dict) else None
     if isinstance(synthetic, dict):
         for key, value in _NEW_SYNTHETIC_KEYS.items():

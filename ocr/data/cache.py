@@ -102,9 +102,13 @@ class ImageCache:
             handle.close()  # releases the lock
 
     def load(self, image_id: str, source: str | Path | None = None) -> npt.NDArray[Any] | None:
-        """The cached array, or None on a miss or an unreadable entry."""
+        """The cached array, or None on a miss or an unreadable entry.
+
+        The array maps the file copy-on-write: a training crop reads only its part of the image, so the
+        rest is never copied (writes stay private to the array).
+        """
         try:
-            return np.load(self.path(image_id, source), allow_pickle=False)
+            return np.load(self.path(image_id, source), mmap_mode="c", allow_pickle=False)
         except (OSError, ValueError, EOFError):
             return None
 

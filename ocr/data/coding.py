@@ -7,7 +7,10 @@ A 640 px sample leaves its worker as 2.87 MB instead of 11.5 MB: the image as ui
 conversion to float32, the photometric augmentation of train batches (``ocr.data.photometric``) and the
 normalisation happen once, in :func:`decode_batch`, on whatever device the batch is on: the datamodule
 calls :func:`move_batch` and then it in its batch-transfer hooks (for train, val, test and predict, with
-either predict backend), the ONNX parity check and the crash replay on the CPU batch.
+either predict backend), the ONNX parity check and the crash replay on the CPU batch. With
+``data.render_on=device`` a batch carries source regions and polygons instead, and :func:`decode_batch`
+makes the crops (``ocr.data.device_warp``) and draws the four maps (``ocr.data.device_targets``) there
+first.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
+from ocr.data.device_targets import draw_db_targets
+from ocr.data.device_warp import warp_regions
 from ocr.data.photometric import apply_photometric
 from ocr.types import BATCH_TENSOR_KEYS, TARGET_KEYS, Batch, BatchCoding, TargetKey
 
@@ -74,25 +79,38 @@ def _standardize(scaled: Tensor, mean: Sequence[float], std: Sequence[float]) ->
 def move_batch(batch: Batch, device: torch.device) -> Batch:
     """A new batch with the compact tensors on ``device`` (non-blocking: the loader pins them,
     ``data.pin_memory``). Polygons, geometry records and photometric rows stay host-side (Lightning's
-    generic transfer refuses frozen dataclasses); ``batch`` itself is left as it is."""
+    generic transfer refuses frozen dataclasses), as do a device batch's warps and target polygons
+    (:func:`decode_batch` sends them); ``batch`` itself is left as it is."""
     moved: dict[str, Any] = dict(batch)
     for key in BATCH_TENSOR_KEYS:
-        moved[key] = moved[key].to(device, non_blocking=True)
+        if moved[key] is not None:  # the maps are None when decode_batch draws them (render_on=device)
+            moved[key] = moved[key].to(device, non_blocking=True)
     return moved  # type: ignore[return-value]
 
 
 def decode_batch(batch: Batch) -> Batch:
-    """A new batch whose tensors are what the network and the loss read: float32 normalised images
-    (photometric augmentation first, for train batches) and float32 maps, on the device the compact
-    tensors are on. The memory format is the network's business (``DetectionModule.forward``)."""
+    """A new batch whose tensors are what the network and the loss read, on the device the compact
+    tensors are on: float32 normalised images (the crops made first when the batch carries ``warp``;
+    photometric augmentation first, for train batches) and float32 maps (drawn when the batch carries
+    ``target_polygons``). The memory format is the network's business (``DetectionModule.forward``)."""
     coding = batch["coding"]
     decoded = Batch(**batch)
+    warps = batch.get("warp")
     rows = batch.get("photometric")
-    if rows is None:
+    if warps is None and rows is None:
         images = normalize_images(batch["images"], coding.mean, coding.std)  # (B, 3, H, W) float32
     else:
-        images = _standardize(apply_photometric(_unit(batch["images"]), rows), coding.mean, coding.std)
+        unit = _unit(batch["images"]) if warps is None else warp_regions(batch["images"], warps)
+        if rows is not None:
+            unit = apply_photometric(unit, rows)
+        images = _standardize(unit, coding.mean, coding.std)
     decoded["images"] = images
+    polygons = batch.get("target_polygons")
+    if polygons is not None:
+        height, width = images.shape[2:]
+        maps = draw_db_targets(polygons, height, width, coding.thresh_min, coding.thresh_max, images.device)
+        decoded.update(maps)  # type: ignore[typeddict-item]
+        return decoded
     step = (coding.thresh_max - coding.thresh_min) / THRESH_LEVELS
     decoded["thresh_map"] = batch["thresh_map"].float() * step + coding.thresh_min
     decoded["prob_map"] = batch["prob_map"].float()

@@ -84,6 +84,7 @@ class ReceiptDataModule(L.LightningDataModule):
         min_polygon_size: float,
         targets: Mapping[str, float],
         cache_dir: str | None,
+        render_on: str,
         batch_size: PositiveInt,  # bounds checked when the config is read (check_config_types)
         eval_batch_size: PositiveInt,
         num_workers: NonNegativeInt,
@@ -106,6 +107,8 @@ class ReceiptDataModule(L.LightningDataModule):
             min_polygon_size: polygons with a shorter side below this (px) are removed.
             targets: shrink_ratio, thresh_min, thresh_max, min_text_size for ``make_db_targets``.
             cache_dir: decoded-image cache folder; None disables it.
+            render_on: ``worker`` or ``device``: where the training crop is warped and the DB targets
+                are drawn (``ocr.data.dataset``).
             batch_size: train batch size.
             eval_batch_size: val/test/predict batch size.
             num_workers: DataLoader worker processes.
@@ -128,6 +131,7 @@ class ReceiptDataModule(L.LightningDataModule):
             "min_polygon_size": min_polygon_size,
             "targets": dict(targets),
             "cache_dir": cache_dir,
+            "render_on": render_on,
         }
         self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
         self.num_workers, self.pin_memory = int(num_workers), bool(pin_memory)

@@ -3,7 +3,10 @@
 ``ReceiptDataset`` scans its split once at construction (``ocr.data.scan``: every image decode-checked,
 unusable ones skipped and counted or failed per ``on_missing_image``, frames resolved, polygons
 sanitised). ``__getitem__`` then decodes (at reduced scale when the input is much smaller, or from the
-on-disk cache), transforms, sanitises in input px and draws the DB targets, all in the DataLoader worker.
+on-disk cache), draws the augmentation, maps the polygons and sanitises them in input px, all in the
+DataLoader worker. With ``render_on=worker`` the worker also warps the training crop and draws the DB
+targets; with ``render_on=device`` it ships the source region the crop reads and the polygons, and
+``ocr.data.coding.decode_batch`` warps and draws on the batch's device.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from ocr.data.images import IMAGE_SUFFIXES, ImageReadError, list_images
 from ocr.data.sanitize import merge_counts, sanitize_polygons
 from ocr.data.scan import ON_MISSING, load_source, scan_split
 from ocr.data.targets.db import make_db_targets
-from ocr.data.transforms import SourceImage, Transform, TransformResult
-from ocr.types import BatchCoding, Polygon, Sample, TargetParams
+from ocr.data.transforms import SourceImage, TrainTransform, Transform, TransformResult
+from ocr.types import RENDER_ON, TARGET_KEYS, BatchCoding, Polygon, Sample, TargetParams
 from ocr.utils.errors import InputNotFoundError
 
 __all__ = ["IMAGE_SUFFIXES", "INPUT_PX", "ImageFolderDataset", "ReceiptDataset", "build_sample"]
@@ -49,6 +52,7 @@ class ReceiptDataset(Dataset[Sample]):
         min_polygon_size: float,
         targets: Mapping[str, float],
         cache_dir: str | Path | None,
+        render_on: str,
     ) -> None:
         """Scan the split.
 
@@ -62,9 +66,12 @@ class ReceiptDataset(Dataset[Sample]):
             targets: the fields of ``ocr.types.TargetParams`` for ``make_db_targets``: shrink_ratio,
                 thresh_min, thresh_max, min_text_size, each exactly once.
             cache_dir: folder of the decoded-image cache; None disables it.
+            render_on: ``worker`` (the worker warps the training crop and draws the DB targets) or
+                ``device`` (``decode_batch`` does both on the batch's device).
 
         Raises:
-            ValueError: ``on_missing_image`` is unknown, or ``targets`` has unknown or missing keys.
+            ValueError: ``on_missing_image`` or ``render_on`` is unknown, or ``targets`` has unknown or
+                missing keys.
             FileNotFoundError: the annotation file is missing, or (``fail``) images are missing; the
                 message names every missing and unreadable image.
             ImageReadError: (``fail``) images are unreadable, corrupt, truncated or in an unsupported
@@ -73,10 +80,18 @@ class ReceiptDataset(Dataset[Sample]):
         """
         if on_missing_image not in ON_MISSING:
             raise ValueError(f"on_missing_image: expected one of {ON_MISSING}, got {on_missing_image!r}")
+        if render_on not in RENDER_ON:
+            raise ValueError(f"render_on: expected one of {RENDER_ON}, got {render_on!r} <data.render_on>")
         self.targets = TargetParams.from_config(targets)
         self.coding = BatchCoding(
-            transform.mean, transform.std, self.targets.thresh_min, self.targets.thresh_max
+            transform.mean,
+            transform.std,
+            self.targets.thresh_min,
+            self.targets.thresh_max,
+            self.targets if render_on == "device" else None,
         )
+        # Only the train transform warps; an eval letterbox is a plain resize, rendered here either way.
+        self.warp_on_device = render_on == "device" and isinstance(transform, TrainTransform)
         self.root, self.split = Path(root), split
         self.image_dir = self.root / "images" / split
         self.annotation_path = self.root / "jsons" / f"{split}.json"
@@ -126,7 +141,11 @@ class ReceiptDataset(Dataset[Sample]):
             entry.file_name,
             (entry.orig_width, entry.orig_height),
         )
-        result = self.transform(source, entry.polygons, entry.ignore)
+        if self.warp_on_device:
+            assert isinstance(self.transform, TrainTransform)  # warp_on_device says so
+            _, result = self.transform.crop_region(source, entry.polygons, entry.ignore)
+        else:
+            result = self.transform(source, entry.polygons, entry.ignore)
         return build_sample(
             result,
             entry.polygons,
@@ -151,25 +170,33 @@ def build_sample(
     targets: TargetParams,
     coding: BatchCoding,
 ) -> Sample:
-    """Sanitise the transformed polygons in input px (clip to the input), draw targets, assemble a compact
-    Sample (maps encoded with ``coding``, ``ocr.data.coding``).
+    """Sanitise the transformed polygons in input px (clip to the input) and assemble a compact Sample:
+    with the DB maps drawn here and encoded with ``coding`` (``ocr.data.coding``), or, when
+    ``coding.targets`` is set, with the sanitised polygons the device draws them from.
 
     The sample's ``sanitation`` holds the scan's counts of its annotation (``sanitation``) and what the
     input-px sanitation removed or repaired, under ``INPUT_PX`` + reason: text the crop left out
     (``input_px/out_of_image``), text too small at the training scale (``input_px/too_small``), ...
     """
-    height, width = result.image.shape[1:]
+    height, width = result.image.shape[1:] if result.warp is None else result.warp.out_size
     polys_px, ignore_px, input_counts = sanitize_polygons(
         result.polygons, ignore, width, height, min_polygon_size
     )
-    maps = make_db_targets(polys_px, ignore_px, height, width, targets)
-    tensors = encode_maps(maps, coding)  # (1, H, W) uint8 each
+    on_device = coding.targets is not None
+    tensors = (
+        dict.fromkeys(TARGET_KEYS)
+        if on_device
+        else encode_maps(make_db_targets(polys_px, ignore_px, height, width, targets), coding)
+    )  # (1, H, W) uint8 each, or None
     return Sample(
         image=result.image,
         prob_map=tensors["prob_map"],
         prob_mask=tensors["prob_mask"],
         thresh_map=tensors["thresh_map"],
         thresh_mask=tensors["thresh_mask"],
+        warp=result.warp,
+        target_polygons=polys_px if on_device else None,
+        target_ignore=ignore_px if on_device else None,
         polygons=polygons_orig_px,
         ignore=ignore,
         texts=texts,
@@ -225,6 +252,9 @@ class ImageFolderDataset(Dataset[Sample]):
             prob_mask=zeros.clone(),
             thresh_map=zeros.clone(),
             thresh_mask=zeros.clone(),
+            warp=None,
+            target_polygons=None,
+            target_ignore=None,
             polygons=[],
             ignore=[],
             texts=[],

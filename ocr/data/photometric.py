@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["COLUMNS", "PhotometricParams", "apply_photometric"]
+__all__ = ["COLUMNS", "PhotometricParams", "apply_photometric", "to_device"]
 
 # colour: 1 when ColorJitter applies; order0..3: the positions of brightness (0), contrast (1),
 # saturation (2) and hue (3) in the order they apply; noise_std in [0, 1] units; noise_seed: an integer.
@@ -147,8 +147,8 @@ def apply_photometric(images: Tensor, params: Tensor) -> Tensor:
         return images
     seed = int(rows[:, _COL["noise_seed"]].sum())
     # One host-to-device copy of the rows and one of every index (pinned, so non-blocking on CUDA).
-    indices = _to_device(torch.cat([index for _, index in steps]), images.device)
-    table = _to_device(rows, images.device)
+    indices = to_device(torch.cat([index for _, index in steps]), images.device)
+    table = to_device(rows, images.device)
     out = images.clone()
     start = 0
     for op, host_index in steps:
@@ -172,10 +172,12 @@ def _identity_kernel(size: int) -> np.ndarray:
     return kernel
 
 
-def _to_device(tensor: Tensor, device: torch.device) -> Tensor:
-    if device.type != "cuda":
+def to_device(tensor: Tensor, device: torch.device) -> Tensor:
+    """A host tensor on ``device`` without waiting for it: on CUDA through pinned memory, non-blocking
+    (a copy from pageable memory would wait for the stream); a tensor already there is returned."""
+    if device.type != "cuda" or tensor.device.type == "cuda":
         return tensor.to(device)
-    return tensor.pin_memory().to(device, non_blocking=True)
+    return (tensor if tensor.is_pinned() else tensor.pin_memory()).to(device, non_blocking=True)
 
 
 def _per_sample(values: Tensor) -> Tensor:

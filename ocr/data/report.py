@@ -101,8 +101,8 @@ def format_stats(stats: dict[str, Any]) -> str:
 def render_sample(sample: Sample) -> npt.NDArray[np.uint8]:
     """(H, 3 * W, 3) uint8 RGB: input | prob_map | thresh_map, ground truth drawn on each."""
     image = np.ascontiguousarray(sample["image"].permute(1, 2, 0).numpy())
-    prob = sample["prob_map"][0].numpy() * np.uint8(255)
     decoded = decode_batch(collate_batch([sample]))
+    prob = (decoded["prob_map"][0, 0].numpy() * 255).astype(np.uint8)
     thresh = (decoded["thresh_map"] * decoded["thresh_mask"])[0, 0].numpy()
     polygons_px = to_input(sample["polygons"], sample["geometry"])
     panels = [
@@ -132,6 +132,7 @@ def write_report(
         min_polygon_size=1.0,
         targets=asdict(TargetParams()),
         cache_dir=None,
+        render_on="worker",  # a CLI on the CPU: the maps drawn as a CPU training run draws them
     )
     stats = compute_stats(dataset, long_side)
     out = Path(out_dir)

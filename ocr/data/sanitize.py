@@ -37,6 +37,8 @@ from shapely.geometry import Polygon as ShapelyPolygon
 from shapely.geometry.polygon import orient
 
 from ocr.polygons import (
+    clip_polygons_to_box,
+    compact_points,
     convex_min_rect_short_sides,
     group_by_point_count,
     is_convex,
@@ -63,6 +65,7 @@ REASONS: tuple[str, ...] = (
     "out_of_range",
 )
 _MIN_AREA = 1e-6
+_FAST_REASONS = (None, "zero_area", "out_of_image", "too_small")  # by code in _clean_group
 # Beyond this no image exists, and float64 areas and intersections lose their precision.
 _COORD_LIMIT = 1e9
 
@@ -128,6 +131,9 @@ def _sanitize_each(
             f"for {len(polygons)} polygons"
         )
     w, h, min_size = float(width), float(height), float(min_size)
+    plain = _plain_stack(polygons)
+    if plain is not None:  # the common case (a transform's output): one array, nothing to prepare
+        return _clean_group(plain, w, h, min_size)
     results: list[tuple[Polygon | None, str | None]] = [(None, None)] * len(polygons)
     read, read_at = [], []
     for i, poly in enumerate(polygons):
@@ -149,6 +155,23 @@ def _sanitize_each(
         for row, result in zip(rows.tolist(), _clean_group(stack, w, h, min_size), strict=True):
             results[ready_at[row]] = result
     return results
+
+
+def _plain_stack(polygons: Sequence[Any]) -> npt.NDArray[np.float64] | None:
+    """The polygons as one (N, K, 2) float64 array when they all have the same K >= 3 points, finite,
+    within the coordinate limit and no point equal to the next; None otherwise (or when there are none).
+    """
+    try:
+        stack = np.asarray(polygons, dtype=np.float64)
+    except (ValueError, TypeError):
+        return None
+    if stack.ndim != 3 or stack.shape[0] == 0 or stack.shape[1] < 3 or stack.shape[2] != 2:
+        return None
+    if not np.isfinite(stack).all() or np.abs(stack).max() > _COORD_LIMIT:
+        return None
+    if (stack == np.roll(stack, -1, axis=1)).all(axis=2).any():
+        return None
+    return stack
 
 
 def _counts(results: Sequence[tuple[Polygon | None, str | None]]) -> dict[str, int]:
@@ -198,30 +221,58 @@ def _prepare_group(
 def _clean_group(
     pts: npt.NDArray[np.float64], width: float, height: float, min_size: float
 ) -> list[tuple[Polygon | None, str | None]]:
-    """Sanitise (N, K, 2) polygons with the same point count: simple convex ones inside or entirely
-    outside the image in one pass."""
+    """Sanitise (N, K, 2) polygons with the same point count: the simple convex ones (inside, outside or
+    across the image border, as a training crop sees them) as arrays, the others one by one; the
+    reasons and shapes are ``_clean``'s."""
     lo, hi = pts.min(axis=1), pts.max(axis=1)  # (N, 2) bounding boxes
     inside = (lo.min(axis=1) >= 0) & (hi[:, 0] <= width) & (hi[:, 1] <= height)
     # Clipping leaves no area: most polygons of an image fall outside a training crop.
     outside = (hi[:, 0] <= 0) | (hi[:, 1] <= 0) | (lo[:, 0] >= width) | (lo[:, 1] >= height)
-    simple_convex = is_convex(pts, strict=True) & winds_once(pts)
-    fast = inside & simple_convex
+    simple_convex = is_convex(pts, strict=True)
+    if pts.shape[1] > 4:  # a star turns the same way everywhere too (is_convex)
+        simple_convex &= winds_once(pts)
     area = np.abs(signed_areas(pts))
+    across = np.flatnonzero(simple_convex & ~inside & ~outside & (area > _MIN_AREA))
+    clipped, counts = _clip_convex(pts[across], width, height)
+    left = (counts >= 3) & (np.abs(signed_areas(clipped)) > _MIN_AREA)
     short = np.zeros(len(pts))
-    short[fast] = convex_min_rect_short_sides(pts[fast])
+    short[inside & simple_convex] = convex_min_rect_short_sides(pts[inside & simple_convex])
+    if left.any():
+        short[across[left]] = convex_min_rect_short_sides(clipped[left])
+    lost = outside.copy()
+    lost[across[~left]] = True
+    # 0: kept; 1-3: removed, for _FAST_REASONS[code]; 4: not simple convex, _clean decides
+    codes = np.select(
+        [~simple_convex, area <= _MIN_AREA, lost, (short < min_size) & (min_size > 0)],
+        [4, 1, 2, 3],
+        default=0,
+    ).tolist()
+    ends = zip(across.tolist(), counts.tolist(), strict=True)
+    parts = {row: clipped[i, :count] for i, (row, count) in enumerate(ends)}
     out: list[tuple[Polygon | None, str | None]] = []
-    for k, poly in enumerate(pts):
-        if outside[k] and simple_convex[k] and area[k] > _MIN_AREA:
-            out.append((None, "out_of_image"))  # what _clean finds for a valid polygon with area
-        elif not fast[k]:
-            out.append(_clean_safe(poly, width, height, min_size))
-        elif area[k] <= _MIN_AREA:
-            out.append((None, "zero_area"))
-        elif min_size > 0 and short[k] < min_size:
-            out.append((None, "too_small"))
+    for k, code in enumerate(codes):
+        if code == 0:  # kept: cut to the image when it reached across the border
+            out.append(
+                (parts[k].astype(np.float32), "clipped") if k in parts else (pts[k].astype(np.float32), None)
+            )
+        elif code < 4:
+            out.append((None, _FAST_REASONS[code]))
         else:
-            out.append((poly.astype(np.float32), None))
+            out.append(_clean_safe(pts[k], width, height, min_size))
     return out
+
+
+def _clip_convex(
+    pts: npt.NDArray[np.float64], width: float, height: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """(N, K, 2) simple convex polygons clipped to the image: (N, M, 2) points, each row's first
+    ``counts[n]`` distinct (no point equal to the next), the rest repeating the last, and (N,) counts."""
+    clipped, counts = clip_polygons_to_box(pts, 0.0, 0.0, width, height)
+    column = np.arange(clipped.shape[1])
+    following = np.where(column + 1 < counts[:, None], column + 1, 0)
+    nxt = clipped[np.arange(len(clipped))[:, None], following]
+    distinct = (clipped != nxt).any(axis=2) & (column < counts[:, None])
+    return compact_points(clipped, distinct)
 
 
 def _as_points(poly: Any) -> npt.NDArray[np.float64] | None:

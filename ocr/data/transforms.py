@@ -1,7 +1,8 @@
 """Train and eval transforms: source image + polygons (original px) -> network input + Geometry.
 
 Every geometric step of a sample (scale, flip, rotation, crop, letterbox) is folded into ONE affine
-matrix that moves the pixels (a single ``cv2.resize``/``cv2.warpAffine``) and the polygons alike, so
+matrix that moves the pixels (a single ``cv2.resize``/``cv2.warpAffine``, or for a training crop with
+``data.render_on=device`` one ``grid_sample`` on the device, ``ocr.data.warp``) and the polygons alike, so
 no polygon point can be dropped or re-ordered and ``Geometry.matrix`` is exact by construction.
 Photometric augmentations (colour, blur, noise) never move pixels: the train transform draws their
 parameters with albumentations and the device applies them per batch (``ocr.data.photometric``).
@@ -22,8 +23,10 @@ import torch
 from torch import Tensor
 
 from ocr.data.photometric import PhotometricParams
+from ocr.data.warp import render_crop, source_region
 from ocr.geometry import apply_matrix, letterbox_geometry
-from ocr.types import Geometry, Polygon
+from ocr.polygons import group_by_point_count
+from ocr.types import CropWarp, Geometry, Polygon
 from ocr.utils.config_types import PositiveInt
 
 __all__ = [
@@ -60,6 +63,7 @@ class TransformResult(NamedTuple):
     polygons: list[Polygon]  # input px, same count/order/points as given; not clipped
     geometry: Geometry  # input px -> original px
     photometric: Tensor | None = None  # (P,) float32 parameter row, applied on the device (train only)
+    warp: CropWarp | None = None  # set when ``image`` is a source region still to be warped into the crop
 
 
 class Transform(Protocol):
@@ -194,7 +198,27 @@ class TrainTransform:
     def __call__(
         self, source: SourceImage, polygons_orig_px: Sequence[Polygon], ignore: Sequence[bool]
     ) -> TransformResult:
-        """Augment ``source``; ``ignore`` keeps don't-care polygons from being chosen as crop centres."""
+        """Augment ``source``; ``ignore`` keeps don't-care polygons from being chosen as crop centres.
+
+        The crop is rendered here (``render_crop``, the CPU reference of the device warp): the sample as
+        ``data.render_on=worker`` trains on it.
+        """
+        region, result = self.crop_region(source, polygons_orig_px, ignore)
+        assert result.warp is not None  # crop_region always leaves the warp to its caller
+        crop = render_crop(region, result.warp)
+        return result._replace(image=to_chw_tensor(crop), warp=None)
+
+    def crop_region(
+        self, source: SourceImage, polygons_orig_px: Sequence[Polygon], ignore: Sequence[bool]
+    ) -> tuple[npt.NDArray[np.uint8], TransformResult]:
+        """Draw the augmentation and find the part of ``source`` the crop reads, without warping it.
+
+        Returns:
+            The source region (h, w, 3) uint8, a view of ``source.image`` with sides that are multiples
+            of ``warp.pool``, and the result whose ``image`` is that region as a (3, h, w) tensor view and
+            whose ``warp`` turns it into the crop (``render_crop`` on the CPU, ``warp_regions`` on a
+            device).
+        """
         rng = self._rng
         scale = (
             self.train_long_side / max(source.orig_width, source.orig_height) * rng.uniform(*self.scale_range)
@@ -204,12 +228,14 @@ class TrainTransform:
         angle = rng.uniform(-self.rotate_limit, self.rotate_limit) if rng.random() < self.p_rotate else 0.0
         flip = bool(rng.random() < self.p_flip)
         height, width = source.orig_height * scale, source.orig_width * scale
-        # image px -> scaled px; a downscale is done apart from the warp (below), so the warp starts there
+        # frame px -> scaled px, the frame being scaled px for a downscale (area-averaged apart from the
+        # warp, below) and source px otherwise
         warp = _scale_flip_rotate(1.0 if downscale else factor, flip, angle, width, height)
         pre = np.diag([scale, scale, 1.0] if downscale else [source.scale, source.scale, 1.0])
         orig_to_scaled = warp @ pre  # original px -> scaled px
+        groups = _group_polygons(polygons_orig_px)
         text = (
-            _text_box(polygons_orig_px, ignore, orig_to_scaled, rng)
+            _text_box(polygons_orig_px, groups, ignore, orig_to_scaled, rng)
             if rng.random() < self.p_text_crop
             else None
         )
@@ -217,20 +243,12 @@ class TrainTransform:
         bounds = _box(np.array([[0, 0], [w, 0], [0, h], [w, h]], np.float32), orig_to_scaled)
         x0 = _axis_origin(bounds[0], bounds[2], self.crop_size, None if text is None else text[0::2], rng)
         y0 = _axis_origin(bounds[1], bounds[3], self.crop_size, None if text is None else text[1::2], rng)
-        crop = np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0], [0.0, 0.0, 1.0]]) @ warp
-        image, image_to_crop = source.image, crop
-        if downscale:
-            # Area averaging first (bilinear sampling alone would alias), of the crop's part only.
-            crop_to_scaled = np.linalg.inv(crop).astype(np.float64)  # numpy stubs: inv() loses float64
-            image, region_to_scaled = _downscale_region(source.image, factor, crop_to_scaled, self.crop_size)
-            image_to_crop = crop @ region_to_scaled
-        out: npt.NDArray[np.uint8] = cv2.warpAffine(  # type: ignore[assignment]  # cv2 stubs: MatLike
-            image,
-            _pixel_index_matrix(image_to_crop)[:2],
-            (self.crop_size, self.crop_size),
-            flags=cv2.INTER_LINEAR,
-            borderMode=cv2.BORDER_CONSTANT,
-            borderValue=(self.fill,) * 3,
+        crop = np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0], [0.0, 0.0, 1.0]]) @ warp  # frame px -> crop px
+        side = self.crop_size
+        window = np.array([[0, 0], [side, 0], [0, side], [side, side]], np.float32)
+        crop_to_frame = np.linalg.inv(crop).astype(np.float64)  # numpy stubs: inv() loses float64
+        region, pool, region_to_frame = source_region(
+            source.image, _box(window, crop_to_frame), factor if downscale else 1.0, factor
         )
         orig_to_input = crop @ pre
         geometry = Geometry(
@@ -240,8 +258,37 @@ class TrainTransform:
             self.crop_size,
             self.crop_size,
         )
-        polygons = [apply_matrix(p, orig_to_input) for p in polygons_orig_px]
-        return TransformResult(to_chw_tensor(out), polygons, geometry, self.photometric())
+        crop_warp = CropWarp(pool, crop @ region_to_frame, (self.crop_size, self.crop_size), float(self.fill))
+        polygons = _map_polygons(groups, len(polygons_orig_px), orig_to_input)
+        image = torch.from_numpy(region).permute(2, 0, 1)  # (3, h, w) view, no copy
+        return region, TransformResult(image, polygons, geometry, self.photometric(), crop_warp)
+
+
+def _group_polygons(
+    polygons: Sequence[Polygon],
+) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]:
+    """(rows, (G, K, 2) float64 points) per point count; one conversion when all counts are equal."""
+    try:
+        stacked = np.asarray(polygons, dtype=np.float64)
+    except ValueError:  # ragged
+        stacked = np.zeros(0)
+    if stacked.ndim == 3 and stacked.shape[2] == 2:
+        return [(np.arange(len(stacked)), stacked)]
+    return group_by_point_count([np.asarray(p, np.float64).reshape(-1, 2) for p in polygons])
+
+
+def _map_polygons(
+    groups: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]],
+    count: int,
+    matrix: npt.NDArray[np.float64],
+) -> list[Polygon]:
+    """``ocr.geometry.apply_matrix`` on every polygon of ``groups``, one array operation per group."""
+    mapped: list[Polygon] = [np.zeros((0, 2), np.float32)] * count
+    for rows, stacked in groups:
+        points = apply_matrix(stacked.reshape(-1, 2), matrix).reshape(stacked.shape)
+        for row, polygon in zip(rows.tolist(), points, strict=True):
+            mapped[row] = polygon
+    return mapped
 
 
 def resize_by(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uint8]:
@@ -252,36 +299,6 @@ def resize_by(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uin
     interp = cv2.INTER_AREA if factor < 1.0 else cv2.INTER_LINEAR
     # cv2's stubs type images as MatLike, without a dtype.
     return cv2.resize(image, (0, 0), fx=factor, fy=factor, interpolation=interp)  # type: ignore[return-value]
-
-
-def _downscale_region(
-    image: npt.NDArray[np.uint8], factor: float, crop_to_scaled: npt.NDArray[np.float64], crop_size: int
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.float64]]:
-    """The part of ``image`` the crop window reads (the window always overlaps the image: ``_axis_origin``
-    keeps one inside the other), area-averaged by the integer ``k`` nearest ``1 / factor`` (< 1): OpenCV's
-    integer INTER_AREA is far faster than a fractional one (0.7 vs 7.8 ms at x0.5 and x0.6 on a receipt),
-    and the warp's bilinear sampling does the rest, a scale in [0.67, 1.5); the mean difference to a
-    fractional INTER_AREA is about 1.5 grey levels (docs/benchmarks.md).
-
-    Returns:
-        The region (h, w, 3) uint8 and the (3, 3) matrix from its px to scaled px.
-    """
-    window = np.array([[0, 0], [crop_size, 0], [0, crop_size], [crop_size, crop_size]], np.float32)
-    x0, y0, x1, y1 = _box(window, crop_to_scaled)  # scaled px
-    margin = 2.0 / factor + 2.0  # source px: area support plus the warp's bilinear neighbours
-    height, width = image.shape[:2]
-    sx0, sy0 = (max(0, int(np.floor(v / factor - margin))) for v in (x0, y0))
-    span_x = min(width, int(np.ceil(x1 / factor + margin))) - sx0
-    span_y = min(height, int(np.ceil(y1 / factor + margin))) - sy0
-    k = min(max(1, round(1.0 / factor)), span_x, span_y)
-    # whole k x k blocks, so that OpenCV takes its integer path (a partial block at the image edge is left)
-    sx1, sy1 = sx0 + span_x // k * k, sy0 + span_y // k * k
-    region = image[sy0:sy1, sx0:sx1]
-    if k > 1:
-        size = ((sx1 - sx0) // k, (sy1 - sy0) // k)
-        region = cv2.resize(region, size, interpolation=cv2.INTER_AREA)  # type: ignore[assignment]
-    step = k * factor  # region px -> scaled px
-    return region, np.array([[step, 0.0, sx0 * factor], [0.0, step, sy0 * factor], [0.0, 0.0, 1.0]])
 
 
 def _scale_flip_rotate(
@@ -310,19 +327,22 @@ def _box(
 
 def _text_box(
     polygons: Sequence[Polygon],
+    groups: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]],
     ignore: Sequence[bool],
     matrix: npt.NDArray[np.float64],
     rng: np.random.Generator,
 ) -> tuple[float, float, float, float] | None:
-    """Box of one random usable (finite, non-ignored) polygon after ``matrix``; None when there is none."""
-    usable = [
-        p
-        for p, ign in zip(polygons, ignore, strict=True)
-        if not ign and len(p) and np.isfinite(np.asarray(p, np.float64)).all()
-    ]
-    if not usable:
+    """Box of one random usable (finite, non-ignored) polygon after ``matrix``; None when there is none.
+
+    ``groups`` are the polygons as ``_group_polygons`` gives them.
+    """
+    usable = ~np.asarray(ignore, dtype=bool).reshape(-1)
+    for rows, stacked in groups:
+        usable[rows] &= np.isfinite(stacked).all(axis=(1, 2)) & (stacked.shape[1] > 0)
+    candidates = np.flatnonzero(usable)
+    if not len(candidates):
         return None
-    return _box(np.asarray(usable[int(rng.integers(len(usable)))], np.float32), matrix)
+    return _box(np.asarray(polygons[candidates[int(rng.integers(len(candidates)))]], np.float32), matrix)
 
 
 def _axis_origin(
@@ -336,9 +356,3 @@ def _axis_origin(
         if max(lo, a) <= min(hi, b):
             lo, hi = max(lo, a), min(hi, b)
     return float(rng.uniform(lo, hi))
-
-
-def _pixel_index_matrix(matrix: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Convert a continuous-coordinate transform to OpenCV's pixel-centre-at-integer convention."""
-    shift = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, 0.5], [0.0, 0.0, 1.0]])
-    return np.linalg.inv(shift) @ matrix @ shift

@@ -126,6 +126,8 @@ def test_load_checkpoint_upgrades_the_stored_config(tmp_path: Path) -> None:
     assert transform["photometric"]["_target_"] == "ocr.data.photometric.PhotometricParams"
     assert transform["photometric"]["p_color"] == 0.5 and "p_color" not in transform
     assert isinstance(instantiate(transform).photometric, PhotometricParams)
+    # Runs before data.render_on warped the crop and drew the targets in the workers, and resume so.
+    assert stored["data"]["render_on"] == "worker"
     # Sets generated before styles existed are the basic style with word boxes.
     assert synthetic_settings(stored["data"]["synthetic"]) == {
         **yaml.safe_load(OLD_RUN_CONFIG.read_text())["data"]["synthetic"],

@@ -87,6 +87,7 @@ def test_a_640_px_training_sample_is_at_most_3_mb_on_the_wire(tmp_path: Path) ->
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=None,
+        render_on="worker",
     )
     batch = collate_batch([dataset[0], dataset[1]])
     assert batch["images"].shape == (2, 3, 640, 640)
@@ -105,8 +106,8 @@ def test_a_640_px_training_sample_is_at_most_3_mb_on_the_wire(tmp_path: Path) ->
 def test_collate_refuses_a_mix_of_train_and_eval_samples(tmp_path: Path) -> None:
     root = make_root(tmp_path, num_images=1)
     common = {"root": root, "split": "train", "exif_mode": "rotated", "on_missing_image": "fail"}
-    common |= {"min_polygon_size": 1.0, "targets": TARGETS, "cache_dir": None}
+    common |= {"min_polygon_size": 1.0, "targets": TARGETS, "cache_dir": None, "render_on": "worker"}
     train = ReceiptDataset(transform=train_transform(64, **IMAGENET), **common)[0]
     evaluation = dict(train, photometric=None)
-    with pytest.raises(ValueError, match="photometric parameters or none"):
+    with pytest.raises(ValueError, match="every sample has photometric or none"):
         collate_batch([train, evaluation])  # type: ignore[list-item]

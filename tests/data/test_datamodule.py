@@ -14,12 +14,13 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
+from ocr.data.coding import decode_batch
 from ocr.data.collate import collate_batch
 from ocr.data.datamodule import ReceiptDataModule, seed_worker
 from ocr.data.photometric import apply_photometric
 from ocr.data.stream import TrainStream
 from ocr.machine.hardware import pick
-from ocr.types import BATCH_TENSOR_KEYS, Batch
+from ocr.types import BATCH_TENSOR_KEYS, TARGET_KEYS, Batch
 from tests.helpers.receipt_fixtures import (
     block_words,
     make_root,
@@ -30,9 +31,15 @@ from tests.helpers.receipt_fixtures import (
 
 
 def _module(
-    root: Path, num_workers: int = 0, synthetic: dict[str, int] | None = None, batch_size: int = 2
+    root: Path,
+    num_workers: int = 0,
+    synthetic: dict[str, int] | None = None,
+    batch_size: int = 2,
+    render_on: str = "worker",
 ) -> ReceiptDataModule:
-    return receipt_datamodule(root, num_workers=num_workers, synthetic=synthetic, batch_size=batch_size)
+    return receipt_datamodule(
+        root, num_workers=num_workers, synthetic=synthetic, batch_size=batch_size, render_on=render_on
+    )
 
 
 def _check_batch(batch: dict[str, Any], size: int, count: int) -> None:
@@ -102,6 +109,34 @@ def test_the_transfer_hooks_move_only_tensors_keep_the_cpu_batch_and_decode(tmp_
     torch.testing.assert_close(
         module.on_after_batch_transfer(moved, 0)["images"], expected, rtol=1e-5, atol=1e-5
     )
+
+
+def test_a_batch_the_device_renders_moves_its_regions_and_decodes(tmp_path: Path) -> None:
+    """data.render_on=device: no maps on the wire (the hook leaves them None), drawn by the decode."""
+    module = _module(make_root(tmp_path, num_images=2), render_on="device")
+    module.setup("fit")
+    batch = collate_batch([module.datasets["train"][0], module.datasets["train"][1]])
+    kept = module.on_before_batch_transfer(batch, 0)
+    moved = module.transfer_batch_to_device(kept, torch.device("cpu"), 0)
+    assert moved["prob_map"] is None and moved["images"].ndim == 1
+    decoded = module.on_after_batch_transfer(moved, 0)
+    assert decoded["images"].shape == (2, 3, 64, 64)
+    assert all(decoded[k].shape[1:] == (1, 64, 64) and decoded[k].dtype == torch.float32 for k in TARGET_KEYS)
+    assert module.last_cpu_batch is batch
+
+
+def test_batches_the_device_renders_come_through_two_workers(tmp_path: Path) -> None:
+    """data.render_on=device: regions and polygons collated in the workers (shared memory) decode to the
+    batch contract."""
+    module = _module(make_root(tmp_path, num_images=4), num_workers=2, render_on="device")
+    module.setup("fit")
+    for loader, size in ((module.train_dataloader(), 64), (module.val_dataloader(), 64)):
+        for compact in loader:
+            assert compact["prob_map"] is None and compact["target_polygons"] is not None
+            batch = decode_batch(compact)
+            assert batch["images"].shape == (2, 3, size, size) and batch["images"].dtype == torch.float32
+            assert all(batch[key].shape == (2, 1, size, size) for key in TARGET_KEYS)
+            assert float((batch["prob_map"] * batch["prob_mask"]).sum()) > 0
 
 
 def test_workers_draw_different_augmentations(tmp_path: Path) -> None:

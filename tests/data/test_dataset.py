@@ -51,6 +51,7 @@ def _dataset(
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=cache_dir,
+        render_on="worker",
     )
 
 
@@ -91,8 +92,8 @@ def _exif_jpeg(path: Path, orientation: int) -> None:
 
 def test_input_px_sanitation_is_counted_and_keeps_what_the_crop_left_out_of_the_targets() -> None:
     """The transformed polygons are sanitised in input px: text the crop left out, text too small at the
-    training scale and text that lost its area are removed from the targets and counted, text cut by the crop's
-    border is clipped to it and counted (with the scan's counts, apart from them)."""
+    training scale and text that lost its area are removed from the targets and counted, text cut by the
+    crop's border is clipped to it and counted (with the scan's counts, apart from them)."""
     size = 32
     inside = np.array([[4, 4], [20, 4], [20, 12], [4, 12]], np.float32)
     cut = np.array([[24, 20], [40, 20], [40, 28], [24, 28]], np.float32)  # half over the right border
@@ -375,6 +376,7 @@ def test_invalid_options_fail_loudly(tmp_path: Path) -> None:
                 min_polygon_size=1.0,
                 targets=targets,
                 cache_dir=None,
+                render_on="worker",
             )
     with pytest.raises(FileNotFoundError, match="nosuch.json"):
         _dataset(tmp_path, split="nosuch")
@@ -409,6 +411,7 @@ def test_collate_batch_contract(tmp_path: Path) -> None:
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=None,
+        render_on="worker",
     )
     with pytest.raises(ValueError, match="val_0.png"):
         collate_batch([dataset[0], other[0]])

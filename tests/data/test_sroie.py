@@ -12,22 +12,14 @@ from ocr.data.collate import collate_batch
 from ocr.data.dataset import ReceiptDataset
 from ocr.data.transforms import EvalTransform, Transform
 from ocr.geometry import to_input
-from tests.helpers.receipt_fixtures import TARGETS, train_transform
+from tests.data.test_render_on import assert_same_maps
+from tests.helpers.receipt_fixtures import labelled_dataset, train_transform
 
 IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
 
 
-def _dataset(root: Path, split: str, transform: Transform) -> ReceiptDataset:
-    return ReceiptDataset(
-        root=root,
-        split=split,
-        transform=transform,
-        exif_mode="auto",
-        on_missing_image="fail",
-        min_polygon_size=1.0,
-        targets=TARGETS,
-        cache_dir=None,
-    )
+def _dataset(root: Path, split: str, transform: Transform, render_on: str = "worker") -> ReceiptDataset:
+    return labelled_dataset(root, split, transform, render_on, exif_mode="auto")
 
 
 def test_val_batch_at_1024(sroie_root: Path) -> None:
@@ -60,3 +52,19 @@ def test_train_crops_keep_text(seed: int, sroie_root: Path) -> None:
     dataset = _dataset(sroie_root, "train", transform)
     for i in np.linspace(0, len(dataset) - 1, 6).astype(int):
         assert float(dataset[int(i)]["prob_map"].sum()) > 0, f"seed {seed}: crop of image {i} has no text"
+
+
+def test_the_device_path_gives_the_worker_path_batch(sroie_root: Path) -> None:
+    """data.render_on=device on real receipts: the same crops (within a grey level) and maps (within the
+    tolerances of tests/data/test_device_targets.py) as the worker path from the same draws."""
+    decoded = []
+    for render_on in ("worker", "device"):
+        transform = train_transform(256, train_long_side=512, p_text_crop=1.0, mean=(0, 0, 0), std=(1, 1, 1))
+        transform.set_random_seed(3)
+        dataset = _dataset(sroie_root, "train", transform, render_on)
+        batch = collate_batch([dataset[i] for i in (0, 40, 80, 120)])
+        decoded.append(decode_batch(batch))
+    worker, device = decoded
+    grey = (device["images"] - worker["images"]).abs() * 255
+    assert float(grey.mean()) < 0.5 and float(grey.max()) <= 3
+    assert_same_maps(worker, device)

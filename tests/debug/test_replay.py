@@ -9,10 +9,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from ocr.data.collate import collate_batch
 from ocr.debug.oom_probe import random_batch
 from ocr.debug.replay import EXIT_CLEAN, EXIT_REPRODUCED, EXIT_UNUSABLE, main
 from ocr.types import TARGET_KEYS, BatchCoding
 from ocr.utils.runner import compose_config
+from tests.helpers.receipt_fixtures import labelled_dataset, make_root, train_transform
 
 
 def _bundle(
@@ -60,6 +62,20 @@ def test_a_compact_batch_is_decoded_as_the_module_decodes_it(
         "coding": BatchCoding((0.485, 0.456, 0.406), (0.229, 0.224, 0.225), 0.3, 0.7),
     }
     torch.save(compact, crash / "batch.pt")
+    assert main([str(crash)]) == EXIT_CLEAN
+    assert "NOT REPRODUCED" in capsys.readouterr().out
+
+
+def test_a_batch_the_device_renders_is_replayed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """data.render_on=device: the bundle keeps the source regions and polygons; replay makes the crops
+    and draws the maps with the module's decode_batch."""
+    crash = _bundle(tmp_path)
+    dataset = labelled_dataset(
+        make_root(tmp_path / "data", num_images=2), "train", train_transform(64), "device"
+    )
+    batch = collate_batch([dataset[0], dataset[1]])
+    assert batch["warp"] is not None and batch["prob_map"] is None
+    torch.save(batch, crash / "batch.pt")
     assert main([str(crash)]) == EXIT_CLEAN
     assert "NOT REPRODUCED" in capsys.readouterr().out
 

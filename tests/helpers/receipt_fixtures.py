@@ -11,8 +11,9 @@ import numpy as np
 from PIL import Image
 
 from ocr.data.datamodule import ReceiptDataModule
+from ocr.data.dataset import ReceiptDataset
 from ocr.data.photometric import PhotometricParams
-from ocr.data.transforms import EvalTransform, TrainTransform
+from ocr.data.transforms import EvalTransform, TrainTransform, Transform
 
 MEAN, STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
 TARGETS = {"shrink_ratio": 0.4, "thresh_min": 0.3, "thresh_max": 0.7, "min_text_size": 2}
@@ -126,6 +127,7 @@ def receipt_datamodule(
     synthetic: dict[str, int] | None = None,
     batch_size: int = 2,
     crop_size: int = 64,
+    render_on: str = "worker",
 ) -> ReceiptDataModule:
     """A datamodule on ``root`` with the full train augmentation at ``crop_size`` and a 64 px letterbox."""
     return ReceiptDataModule(
@@ -141,10 +143,29 @@ def receipt_datamodule(
         min_polygon_size=1.0,
         targets=TARGETS,
         cache_dir=None,
+        render_on=render_on,
         batch_size=batch_size,
         eval_batch_size=2,
         num_workers=num_workers,
         pin_memory=False,
         persistent_workers=num_workers > 0,
         synthetic=synthetic,
+    )
+
+
+def labelled_dataset(
+    root: Path, split: str, transform: Transform, render_on: str = "worker", exif_mode: str = "rotated"
+) -> ReceiptDataset:
+    """A labelled split (of a ``make_root`` folder, or real receipts): missing images fail, ``TARGETS``,
+    no cache."""
+    return ReceiptDataset(
+        root=root,
+        split=split,
+        transform=transform,
+        exif_mode=exif_mode,
+        on_missing_image="fail",
+        min_polygon_size=1.0,
+        targets=TARGETS,
+        cache_dir=None,
+        render_on=render_on,
     )

@@ -15,6 +15,7 @@ import numpy.typing as npt
 import pyclipper
 
 from ocr.polygons import (
+    clip_polygons_to_box,
     convex_min_rect_short_sides,
     cross,
     edge_vectors,
@@ -244,24 +245,15 @@ def shrink_convex(stacked: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray,
 
 
 def clip_to_box(points: np.ndarray, x_min: float, y_min: float, x_max: float, y_max: float) -> np.ndarray:
-    """Part of a polygon inside an axis-aligned box (Sutherland-Hodgman); (M, 2) float64, M may be 0.
+    """Part of a polygon inside an axis-aligned box (``ocr.polygons.clip_polygons_to_box``); (M, 2)
+    float64, M may be 0.
 
     Used before ``cv2.fillPoly``, whose cost grows with the coordinate range: a polygon reaching
     1e9 px away takes seconds to fill.
     """
-    pts = np.asarray(points, dtype=np.float64).reshape(-1, 2)
-    for axis, bound, keep_below in ((0, x_min, False), (0, x_max, True), (1, y_min, False), (1, y_max, True)):
-        if not len(pts):
-            break
-        inside = pts[:, axis] <= bound if keep_below else pts[:, axis] >= bound
-        kept = []
-        for p, q, p_in, q_in in zip(pts, np.roll(pts, -1, axis=0), inside, np.roll(inside, -1), strict=True):
-            if p_in:
-                kept.append(p)
-            if p_in != q_in:
-                kept.append(p + (bound - p[axis]) / (q[axis] - p[axis]) * (q - p))
-        pts = np.array(kept).reshape(-1, 2)
-    return pts
+    pts = np.asarray(points, dtype=np.float64).reshape(1, -1, 2)
+    clipped, counts = clip_polygons_to_box(pts, x_min, y_min, x_max, y_max)
+    return clipped[0, : counts[0]]
 
 
 def fill_polygons(
