@@ -50,6 +50,7 @@ def export(cfg: DictConfig) -> dict[str, str]:
         mean=eval_cfg.mean,
         std=eval_cfg.std,
         fill=eval_cfg.fill,
+        pad_multiple=None,  # the parity batch stacks several images: one square size
     )
     image_dir = cfg.parity.image_dir or str(Path(data.root) / "images" / data.test_split)
     model_path = export_onnx(module.net, cfg.output, sample_size=transform.long_side, opset=cfg.opset)

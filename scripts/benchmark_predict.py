@@ -1,7 +1,10 @@
-"""Prediction throughput of runners/predict.py's path, end to end, PyTorch vs ONNX Runtime.
+"""Prediction throughput of runners/predict.py's path, end to end, PyTorch vs ONNX Runtime; or, with
+``--emulate-ms``, the overlap of post-processing with a network of a given speed.
 
     uv run python scripts/benchmark_predict.py --ckpt <run>/checkpoints/best.ckpt            # CPU
     uv run python scripts/benchmark_predict.py --device cuda --ckpt ... --backends torch     # a GPU
+    uv run python scripts/benchmark_predict.py --ckpt ... --emulate-ms 29.9 --batches 16 \
+        pipeline.kind=process pipeline.workers=2                                              # emulated
 
 Times ``trainer.predict`` on the objects ``runners/predict.py`` builds (``prepare``): decode, letterbox
 and normalisation in the DataLoader, the network, post-processing and polygons in original px; writing
@@ -10,6 +13,13 @@ over the images; one Markdown row each. Without ``--ckpt`` a randomly initialise
 used (its maps hold almost no text, so post-processing costs less than with a trained model). The ONNX
 backend exports the checkpoint first (runners/export.py, parity checked on the same images). On CUDA
 the PyTorch backend uses ``hardware=auto`` (bf16 autocast where the GPU has it, channels_last).
+
+Emulation (``--emulate-ms``, PyTorch backend): the checkpoint's network computes each batch's maps once;
+then ``trainer.predict`` runs the predict module with the network replaced by a fixed device time per
+batch (a sleep, during which the host is free, as while a GPU computes) that returns those maps, on
+batches read from memory (the data pipeline is not measured). The post-processing is real: each image
+once in this thread gives its time per image, and the emulated passes show how much of
+``min(network rate, workers / time per image)`` the pipeline reaches.
 """
 
 from __future__ import annotations
@@ -17,15 +27,23 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
 
+from ocr.data.coding import decode_batch
+from ocr.inference.device_maps import maps_to_host
+from ocr.inference.host_work import HostWork, ImageJob
 from ocr.lightning_modules.build import build_module
+from ocr.types import Batch, DBOutput
 from ocr.utils import runner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,6 +77,75 @@ def time_predict(cfg: DictConfig, passes: int) -> list[float]:
     return rates
 
 
+class EmulatedNetwork(nn.Module):
+    """Stands in for the network: waits the device time of each batch, then returns the next of
+    ``prob_logits`` (the real network's, in batch order).
+
+    Args:
+        prob_logits: (B, 1, H, W) per batch.
+        seconds: device time per batch, in batch order.
+    """
+
+    def __init__(self, prob_logits: list[Tensor], seconds: list[float]) -> None:
+        super().__init__()
+        self.prob_logits, self.seconds, self.calls = prob_logits, seconds, 0
+
+    def forward(self, images: Tensor) -> DBOutput:
+        index = self.calls % len(self.prob_logits)
+        time.sleep(self.seconds[index])
+        self.calls += 1
+        return DBOutput(self.prob_logits[index], self.prob_logits[index], self.prob_logits[index])
+
+
+def _as_is(batch: Batch) -> Batch:
+    return batch
+
+
+def emulate(cfg: DictConfig, ms_per_batch: float, passes: int) -> dict[str, Any]:
+    """Emulated-network prediction of ``cfg`` (see the module docstring); returns the figures.
+
+    ``ms_per_batch`` is the device time of a full batch of ``long_side`` squares; a batch of fewer or
+    smaller inputs (``data.eval_transform.pad_multiple``) takes it in proportion to its pixels."""
+    datamodule, module, trainer = runner.load_runner("predict").prepare(cfg)
+    batches = list(datamodule.predict_dataloader())
+    with torch.inference_mode():
+        logits = [
+            module(decode_batch(b, channels_last=module.channels_last)["images"]).prob_logits for b in batches
+        ]
+    work = HostWork(postprocess=module.pipeline.postprocess, cleval=None, tables={})
+    seconds = []
+    for batch, batch_logits in zip(batches, logits, strict=True):
+        maps = maps_to_host(batch_logits, module.pipeline.postprocess.thresh)
+        for i, (image_id, geometry) in enumerate(zip(batch["image_id"], batch["geometry"], strict=True)):
+            seconds.append(work(ImageJob(image_id, geometry, None, 0), maps.image(i)).seconds)
+    images = sum(len(b["image_id"]) for b in batches)
+    # The images' pixels are not read any more: a placeholder keeps the batches small.
+    light = [dict(b, images=b["images"][:, :, :1, :1].contiguous()) for b in batches]
+    full = cfg.data.eval_batch_size * cfg.data.eval_transform.long_side**2
+    device_s = [ms_per_batch / 1000.0 * b["images"].numel() / 3 / full for b in batches]
+    module.net = EmulatedNetwork(logits, device_s)
+    loader = DataLoader(light, batch_size=None, collate_fn=_as_is)  # type: ignore[arg-type]
+    rates = []
+    for index in range(passes + 1):
+        start = time.perf_counter()
+        trainer.predict(module, dataloaders=loader, return_predictions=False)
+        if index > 0:
+            rates.append(images / (time.perf_counter() - start))
+    settings = module.pipeline.settings
+    workers = max(1, settings.workers) if settings.kind != "inline" else 1
+    per_image = statistics.fmean(seconds)
+    network_rate = images / sum(device_s)
+    bound = min(network_rate, workers / per_image)
+    return {
+        "per_image_ms": per_image * 1000.0,
+        "network_rate": network_rate,
+        "workers": f"{settings.workers} {settings.kind}" if settings.kind != "inline" else "inline",
+        "bound": bound,
+        "rates": rates,
+        "times": module.pipeline.times,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> str:
     """Run the benchmark; logs each row of the Markdown table when measured and returns the table."""
     parser = argparse.ArgumentParser(
@@ -73,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--passes", type=int, default=2, help="timed passes after one warm-up pass")
     parser.add_argument("--workers", type=int, default=None, help="data.num_workers; default: the config's")
+    parser.add_argument(
+        "--emulate-ms", type=float, default=None, help="emulate a network of this device time per batch (ms)"
+    )
     parser.add_argument(
         "overrides", nargs="*", help="extra Hydra overrides for predict (and the random ckpt)"
     )
@@ -92,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> str:
         if args.workers is not None:
             data += [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
         ckpt = args.ckpt or random_checkpoint(work / "random.ckpt", [hardware, *args.overrides])
+        if args.emulate_ms is not None:
+            return emulated_rows(args, [hardware, *data, f"ckpt={ckpt}", f"image_dir={images}"], work)
         rows = ["| backend | device | batch | long side | images | img/s per pass |", "| --- " * 6 + "|"]
         for backend in args.backends.split(","):
             model = []
@@ -123,6 +215,31 @@ def main(argv: Sequence[str] | None = None) -> str:
                 log.info("%s", rows[-1])  # each row as soon as it is measured
     table = "\n".join(rows)
     return table
+
+
+def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path) -> str:
+    """The emulation's table, one row per batch size (logged as measured)."""
+    rows = [
+        "| network ms/batch | batch | images | network img/s | post-processing ms/image (1 thread) "
+        "| workers | bound img/s | img/s per pass | ratio (median) |",
+        "| --- " * 9 + "|",
+    ]
+    for batch in (int(b) for b in args.batches.split(",")):
+        cfg = runner.compose_config(
+            "predict",
+            [*overrides, f"data.eval_batch_size={batch}", *args.overrides],
+            work / f"emulated_{batch}",
+        )
+        figures = emulate(cfg, args.emulate_ms, args.passes)
+        rates = figures["rates"]
+        rows.append(
+            f"| {args.emulate_ms:g} | {batch} | {figures['times'].images} | {figures['network_rate']:.1f} "
+            f"| {figures['per_image_ms']:.1f} | {figures['workers']} | {figures['bound']:.1f} "
+            f"| {', '.join(f'{r:.1f}' for r in rates)} | {statistics.median(rates) / figures['bound']:.3f} |"
+        )
+        log.info("%s", rows[-1])
+        log.info("%s", figures["times"].summary("last pass", figures["workers"]))
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Prediction with ONNX Runtime: the exported probability-map network behind ``runners/predict.py``.
 
 The ONNX backend only replaces the network: the same data module (decode, letterbox), normalisation
-(``ocr.data.coding.decode_batch``), post-processor and writers as the PyTorch path run around it
-(``backend=onnx`` in configs/predict.yaml).
+(``ocr.data.coding.decode_batch``), post-processing pipeline (``ocr.inference.pipeline``) and writers as
+the PyTorch path run around it (``backend=onnx`` in configs/predict.yaml).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from ocr.data.coding import decode_batch
-from ocr.lightning_modules.detection_module import Prediction, to_predictions
+from ocr.inference.pipeline import EvalPipeline, PipelineSettings
 from ocr.lightning_modules.loading import inference_trainer, warn_data_mismatch
+from ocr.models.postprocess import DBPostProcessor
 from ocr.types import Batch
 
 __all__ = [
@@ -113,18 +114,21 @@ class OnnxProbabilityMap:
 
 
 class OnnxPredictModule(LightningModule):
-    """``trainer.predict`` with an ONNX Runtime network: the same ``predict_step`` outputs as
-    :class:`~ocr.lightning_modules.detection_module.DetectionModule`.
+    """``trainer.predict`` with an ONNX Runtime network: the same pipeline and kept predictions
+    (``pipeline.predictions``) as :class:`~ocr.lightning_modules.detection_module.DetectionModule`.
 
     Args:
         model_path: ``.onnx`` file from runners/export.py.
-        postprocess: ``postprocess(prob_map, geometry) -> [(polygons, scores), ...]`` in original px.
+        postprocess: the post-processor (probability map -> polygons and scores in original px).
+        pipeline: how post-processing runs (a worker pool, overlapped with the next batch's network).
     """
 
-    def __init__(self, *, model_path: str | Path, postprocess: Any) -> None:
+    def __init__(
+        self, *, model_path: str | Path, postprocess: DBPostProcessor, pipeline: PipelineSettings
+    ) -> None:
         super().__init__()
         self.network = OnnxProbabilityMap(model_path)
-        self.postprocess = postprocess
+        self.pipeline = EvalPipeline(settings=pipeline, postprocess=postprocess)
         log.info("ONNX Runtime session for %s", model_path)
 
     def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
@@ -133,8 +137,21 @@ class OnnxPredictModule(LightningModule):
     def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
         return decode_batch(batch, channels_last=False)
 
-    def predict_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:
-        return to_predictions(self.network(batch["images"]), batch, self.postprocess)
+    def on_predict_epoch_start(self) -> None:
+        self.pipeline.start(device=self.device, cleval=None, keep_predictions=True)
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> None:
+        # ONNX Runtime releases the GIL while it runs, so thread workers overlap with it as well.
+        self.pipeline.begin_step()
+        with self.pipeline.network(self.device):
+            prob_map = self.network(batch["images"])
+        self.pipeline.submit_probabilities(prob_map, batch, scored=False)
+
+    def on_predict_epoch_end(self) -> None:
+        self.pipeline.finish()
+
+    def teardown(self, stage: str) -> None:
+        self.pipeline.close()
 
 
 def onnx_for_inference(cfg: DictConfig) -> tuple[OnnxPredictModule, L.Trainer]:
@@ -153,7 +170,11 @@ def onnx_for_inference(cfg: DictConfig) -> tuple[OnnxPredictModule, L.Trainer]:
             "backend=onnx: expected onnx_model=<file.onnx> (written by runners/export.py), got null"
         )
     warn_data_mismatch(read_sidecar(cfg.onnx_model), cfg.data)
-    module = OnnxPredictModule(model_path=cfg.onnx_model, postprocess=instantiate(cfg.postprocess))
+    module = OnnxPredictModule(
+        model_path=cfg.onnx_model,
+        postprocess=instantiate(cfg.postprocess),
+        pipeline=instantiate(cfg.pipeline),
+    )
     trainer = inference_trainer(
         cfg.trainer, accelerator="cpu", devices=1, strategy="auto", precision="32-true"
     )

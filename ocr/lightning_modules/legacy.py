@@ -22,12 +22,24 @@ _OLD_MODULE_KEYS = ("optimizer", "scheduler")
 # ``data.synthetic`` keys added since, with the value that describes the sets generated before them.
 _NEW_SYNTHETIC_KEYS = {"style": "basic", "granularity": "word"}
 
+# Keys and groups added since, with the values that describe how the runs before them evaluated: the
+# square letterbox, and post-processing in the main thread after each batch.
+_NEW_EVAL_TRANSFORM_KEYS: dict[str, Any] = {"pad_multiple": None}
+_NEW_GROUPS: dict[str, dict[str, Any]] = {
+    "pipeline": {
+        "_target_": "ocr.inference.pipeline.PipelineSettings",
+        "kind": "inline",
+        "workers": 0,
+        "max_pending_batches": 1,
+    }
+}
+
 
 def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
     """A copy of a stored run config with moved ``_target_`` paths renamed (:data:`TARGET_ALIASES`) and
     the old ``module.optimizer``/``module.scheduler`` copies of the ``optimizer``/``scheduler`` groups
-    dropped, and ``data.synthetic`` given the keys added since (:data:`_NEW_SYNTHETIC_KEYS`); each change
-    is logged once."""
+    dropped, ``data.synthetic`` and ``data.eval_transform`` given the keys added since, and the groups
+    added since (``pipeline``) with the values of before; each change is logged once."""
     changes: list[str] = []
     upgraded = _rename_targets(run_config, "", changes)
     module = upgraded.get("module")
@@ -43,6 +55,16 @@ def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
             if key not in synthetic:
                 synthetic[key] = value
                 changes.append(f"data.synthetic.{key}: {value} (the only one before)")
+    eval_transform = data.get("eval_transform") if isinstance(data, dict) else None
+    if isinstance(eval_transform, dict):
+        for key, before in _NEW_EVAL_TRANSFORM_KEYS.items():
+            if key not in eval_transform:
+                eval_transform[key] = before
+                changes.append(f"data.eval_transform.{key}: {before} (the square letterbox of before)")
+    for group, default in _NEW_GROUPS.items():
+        if group not in upgraded:
+            upgraded[group] = dict(default)
+            changes.append(f"{group}: {default} (as before the group existed)")
     if changes:
         log.warning("The stored run config was written by an older version; upgraded: %s", "; ".join(changes))
     return upgraded
