@@ -31,6 +31,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from torch.utils.data import DataLoader
 from ocr.data.coding import decode_batch
 from ocr.inference.device_maps import maps_to_host
 from ocr.inference.host_work import HostWork, ImageJob
+from ocr.inference.pipeline import EvalPipeline, PipelineSettings
 from ocr.lightning_modules.build import build_module
 from ocr.types import Batch, DBOutput
 from ocr.utils import runner
@@ -101,49 +103,67 @@ def _as_is(batch: Batch) -> Batch:
     return batch
 
 
-def emulate(cfg: DictConfig, ms_per_batch: float, passes: int) -> dict[str, Any]:
-    """Emulated-network prediction of ``cfg`` (see the module docstring); returns the figures.
+@dataclass
+class Emulation:
+    """What the emulated passes run: the predict module and trainer, the batches (pixels dropped), the
+    real network's logits of each and each one's device time."""
 
-    ``ms_per_batch`` is the device time of a full batch of ``long_side`` squares; a batch of fewer or
-    smaller inputs (``data.eval_transform.pad_multiple``) takes it in proportion to its pixels."""
+    module: Any
+    trainer: Any
+    batches: list[Batch]
+    logits: list[Tensor]
+    device_s: list[float]
+
+    @property
+    def images(self) -> int:
+        """Images per pass."""
+        return sum(len(b["image_id"]) for b in self.batches)
+
+
+def prepare_emulation(cfg: DictConfig, ms_per_batch: float) -> Emulation:
+    """Run the real network once over ``cfg``'s images. ``ms_per_batch`` is the device time of a full batch
+    of ``long_side`` squares; a batch of fewer or smaller inputs (``data.eval_transform.pad_multiple``)
+    takes it in proportion to its pixels."""
     datamodule, module, trainer = runner.load_runner("predict").prepare(cfg)
     batches = list(datamodule.predict_dataloader())
     with torch.inference_mode():
         logits = [
             module(decode_batch(b, channels_last=module.channels_last)["images"]).prob_logits for b in batches
         ]
-    work = HostWork(postprocess=module.pipeline.postprocess, cleval=None, tables={})
-    seconds = []
-    for batch, batch_logits in zip(batches, logits, strict=True):
-        maps = maps_to_host(batch_logits, module.pipeline.postprocess.thresh)
-        for i, (image_id, geometry) in enumerate(zip(batch["image_id"], batch["geometry"], strict=True)):
-            seconds.append(work(ImageJob(image_id, geometry, None, 0), maps.image(i)).seconds)
-    images = sum(len(b["image_id"]) for b in batches)
-    # The images' pixels are not read any more: a placeholder keeps the batches small.
-    light = [dict(b, images=b["images"][:, :, :1, :1].contiguous()) for b in batches]
     full = cfg.data.eval_batch_size * cfg.data.eval_transform.long_side**2
     device_s = [ms_per_batch / 1000.0 * b["images"].numel() / 3 / full for b in batches]
     module.net = EmulatedNetwork(logits, device_s)
-    loader = DataLoader(light, batch_size=None, collate_fn=_as_is)  # type: ignore[arg-type]
+    # The pixels are not read any more: a placeholder keeps the batches small.
+    light: list[Any] = [dict(b, images=b["images"][:, :, :1, :1].contiguous()) for b in batches]
+    return Emulation(module, trainer, light, logits, device_s)
+
+
+def postprocess_seconds(emulation: Emulation) -> float:
+    """Mean post-processing time per image in this thread, on the real maps."""
+    postprocess = emulation.module.pipeline.postprocess
+    work = HostWork(postprocess=postprocess, cleval=None, tables={})
+    seconds = []
+    for batch, logits in zip(emulation.batches, emulation.logits, strict=True):
+        maps = maps_to_host(logits, postprocess.thresh)
+        for i, (image_id, geometry) in enumerate(zip(batch["image_id"], batch["geometry"], strict=True)):
+            seconds.append(work(ImageJob(image_id, geometry, None, 0), maps.image(i)).seconds)
+    return statistics.fmean(seconds)
+
+
+def emulated_rates(emulation: Emulation, settings: PipelineSettings, passes: int) -> tuple[list[float], Any]:
+    """Images per second of each timed pass (after a warm-up pass) with the pipeline ``settings``, and the
+    last pass's :class:`~ocr.inference.pipeline.StageTimes`."""
+    module = emulation.module
+    module.pipeline.close()
+    module.pipeline = EvalPipeline(settings=settings, postprocess=module.pipeline.postprocess)
+    loader = DataLoader(emulation.batches, batch_size=None, collate_fn=_as_is)  # type: ignore[arg-type]
     rates = []
     for index in range(passes + 1):
         start = time.perf_counter()
-        trainer.predict(module, dataloaders=loader, return_predictions=False)
+        emulation.trainer.predict(module, dataloaders=loader, return_predictions=False)
         if index > 0:
-            rates.append(images / (time.perf_counter() - start))
-    settings = module.pipeline.settings
-    workers = max(1, settings.workers) if settings.kind != "inline" else 1
-    per_image = statistics.fmean(seconds)
-    network_rate = images / sum(device_s)
-    bound = min(network_rate, workers / per_image)
-    return {
-        "per_image_ms": per_image * 1000.0,
-        "network_rate": network_rate,
-        "workers": f"{settings.workers} {settings.kind}" if settings.kind != "inline" else "inline",
-        "bound": bound,
-        "rates": rates,
-        "times": module.pipeline.times,
-    }
+            rates.append(emulation.images / (time.perf_counter() - start))
+    return rates, module.pipeline.times
 
 
 def main(argv: Sequence[str] | None = None) -> str:
@@ -162,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("--workers", type=int, default=None, help="data.num_workers; default: the config's")
     parser.add_argument(
         "--emulate-ms", type=float, default=None, help="emulate a network of this device time per batch (ms)"
+    )
+    parser.add_argument(
+        "--pools", default=None, help="emulation: pools to compare, kind:workers,... (default: the config's)"
     )
     parser.add_argument(
         "overrides", nargs="*", help="extra Hydra overrides for predict (and the random ckpt)"
@@ -218,10 +241,10 @@ def main(argv: Sequence[str] | None = None) -> str:
 
 
 def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path) -> str:
-    """The emulation's table, one row per batch size (logged as measured)."""
+    """The emulation's table, one row per batch size and pool (logged as measured)."""
     rows = [
         "| network ms/batch | batch | images | network img/s | post-processing ms/image (1 thread) "
-        "| workers | bound img/s | img/s per pass | ratio (median) |",
+        "| pool | bound img/s | img/s per pass | ratio (median) |",
         "| --- " * 9 + "|",
     ]
     for batch in (int(b) for b in args.batches.split(",")):
@@ -230,17 +253,23 @@ def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path) ->
             [*overrides, f"data.eval_batch_size={batch}", *args.overrides],
             work / f"emulated_{batch}",
         )
-        figures = emulate(cfg, args.emulate_ms, args.passes)
-        rates = figures["rates"]
-        rows.append(
-            f"| {args.emulate_ms:g} | {batch} | {figures['times'].images} | {figures['network_rate']:.1f} "
-            f"| {figures['per_image_ms']:.1f} | {figures['workers']} | {figures['bound']:.1f} "
-            f"| {', '.join(f'{r:.1f}' for r in rates)} | {statistics.median(rates) / figures['bound']:.3f} |"
-        )
-        log.info("%s", rows[-1])
-        log.info("%s", figures["times"].summary("last pass", figures["workers"]))
+        emulation = prepare_emulation(cfg, args.emulate_ms)
+        network_rate = emulation.images / sum(emulation.device_s)
+        pools = args.pools.split(",") if args.pools else [f"{cfg.pipeline.kind}:{cfg.pipeline.workers}"]
+        for pool in pools:
+            kind, workers = pool.split(":")
+            settings = PipelineSettings(
+                kind=kind, workers=int(workers), max_pending_batches=cfg.pipeline.max_pending_batches
+            )
+            per_image = postprocess_seconds(emulation)  # next to the passes it bounds: the load drifts
+            bound = min(network_rate, max(1, settings.workers) / per_image)
+            rates, times = emulated_rates(emulation, settings, args.passes)
+            rows.append(
+                f"| {args.emulate_ms:g} | {batch} | {emulation.images} | {network_rate:.1f} "
+                f"| {per_image * 1000:.1f} | {kind} x {workers} | {bound:.1f} "
+                f"| {', '.join(f'{r:.1f}' for r in rates)} | {statistics.median(rates) / bound:.3f} |"
+            )
+            log.info("%s", rows[-1])
+            log.info("%s", times.summary(f"last pass, {kind} x {workers}", emulation.module.pipeline.workers))
+        emulation.module.pipeline.close()
     return "\n".join(rows)
-
-
-if __name__ == "__main__":
-    main()

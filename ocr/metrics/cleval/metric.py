@@ -64,8 +64,6 @@ class CLEvalMetric(Metric):
         self.options = options
         for name in (*_SUMMED_FIELDS, "num_images"):
             self.add_state(name, default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        # The bookkeeping torchmetrics wraps `update` in (update count, compute cache), for this second entry.
-        self.add_results = self._wrap_update(self.add_results)  # type: ignore[method-assign]
 
     def update(
         self,
@@ -80,13 +78,16 @@ class CLEvalMetric(Metric):
             ValueError: lists of different lengths or a malformed polygon (naming the batch image).
         """
         labels = [f"batch image {i}" for i in range(len(gt_polygons))]
-        self.add_results(
-            evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, self.options, labels)
-        )
+        self._add(evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, self.options, labels))
 
     def add_results(self, results: Sequence[ImageResult]) -> None:
         """Add a batch of per-image results scored elsewhere (``ocr.inference``'s workers) with this
         metric's options, as :meth:`update` adds the ones it scores."""
+        # Through the bookkeeping torchmetrics wraps `update` in (update count, compute cache); wrapped
+        # per call, as a wrapper kept in an attribute would stay bound to the original through clone().
+        self._wrap_update(self._add)(results)
+
+    def _add(self, results: Sequence[ImageResult]) -> None:
         # One addition per state and batch: the states live on the module's device.
         for state, field in _SUMMED_FIELDS.items():
             getattr(self, state).add_(sum(getattr(r, field) for r in results))
