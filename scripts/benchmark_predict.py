@@ -31,9 +31,8 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -45,7 +44,8 @@ from ocr.inference.device_maps import maps_to_host
 from ocr.inference.host_work import HostWork, ImageJob
 from ocr.inference.pipeline import EvalPipeline, PipelineSettings
 from ocr.lightning_modules.build import build_module
-from ocr.types import Batch, DBOutput
+from ocr.lightning_modules.prob_cache import ProbCache
+from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput
 from ocr.utils import runner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def time_predict(cfg: DictConfig, passes: int) -> list[float]:
     rates = []
     for index in range(passes + 1):
         start = time.perf_counter()
-        trainer.predict(module, datamodule=datamodule, return_predictions=True)
+        trainer.predict(module, datamodule=datamodule, return_predictions=False)
         if torch.cuda.is_available() and cfg.trainer.accelerator != "cpu":
             torch.cuda.synchronize()
         if index > 0:
@@ -103,8 +103,7 @@ def _as_is(batch: Batch) -> Batch:
     return batch
 
 
-@dataclass
-class Emulation:
+class Emulation(NamedTuple):
     """What the emulated passes run: the predict module and trainer, the batches (pixels dropped), the
     real network's logits of each and each one's device time."""
 
@@ -120,21 +119,50 @@ class Emulation:
         return sum(len(b["image_id"]) for b in self.batches)
 
 
-def prepare_emulation(cfg: DictConfig, ms_per_batch: float) -> Emulation:
-    """Run the real network once over ``cfg``'s images. ``ms_per_batch`` is the device time of a full batch
-    of ``long_side`` squares; a batch of fewer or smaller inputs (``data.eval_transform.pad_multiple``)
-    takes it in proportion to its pixels."""
+def network_logits(module: Any, images: Tensor, chunk: int) -> Tensor:
+    """(B, 1, H, W) probability logits of (B, 3, H, W) normalised images, ``chunk`` images per forward pass
+    (a batch of 16 at 1024 px would need tens of GB of activations on the CPU)."""
+    with torch.inference_mode():
+        return torch.cat([module(images[i : i + chunk]).prob_logits for i in range(0, len(images), chunk)])
+
+
+def maps_cache(directory: Path, cfg: DictConfig, sources: list[str]) -> ProbCache:
+    """The network's logits per image on disk, keyed by the checkpoint file, the images and the eval
+    transform, so that another emulation of the same maps skips the network (a CPU pass at 1024 px takes
+    seconds per image)."""
+    ckpt = Path(cfg.ckpt).resolve()
+    key = {
+        "ckpt": [str(ckpt), ckpt.stat().st_size, ckpt.stat().st_mtime_ns],
+        "images": sources,
+        "eval_transform": OmegaConf.to_container(cfg.data.eval_transform, resolve=True),
+        "precision": str(cfg.trainer.precision),
+    }
+    return ProbCache(directory, lambda: key)
+
+
+def prepare_emulation(cfg: DictConfig, ms_per_batch: float, cache: ProbCache | None) -> Emulation:
+    """Run the real network once over ``cfg``'s images (or read its logits from ``cache``). ``ms_per_batch``
+    is the device time of a full batch of ``long_side`` squares; a batch of fewer or smaller inputs
+    (``data.eval_transform.pad_multiple``) takes it in proportion to its pixels."""
     datamodule, module, trainer = runner.load_runner("predict").prepare(cfg)
     batches = list(datamodule.predict_dataloader())
-    with torch.inference_mode():
-        logits = [
-            module(decode_batch(b, channels_last=module.channels_last)["images"]).prob_logits for b in batches
-        ]
+    logits = []
+    for batch in batches:
+        decoded = decode_batch(batch, channels_last=module.channels_last)
+        if cache is None:
+            logits.append(network_logits(module, decoded["images"], chunk=2))
+        else:
+            logits.append(cache.prob_logits(decoded, lambda images: network_logits(module, images, chunk=2)))
+    if cache is not None:
+        log.info("%s", cache.summary())
     full = cfg.data.eval_batch_size * cfg.data.eval_transform.long_side**2
     device_s = [ms_per_batch / 1000.0 * b["images"].numel() / 3 / full for b in batches]
     module.net = EmulatedNetwork(logits, device_s)
-    # The pixels are not read any more: a placeholder keeps the batches small.
-    light: list[Any] = [dict(b, images=b["images"][:, :, :1, :1].contiguous()) for b in batches]
+    # The pixels and the (zero) target maps are not read any more: 1x1 placeholders keep the batches small,
+    # so that the host does not decode what a GPU would (the host's share is the host's work only).
+    light: list[Any] = [
+        dict(b, **{key: b[key][:, :, :1, :1].contiguous() for key in BATCH_TENSOR_KEYS}) for b in batches
+    ]
     return Emulation(module, trainer, light, logits, device_s)
 
 
@@ -184,6 +212,12 @@ def main(argv: Sequence[str] | None = None) -> str:
         "--emulate-ms", type=float, default=None, help="emulate a network of this device time per batch (ms)"
     )
     parser.add_argument(
+        "--maps-cache",
+        type=Path,
+        default=None,
+        help="emulation: keep the network's logits per image in this folder for the next emulation",
+    )
+    parser.add_argument(
         "--pools", default=None, help="emulation: pools to compare, kind:workers,... (default: the config's)"
     )
     parser.add_argument(
@@ -206,7 +240,9 @@ def main(argv: Sequence[str] | None = None) -> str:
             data += [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
         ckpt = args.ckpt or random_checkpoint(work / "random.ckpt", [hardware, *args.overrides])
         if args.emulate_ms is not None:
-            return emulated_rows(args, [hardware, *data, f"ckpt={ckpt}", f"image_dir={images}"], work)
+            sources = [str(args.images.resolve() / name) for name in names]
+            fixed = [hardware, *data, f"ckpt={ckpt}", f"image_dir={images}"]
+            return emulated_rows(args, fixed, work, sources)
         rows = ["| backend | device | batch | long side | images | img/s per pass |", "| --- " * 6 + "|"]
         for backend in args.backends.split(","):
             model = []
@@ -240,11 +276,12 @@ def main(argv: Sequence[str] | None = None) -> str:
     return table
 
 
-def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path) -> str:
-    """The emulation's table, one row per batch size and pool (logged as measured)."""
+def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path, sources: list[str]) -> str:
+    """The emulation's table, one row per batch size and pool (logged as measured); ``sources`` are the
+    images' paths (the maps cache's key)."""
     rows = [
-        "| network ms/batch | batch | images | network img/s | post-processing ms/image (1 thread) "
-        "| pool | bound img/s | img/s per pass | ratio (median) |",
+        "| network ms/batch | batch | images | network img/s | post-processing ms/image (1 thread, "
+        "before/after) | pool | bound img/s | img/s per pass | ratio (median) |",
         "| --- " * 9 + "|",
     ]
     for batch in (int(b) for b in args.batches.split(",")):
@@ -253,7 +290,8 @@ def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path) ->
             [*overrides, f"data.eval_batch_size={batch}", *args.overrides],
             work / f"emulated_{batch}",
         )
-        emulation = prepare_emulation(cfg, args.emulate_ms)
+        cache = None if args.maps_cache is None else maps_cache(args.maps_cache, cfg, sources)
+        emulation = prepare_emulation(cfg, args.emulate_ms, cache)
         network_rate = emulation.images / sum(emulation.device_s)
         pools = args.pools.split(",") if args.pools else [f"{cfg.pipeline.kind}:{cfg.pipeline.workers}"]
         for pool in pools:
@@ -261,15 +299,22 @@ def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path) ->
             settings = PipelineSettings(
                 kind=kind, workers=int(workers), max_pending_batches=cfg.pipeline.max_pending_batches
             )
-            per_image = postprocess_seconds(emulation)  # next to the passes it bounds: the load drifts
-            bound = min(network_rate, max(1, settings.workers) / per_image)
+            # Measured right before and after the passes it bounds (the load drifts): their mean.
+            before = postprocess_seconds(emulation)
             rates, times = emulated_rates(emulation, settings, args.passes)
+            after = postprocess_seconds(emulation)
+            per_image = (before + after) / 2
+            bound = min(network_rate, max(1, settings.workers) / per_image)
             rows.append(
                 f"| {args.emulate_ms:g} | {batch} | {emulation.images} | {network_rate:.1f} "
-                f"| {per_image * 1000:.1f} | {kind} x {workers} | {bound:.1f} "
+                f"| {before * 1000:.1f} / {after * 1000:.1f} | {kind} x {workers} | {bound:.1f} "
                 f"| {', '.join(f'{r:.1f}' for r in rates)} | {statistics.median(rates) / bound:.3f} |"
             )
             log.info("%s", rows[-1])
             log.info("%s", times.summary(f"last pass, {kind} x {workers}", emulation.module.pipeline.workers))
         emulation.module.pipeline.close()
     return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -151,6 +151,8 @@ def quiet_third_party() -> None:
     """Defaults for a clean console: no albumentations update check; PROJECT_ROOT for ``paths``."""
     # The module moves only the tensors of a batch on purpose (polygons and geometry stay on the host).
     warnings.filterwarnings("ignore", message=r".*You have overridden `\w+` in `LightningModule`.*")
+    # predict_step returns nothing on purpose: predictions arrive through the module's pipeline.
+    warnings.filterwarnings("ignore", message=r"predict returned None if it was on purpose.*")
     # Lightning's own pytree helper on newer torch: not actionable for users.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")

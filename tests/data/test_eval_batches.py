@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hydra.utils import instantiate
 from PIL import Image
 
 from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
@@ -16,6 +17,7 @@ from ocr.data.scan import load_source
 from ocr.data.transforms import EvalTransform, SourceImage, resize_by
 from ocr.geometry import to_original
 from ocr.types import Geometry
+from ocr.utils.runner import compose_config
 from tests.helpers.receipt_fixtures import MEAN, STD, TARGETS, block_words, write_split
 
 
@@ -101,3 +103,49 @@ def test_an_unreadable_predict_image_gets_a_blank_of_its_planned_size(tmp_path: 
     samples = [folder[i] for i in range(len(folder))]
     assert [tuple(s["image"].shape[1:]) for s in samples] == planned == [(128, 64), (128, 64)]
     assert isinstance(samples[0]["geometry"], Geometry) and samples[0]["geometry"].orig_width == 60
+
+
+@pytest.mark.parametrize("pad_multiple", [32, None])
+def test_val_test_and_predict_loaders_of_the_receipts_config(
+    tmp_path: Path, pad_multiple: int | None
+) -> None:
+    """Every image once, in batches of one input size; without ``pad_multiple`` the batches are the plain
+    consecutive ones of before (all squares)."""
+    names = {
+        "a.png": (60, 128),
+        "b.png": (90, 120),
+        "c.png": (40, 100),
+        "d.png": (80, 110),
+        "e.png": (50, 90),
+    }
+    for split in ("val", "test"):
+        write_split(tmp_path, split, {name: block_words() for name in names}, create=False)
+        for name, (width, height) in names.items():
+            Image.new("RGB", (width, height), (255, 255, 255)).save(tmp_path / "images" / split / name)
+    overrides = [
+        "data=receipts",
+        f"data.root={tmp_path}",
+        "data.eval_transform.long_side=128",
+        f"data.eval_transform.pad_multiple={'null' if pad_multiple is None else pad_multiple}",
+        "data.eval_batch_size=2",
+        "data.num_workers=0",
+        "data.persistent_workers=false",
+        "data.pin_memory=false",
+    ]
+    datamodule = instantiate(compose_config("train", overrides).data)
+    loaders = [datamodule.val_dataloader(), datamodule.test_dataloader(), datamodule.predict_dataloader()]
+    for loader in loaders:
+        batches = [(tuple(b["images"].shape[2:]), b["image_id"]) for b in loader]
+        assert sorted(i for _, ids in batches for i in ids) == sorted(names)
+        if pad_multiple is None:
+            assert batches == [
+                ((128, 128), ["a.png", "b.png"]),
+                ((128, 128), ["c.png", "d.png"]),
+                ((128, 128), ["e.png"]),
+            ]
+        else:
+            assert batches == [
+                ((128, 64), ["a.png", "c.png"]),
+                ((128, 96), ["b.png", "d.png"]),
+                ((128, 96), ["e.png"]),
+            ]

@@ -3,6 +3,9 @@ batch order and identical to post-processing and scoring in the calling thread."
 
 from __future__ import annotations
 
+import re
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -124,3 +127,33 @@ def test_16_bit_logit_codes_decode_to_the_float32_probabilities(dtype: torch.dty
     # their vector body and scalar tail; CUDA applies one).
     np.testing.assert_allclose(coded[5:30, 7:41], expected[5:30, 7:41], rtol=2e-7, atol=0)
     assert coded.shape == (40, 50) and coded[:, :].dtype == np.float32
+
+
+def test_the_stage_times_add_up_where_the_time_went() -> None:
+    """Data between steps, the network inside ``network()``, worker seconds per image, the caller's waits;
+    the closing line says them all (a sleep stands in for each stage: each figure is at least its sleeps)."""
+    pipeline = EvalPipeline(
+        settings=PipelineSettings(kind="inline", workers=0, max_pending_batches=1), postprocess=POSTPROCESS
+    )
+    pipeline.start(device=torch.device("cpu"), cleval=None, keep_predictions=False)
+    for seed in range(3):
+        time.sleep(0.02)  # the loader
+        pipeline.begin_step()
+        with pipeline.network(torch.device("cpu")):
+            time.sleep(0.03)
+        pipeline.submit_logits(*_batch(seed), scored=False)
+    pipeline.finish()
+    pipeline.close()
+    times = pipeline.times
+    assert times.images == 6 and times.data >= 0.06 and times.network >= 0.09
+    assert 0 < times.postprocess <= times.waited  # inline: the main thread did the work itself
+    assert times.wall >= times.data + times.network + times.waited
+    line = times.summary("predict", pipeline.workers, writing=0.5)
+    assert re.fullmatch(
+        r"predict: 6 images in [\d.]+ s, [\d.]+ img/s \| data 0\.\d s, network 0\.\d s, post-processing "
+        r"[\d.]+ s in the main thread \(main thread waited [\d.]+ s\), writing 0\.5 s",
+        line,
+    ), line
+    rate = float(re.search(r"([\d.]+) img/s", line)[1])  # type: ignore[index]
+    assert rate == pytest.approx(6 / (times.wall + 0.5), abs=0.01)
+    assert "writing" not in times.summary("test", "2 process workers")
