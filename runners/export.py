@@ -59,6 +59,7 @@ def export(cfg: DictConfig) -> dict[str, str]:
         mean=data.eval_transform.mean,
         std=data.eval_transform.std,
         fill=data.eval_transform.fill,
+        pad_multiple=None,  # the parity batch stacks several images: one square size
     )
     image_dir = cfg.parity.image_dir or str(Path(data.root) / "images" / data.test_split)
     model_path = export_onnx(module.net, cfg.output, sample_size=transform.long_side, opset=cfg.opset)

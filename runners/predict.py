@@ -14,6 +14,7 @@ unreadable image gets an empty row and no overlay. Under DDP, rank 0 gathers and
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import hydra
@@ -72,10 +73,12 @@ def predict(cfg: DictConfig) -> dict[str, str]:
     directory = run_dir(cfg)
     datamodule, module, trainer = prepare(cfg)
     save_config(cfg, directory)  # with the settings taken from the checkpoint
-    collector = attach_report_collector(trainer, cfg.report.prob_long_side) if cfg.report.enabled else None
+    pipeline = module.pipeline
+    collector = attach_report_collector(pipeline, cfg.report.prob_long_side) if cfg.report.enabled else None
     # Under DDP each rank predicts its share of the images; rank 0 writes them all, once.
-    batches = trainer.predict(module, datamodule=datamodule, return_predictions=True) or []  # never None here
-    predictions = gather_predictions([p for batch in batches for p in batch])
+    trainer.predict(module, datamodule=datamodule, return_predictions=False)
+    writing_started = time.perf_counter()
+    predictions = gather_predictions(pipeline.predictions)
     records = collector.records() if collector is not None else None
     if predictions is None:
         return {}
@@ -88,8 +91,10 @@ def predict(cfg: DictConfig) -> dict[str, str]:
         paths["report"] = str(
             write_report(directory, records, cfg.image_dir, None, f"Predictions: {model_name(cfg)}")
         )
+    writing = time.perf_counter() - writing_started
     for kind, path in paths.items():
         print(f"{kind}: {path}")
+    print(pipeline.times.summary("predict", pipeline.workers, writing))
     print(f"Run directory: {directory}")
     return paths
 

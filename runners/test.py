@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 import hydra
 from hydra.utils import instantiate
@@ -46,12 +47,13 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     save_config(cfg, directory)
     module, trainer = restore_for_inference(cfg, checkpoint)
     module.prob_cache = open_prob_cache(cfg, directory)
-    # Probability maps reach the report from forward passes, which a cache hit skips.
-    prob_long_side = 0 if module.prob_cache is not None else cfg.report.prob_long_side
-    collector = attach_report_collector(trainer, prob_long_side) if cfg.report.enabled else None
+    collector = (
+        attach_report_collector(module.pipeline, cfg.report.prob_long_side) if cfg.report.enabled else None
+    )
     datamodule = instantiate(cfg.data)
     run = trainer.test if cfg.split == "test" else trainer.validate
     results = run(module, datamodule=datamodule)[0]
+    writing_started = time.perf_counter()
     metrics = {k: float(v) for k, v in results.items()}
     if module.prob_cache is not None:
         log.info(module.prob_cache.summary())
@@ -67,7 +69,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         print(f"errors: {write_analysis(directory, analysis)}")
         page = write_report(directory, records, image_dir, options, f"{title}: {cfg.ckpt}", analysis)
         print(f"report: {page}")
+    writing = time.perf_counter() - writing_started
     print(format_metrics(metrics, title))
+    print(module.pipeline.times.summary(cfg.split, module.pipeline.workers, writing))
     print(f"Run directory: {directory}")
     return metrics
 

@@ -54,7 +54,11 @@ from omegaconf import OmegaConf
 
 from ocr.data import collate  # looked up at each call, so the collate stage can wrap it
 from ocr.data.coding import decode_batch
-from ocr.machine.hardware import register_resolvers
+
+try:
+    from ocr.machine.hardware import register_resolvers
+except ImportError:  # a checkout before ocr/machine (measured with --loader for a before/after)
+    from ocr.utils.hardware import register_resolvers  # type: ignore[no-redef]
 
 # The checkout whose ``ocr`` package runs (its configs too): run from another checkout's environment, the
 # script measures that checkout (docs/benchmarks.md measures the starting commit this way).

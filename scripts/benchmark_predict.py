@@ -1,7 +1,10 @@
-"""Prediction throughput of runners/predict.py's path, end to end, PyTorch vs ONNX Runtime.
+"""Prediction throughput of runners/predict.py's path, end to end, PyTorch vs ONNX Runtime; or, with
+``--emulate-ms``, the overlap of post-processing with a network of a given speed.
 
     uv run python scripts/benchmark_predict.py --ckpt <run>/checkpoints/best.ckpt            # CPU
     uv run python scripts/benchmark_predict.py --device cuda --ckpt ... --backends torch     # a GPU
+    uv run python scripts/benchmark_predict.py --ckpt ... --emulate-ms 29.9 --batches 16 \
+        pipeline.kind=process pipeline.workers=2                                              # emulated
 
 Times ``trainer.predict`` on the objects ``runners/predict.py`` builds (``prepare``): decode, letterbox
 and normalisation in the DataLoader, the network, post-processing and polygons in original px; writing
@@ -10,6 +13,13 @@ over the images; one Markdown row each. Without ``--ckpt`` a randomly initialise
 used (its maps hold almost no text, so post-processing costs less than with a trained model). The ONNX
 backend exports the checkpoint first (runners/export.py, parity checked on the same images). On CUDA
 the PyTorch backend uses ``hardware=auto`` (bf16 autocast where the GPU has it, channels_last).
+
+Emulation (``--emulate-ms``, PyTorch backend): the checkpoint's network computes each batch's maps once;
+then ``trainer.predict`` runs the predict module with the network replaced by a fixed device time per
+batch (a sleep, during which the host is free, as while a GPU computes) that returns those maps, on
+batches read from memory (the data pipeline is not measured). The post-processing is real: each image
+once in this thread gives its time per image, and the emulated passes show how much of
+``min(network rate, workers / time per image)`` the pipeline reaches.
 """
 
 from __future__ import annotations
@@ -17,15 +27,26 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
+import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
 
+from ocr.data.coding import decode_batch, move_batch
+from ocr.evaluation.device_maps import maps_to_host
+from ocr.evaluation.host_work import HostWork, ImageJob
+from ocr.evaluation.pipeline import EvalPipeline, PipelineSettings
 from ocr.lightning_modules.build import build_module
+from ocr.lightning_modules.prob_cache import ProbCache
+from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput
 from ocr.utils import runner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,12 +72,143 @@ def time_predict(cfg: DictConfig, passes: int) -> list[float]:
     rates = []
     for index in range(passes + 1):
         start = time.perf_counter()
-        trainer.predict(module, datamodule=datamodule, return_predictions=True)
+        trainer.predict(module, datamodule=datamodule, return_predictions=False)
         if torch.cuda.is_available() and cfg.trainer.accelerator != "cpu":
             torch.cuda.synchronize()
         if index > 0:
             rates.append(count / (time.perf_counter() - start))
     return rates
+
+
+class EmulatedNetwork(nn.Module):
+    """Stands in for the network: waits the device time of each batch, then returns the next of
+    ``prob_logits`` (the real network's, in batch order).
+
+    Args:
+        prob_logits: (B, 1, H, W) per batch.
+        seconds: device time per batch, in batch order.
+    """
+
+    def __init__(self, prob_logits: list[Tensor], seconds: list[float]) -> None:
+        super().__init__()
+        self.prob_logits, self.seconds, self.calls = prob_logits, seconds, 0
+
+    def forward(self, images: Tensor) -> DBOutput:
+        index = self.calls % len(self.prob_logits)
+        time.sleep(self.seconds[index])
+        self.calls += 1
+        return DBOutput(self.prob_logits[index], self.prob_logits[index], self.prob_logits[index])
+
+
+def _as_is(batch: Batch) -> Batch:
+    return batch
+
+
+class MemoryBatches(L.LightningDataModule):
+    """Predict batches read from memory, moved as the datamodule moves them (the tensors only: Lightning's
+    generic transfer refuses the frozen geometry records); not decoded, the emulated network reads no
+    pixel."""
+
+    def __init__(self, batches: list[Batch]) -> None:
+        super().__init__()
+        self.batches = batches
+
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(self.batches, batch_size=None, collate_fn=_as_is)  # type: ignore[arg-type]
+
+    def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
+        return move_batch(batch, device)
+
+
+class Emulation(NamedTuple):
+    """What the emulated passes run: the predict module and trainer, the batches (pixels dropped), the
+    real network's logits of each and each one's device time."""
+
+    module: Any
+    trainer: Any
+    batches: list[Batch]
+    logits: list[Tensor]
+    device_s: list[float]
+
+    @property
+    def images(self) -> int:
+        """Images per pass."""
+        return sum(len(b["image_id"]) for b in self.batches)
+
+
+def network_logits(module: Any, images: Tensor, chunk: int) -> Tensor:
+    """(B, 1, H, W) probability logits of (B, 3, H, W) normalised images, ``chunk`` images per forward pass
+    (a batch of 16 at 1024 px would need tens of GB of activations on the CPU)."""
+    with torch.inference_mode():
+        return torch.cat([module(images[i : i + chunk]).prob_logits for i in range(0, len(images), chunk)])
+
+
+def maps_cache(directory: Path, cfg: DictConfig, sources: list[str]) -> ProbCache:
+    """The network's logits per image on disk, keyed by the checkpoint file, the images and the eval
+    transform, so that another emulation of the same maps skips the network (a CPU pass at 1024 px takes
+    seconds per image)."""
+    ckpt = Path(cfg.ckpt).resolve()
+    key = {
+        "ckpt": [str(ckpt), ckpt.stat().st_size, ckpt.stat().st_mtime_ns],
+        "images": sources,
+        "eval_transform": OmegaConf.to_container(cfg.data.eval_transform, resolve=True),
+        "precision": str(cfg.trainer.precision),
+    }
+    return ProbCache(directory, lambda: key)
+
+
+def prepare_emulation(cfg: DictConfig, ms_per_batch: float, cache: ProbCache | None) -> Emulation:
+    """Run the real network once over ``cfg``'s images (or read its logits from ``cache``). ``ms_per_batch``
+    is the device time of a full batch of ``long_side`` squares; a batch of fewer or smaller inputs
+    (``data.eval_transform.pad_multiple``) takes it in proportion to its pixels."""
+    datamodule, module, trainer = runner.load_runner("predict").prepare(cfg)
+    batches = list(datamodule.predict_dataloader())
+    logits = []
+    for batch in batches:
+        decoded = decode_batch(batch)
+        if cache is None:
+            logits.append(network_logits(module, decoded["images"], chunk=2))
+        else:
+            logits.append(cache.prob_logits(decoded, lambda images: network_logits(module, images, chunk=2)))
+    if cache is not None:
+        log.info("%s", cache.summary())
+    full = cfg.data.eval_batch_size * cfg.data.eval_transform.long_side**2
+    device_s = [ms_per_batch / 1000.0 * b["images"].numel() / 3 / full for b in batches]
+    module.net = EmulatedNetwork(logits, device_s)
+    # The pixels and the (zero) target maps are not read any more: 1x1 placeholders keep the batches small,
+    # so that the host does not decode what a GPU would (the host's share is the host's work only).
+    light: list[Any] = [
+        dict(b, **{key: b[key][:, :, :1, :1].contiguous() for key in BATCH_TENSOR_KEYS}) for b in batches
+    ]
+    return Emulation(module, trainer, light, logits, device_s)
+
+
+def postprocess_seconds(emulation: Emulation) -> float:
+    """Mean post-processing time per image in this thread, on the real maps."""
+    postprocess = emulation.module.pipeline.postprocess
+    work = HostWork(postprocess=postprocess, cleval=None, tables={})
+    seconds = []
+    for batch, logits in zip(emulation.batches, emulation.logits, strict=True):
+        maps = maps_to_host(logits, postprocess.thresh)
+        for i, (image_id, geometry) in enumerate(zip(batch["image_id"], batch["geometry"], strict=True)):
+            seconds.append(work(ImageJob(image_id, geometry, None, 0), maps.image(i)).seconds)
+    return statistics.fmean(seconds)
+
+
+def emulated_rates(emulation: Emulation, settings: PipelineSettings, passes: int) -> tuple[list[float], Any]:
+    """Images per second of each timed pass (after a warm-up pass) with the pipeline ``settings``, and the
+    last pass's :class:`~ocr.evaluation.pipeline.StageTimes`."""
+    module = emulation.module
+    module.pipeline.close()
+    module.pipeline = EvalPipeline(settings=settings, postprocess=module.pipeline.postprocess)
+    data = MemoryBatches(emulation.batches)
+    rates = []
+    for index in range(passes + 1):
+        start = time.perf_counter()
+        emulation.trainer.predict(module, datamodule=data, return_predictions=False)
+        if index > 0:
+            rates.append(emulation.images / (time.perf_counter() - start))
+    return rates, module.pipeline.times
 
 
 def main(argv: Sequence[str] | None = None) -> str:
@@ -73,6 +225,18 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--passes", type=int, default=2, help="timed passes after one warm-up pass")
     parser.add_argument("--workers", type=int, default=None, help="data.num_workers; default: the config's")
+    parser.add_argument(
+        "--emulate-ms", type=float, default=None, help="emulate a network of this device time per batch (ms)"
+    )
+    parser.add_argument(
+        "--maps-cache",
+        type=Path,
+        default=None,
+        help="emulation: keep the network's logits per image in this folder for the next emulation",
+    )
+    parser.add_argument(
+        "--pools", default=None, help="emulation: pools to compare, kind:workers,... (default: the config's)"
+    )
     parser.add_argument(
         "overrides", nargs="*", help="extra Hydra overrides for predict (and the random ckpt)"
     )
@@ -92,6 +256,10 @@ def main(argv: Sequence[str] | None = None) -> str:
         if args.workers is not None:
             data += [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
         ckpt = args.ckpt or random_checkpoint(work / "random.ckpt", [hardware, *args.overrides])
+        if args.emulate_ms is not None:
+            sources = [str(args.images.resolve() / name) for name in names]
+            fixed = [hardware, *data, f"ckpt={ckpt}", f"image_dir={images}"]
+            return emulated_rows(args, fixed, work, sources)
         rows = ["| backend | device | batch | long side | images | img/s per pass |", "| --- " * 6 + "|"]
         for backend in args.backends.split(","):
             model = []
@@ -125,6 +293,46 @@ def main(argv: Sequence[str] | None = None) -> str:
                 log.info("%s", rows[-1])  # each row as soon as it is measured
     table = "\n".join(rows)
     return table
+
+
+def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path, sources: list[str]) -> str:
+    """The emulation's table, one row per batch size and pool (logged as measured); ``sources`` are the
+    images' paths (the maps cache's key)."""
+    rows = [
+        "| network ms/batch | batch | images | network img/s | post-processing ms/image (1 thread, "
+        "before/after) | pool | bound img/s | img/s per pass | ratio (median) |",
+        "| --- " * 9 + "|",
+    ]
+    for batch in (int(b) for b in args.batches.split(",")):
+        cfg = runner.compose_config(
+            "predict",
+            [*overrides, f"data.eval_batch_size={batch}", *args.overrides],
+            work / f"emulated_{batch}",
+        )
+        cache = None if args.maps_cache is None else maps_cache(args.maps_cache, cfg, sources)
+        emulation = prepare_emulation(cfg, args.emulate_ms, cache)
+        network_rate = emulation.images / sum(emulation.device_s)
+        pools = args.pools.split(",") if args.pools else [f"{cfg.pipeline.kind}:{cfg.pipeline.workers}"]
+        for pool in pools:
+            kind, workers = pool.split(":")
+            settings = PipelineSettings(
+                kind=kind, workers=int(workers), max_pending_batches=cfg.pipeline.max_pending_batches
+            )
+            # Measured right before and after the passes it bounds (the load drifts): their mean.
+            before = postprocess_seconds(emulation)
+            rates, times = emulated_rates(emulation, settings, args.passes)
+            after = postprocess_seconds(emulation)
+            per_image = (before + after) / 2
+            bound = min(network_rate, max(1, settings.workers) / per_image)
+            rows.append(
+                f"| {args.emulate_ms:g} | {batch} | {emulation.images} | {network_rate:.1f} "
+                f"| {before * 1000:.1f} / {after * 1000:.1f} | {kind} x {workers} | {bound:.1f} "
+                f"| {', '.join(f'{r:.1f}' for r in rates)} | {statistics.median(rates) / bound:.3f} |"
+            )
+            log.info("%s", rows[-1])
+            log.info("%s", times.summary(f"last pass, {kind} x {workers}", emulation.module.pipeline.workers))
+        emulation.module.pipeline.close()
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

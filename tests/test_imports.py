@@ -39,11 +39,12 @@ FLOORS = {
     "ocr.models": 3,
     "ocr.metrics": 4,
     "ocr.checkpoints": 4,
-    "ocr.lightning_modules": 5,
-    "ocr.reporting": 6,
-    "ocr.inference": 6,
-    "ocr.debug": 7,
-    "ocr.doctor": 7,
+    "ocr.evaluation": 5,
+    "ocr.lightning_modules": 6,
+    "ocr.reporting": 7,
+    "ocr.inference": 7,
+    "ocr.debug": 8,
+    "ocr.doctor": 8,
 }
 TOOLS = ("ocr.debug", "ocr.doctor")  # run by hand or added by a debug config; training never imports them
 

@@ -31,6 +31,17 @@ _OLD_MODULE_KEYS = ("optimizer", "scheduler")
 _NEW_SYNTHETIC_KEYS = {"style": "basic", "granularity": "word"}
 # ``data`` keys added since, with the value that gives the run's former behaviour.
 _NEW_DATA_KEYS = {"render_on": "worker"}
+# Keys and groups added since, with the values that describe how the runs before them evaluated: the
+# square letterbox, and post-processing in the main thread after each batch.
+_NEW_EVAL_TRANSFORM_KEYS: dict[str, Any] = {"pad_multiple": None}
+_NEW_GROUPS: dict[str, dict[str, Any]] = {
+    "pipeline": {
+        "_target_": "ocr.evaluation.pipeline.PipelineSettings",
+        "kind": "inline",
+        "workers": 0,
+        "max_pending_batches": 1,
+    }
+}
 
 # ``data.train_transform`` keys that moved under ``data.train_transform.photometric`` (issue 24).
 _PHOTOMETRIC_KEYS = (
@@ -51,7 +62,8 @@ def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
     """A copy of a stored run config with moved ``_target_`` paths renamed (:data:`TARGET_ALIASES`) and
     the old ``module.optimizer``/``module.scheduler`` copies of the ``optimizer``/``scheduler`` groups
     dropped, retired top-level keys dropped (``RETIRED_KEYS``), ``data`` and ``data.synthetic`` given the
-    keys added since (:data:`_NEW_DATA_KEYS`, :data:`_NEW_SYNTHETIC_KEYS`) and the photometric keys of
+    keys added since (:data:`_NEW_DATA_KEYS`, :data:`_NEW_SYNTHETIC_KEYS`), ``data.eval_transform`` and
+    the groups added since (``pipeline``) the values of before, and the photometric keys of
     ``data.train_transform`` nested under its ``photometric``; each change is logged once."""
     changes: list[str] = []
     upgraded = _rename_targets(run_config, "", changes)
@@ -83,6 +95,16 @@ def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
         if moved:
             transform["photometric"] = {"_target_": _PHOTOMETRIC_TARGET, **moved}
             changes.append(f"data.train_transform.{{{','.join(moved)}}} -> data.train_transform.photometric")
+    eval_transform = data.get("eval_transform") if isinstance(data, dict) else None
+    if isinstance(eval_transform, dict):
+        for key, before in _NEW_EVAL_TRANSFORM_KEYS.items():
+            if key not in eval_transform:
+                eval_transform[key] = before
+                changes.append(f"data.eval_transform.{key}: {before} (the square letterbox of before)")
+    for group, default in _NEW_GROUPS.items():
+        if group not in upgraded:
+            upgraded[group] = dict(default)
+            changes.append(f"{group}: {default} (as before the group existed)")
     if changes:
         log.warning("The stored run config was written by an older version; upgraded: %s", "; ".join(changes))
     return upgraded

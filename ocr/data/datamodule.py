@@ -25,13 +25,13 @@ import cv2
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_only
 from torch.utils.data import DataLoader, Dataset
 
 from ocr.data.coding import decode_batch, move_batch
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
+from ocr.data.eval_batches import eval_loader
 from ocr.data.stream import LoaderWait, StreamBatches, TrainStream
 from ocr.data.synthetic.generate import generate_dataset, synthetic_settings
 from ocr.data.transforms import Transform
@@ -272,16 +272,22 @@ class ReceiptDataModule(L.LightningDataModule):
         if name not in self.datasets:
             self.setup({"train": "fit", "val": "validate"}.get(name, name))
         dataset = self.datasets[name]
-        sampler = None
-        if not shuffle and torch.distributed.is_available() and torch.distributed.is_initialized():
-            # Lightning's default eval sampler pads with repeated images, which CLEval would count twice.
-            sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)
+        if not shuffle:  # batches of one input size each (ocr.data.eval_batches); DDP: none twice
+            distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+            return eval_loader(
+                dataset,  # type: ignore[arg-type]
+                batch_size=batch_size,
+                world_size=torch.distributed.get_world_size() if distributed else 1,
+                num_workers=self.num_workers,
+                pin_memory=self.pin_memory,
+                persistent_workers=self.persistent_workers,
+                worker_init_fn=seed_worker,
+            )
         return DataLoader(
             dataset,
             batch_size=batch_size,
             shuffle=shuffle,
-            sampler=sampler,
-            drop_last=shuffle and len(dataset) > batch_size,  # type: ignore[arg-type]
+            drop_last=len(dataset) > batch_size,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.persistent_workers,

@@ -11,8 +11,10 @@ targets; with ``render_on=device`` it ships the source region the crop reads and
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -23,11 +25,12 @@ from torch.utils.data import Dataset
 from ocr.data.annotations import load_annotations
 from ocr.data.cache import ImageCache, cache_fingerprint
 from ocr.data.coding import encode_maps
-from ocr.data.images import IMAGE_SUFFIXES, ImageReadError, list_images
+from ocr.data.images import IMAGE_SUFFIXES, ImageReadError, list_images, read_header
 from ocr.data.sanitize import merge_counts, sanitize_polygons
 from ocr.data.scan import ON_MISSING, load_source, scan_split
 from ocr.data.targets.db import make_db_targets
-from ocr.data.transforms import SourceImage, TrainTransform, Transform, TransformResult
+from ocr.data.transforms import EvalTransform, SourceImage, TrainTransform, Transform, TransformResult
+from ocr.machine.hardware import usable_cores
 from ocr.types import RENDER_ON, TARGET_KEYS, BatchCoding, Polygon, Sample, TargetParams
 from ocr.utils.errors import InputNotFoundError
 
@@ -131,6 +134,15 @@ class ReceiptDataset(Dataset[Sample]):
         """Number of usable images."""
         return len(self.entries)
 
+    def input_size(self, index: int) -> tuple[int, int]:
+        """(height, width) of image ``index`` as the network sees it, from the scan (no decoding).
+
+        Raises:
+            TypeError: the transform is not an ``EvalTransform`` (train crops have one size).
+        """
+        entry = self.entries[index]
+        return _eval_transform(self.transform).input_size(entry.orig_width, entry.orig_height)
+
     def __getitem__(self, index: int) -> Sample:
         """Decode, transform and draw the targets of one image (runs in the DataLoader worker)."""
         entry = self.entries[index]
@@ -230,6 +242,31 @@ class ImageFolderDataset(Dataset[Sample]):
         """Number of image files found."""
         return len(self.files)
 
+    @functools.cached_property
+    def original_sizes(self) -> list[tuple[int, int] | None]:
+        """(width, height) of each image from its header (None: unreadable), read once, in threads."""
+
+        def header_size(name: str) -> tuple[int, int] | None:
+            try:
+                header = read_header(self.image_dir / name)
+            except ImageReadError:
+                return None
+            return header.orig_width, header.orig_height
+
+        with ThreadPoolExecutor(usable_cores()) as pool:
+            return list(pool.map(header_size, self.files))
+
+    def input_size(self, index: int) -> tuple[int, int]:
+        """(height, width) of image ``index`` as the network sees it (an unreadable one's is the blank
+        image's).
+
+        Raises:
+            TypeError: the transform is not an ``EvalTransform``.
+        """
+        side = self.source_long_side
+        width, height = self.original_sizes[index] or (side, side)
+        return _eval_transform(self.transform).input_size(width, height)
+
     def __getitem__(self, index: int) -> Sample:
         """Decode and letterbox one image; targets are zeros.
 
@@ -241,8 +278,7 @@ class ImageFolderDataset(Dataset[Sample]):
             source = load_source(self.image_dir / name, self.source_long_side)
         except ImageReadError as err:
             log.error("predict: %s; its submission row will be empty", err)
-            blank = np.zeros((self.source_long_side, self.source_long_side, 3), dtype=np.uint8)
-            source = SourceImage(blank, 1.0, self.source_long_side, self.source_long_side)
+            source = self._blank(index)
         result = self.transform(source, [], [])
         height, width = result.image.shape[1:]
         zeros = torch.zeros((1, height, width), dtype=torch.uint8)
@@ -264,3 +300,22 @@ class ImageFolderDataset(Dataset[Sample]):
             coding=self.coding,
             photometric=None,
         )
+
+    def _blank(self, index: int) -> SourceImage:
+        """The stand-in of an unreadable image: blank, of its header's size when the loader read it (so
+        that its input size is the planned one), else a ``source_long_side`` square."""
+        side = self.source_long_side
+        known = self.__dict__.get("original_sizes")  # never read all headers from inside a worker
+        width, height = (known[index] if known is not None else None) or (side, side)
+        scale = min(1.0, side / max(width, height))
+        blank = np.zeros((max(1, round(height * scale)), max(1, round(width * scale)), 3), dtype=np.uint8)
+        return SourceImage(blank, scale, width, height)
+
+
+def _eval_transform(transform: Transform) -> EvalTransform:
+    if not isinstance(transform, EvalTransform):
+        raise TypeError(
+            "input_size: expected a dataset with an EvalTransform (val/test/predict), got "
+            f"{type(transform).__name__}"
+        )
+    return transform

@@ -126,7 +126,9 @@ def write_report(
     dataset = ReceiptDataset(
         root=root,
         split=split,
-        transform=EvalTransform(long_side=long_side, mean=_IDENTITY_NORM[0], std=_IDENTITY_NORM[1], fill=0),
+        transform=EvalTransform(
+            long_side=long_side, mean=_IDENTITY_NORM[0], std=_IDENTITY_NORM[1], fill=0, pad_multiple=None
+        ),
         exif_mode=exif_mode,
         on_missing_image="skip",
         min_polygon_size=1.0,

@@ -12,8 +12,9 @@ Coordinates are continuous: pixel ``i`` spans ``[i, i + 1)``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol
 
 import cv2
@@ -90,30 +91,58 @@ def to_chw_tensor(image: npt.NDArray[np.uint8]) -> Tensor:
 
 
 class EvalTransform:
-    """Letterbox: aspect-preserving resize of the original to ``long_side``, padded bottom/right."""
+    """Letterbox: aspect-preserving resize of the original to ``long_side``, padded bottom/right to a
+    square, or (``pad_multiple``) only to the next multiple of ``pad_multiple`` px on each side."""
 
     def __init__(
-        self, *, long_side: PositiveInt, mean: Sequence[float], std: Sequence[float], fill: int
+        self,
+        *,
+        long_side: PositiveInt,
+        mean: Sequence[float],
+        std: Sequence[float],
+        fill: int,
+        pad_multiple: PositiveInt | None,
     ) -> None:
         """Build the eval transform.
 
         Args:
-            long_side: side of the square network input (px).
+            long_side: long side of the network input (px): the side of the square, or the long side.
             mean: per-channel normalisation mean (RGB, in [0, 1] units), applied on the device.
             std: per-channel normalisation std.
             fill: padding value (0..255).
+            pad_multiple: None pads to the ``long_side`` square; an int pads each side only up to its next
+                multiple (a receipt at 1024 x 450 computes 1024 x 480 instead of 1024 x 1024). Eval
+                batches then group images of one input size (``ocr.data.eval_batches``).
         """
         if long_side <= 0:
             raise ValueError(f"long_side: expected a positive int, got {long_side!r}")
+        if pad_multiple is not None and pad_multiple <= 0:
+            raise ValueError(f"pad_multiple: expected null or a positive int, got {pad_multiple!r}")
         self.long_side = int(long_side)
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
         self.fill = int(fill)
+        self.pad_multiple = pad_multiple
 
     @property
     def source_long_side(self) -> int:
         """Long side the source image needs (decode/cache at this size when the original is larger)."""
         return self.long_side
+
+    def input_size(self, orig_width: int, orig_height: int) -> tuple[int, int]:
+        """(height, width) of the network input for an original of this size (EXIF-upright px)."""
+        side = self.long_side
+        if self.pad_multiple is None:
+            return side, side
+        scale = side / max(orig_width, orig_height)
+        # A JPEG decoded at reduced scale (originals larger than the input) can come out a pixel larger
+        # than size * scale (partial DCT blocks are rounded up): one more keeps it whole, as the square did.
+        margin = 1 if scale < 1.0 else 0
+        multiple = self.pad_multiple
+        return tuple(  # type: ignore[return-value]
+            min(side, -(-(math.ceil(extent * scale - 1e-9) + margin) // multiple) * multiple)
+            for extent in (orig_height, orig_width)
+        )
 
     def __call__(
         self, source: SourceImage, polygons_orig_px: Sequence[Polygon], ignore: Sequence[bool]
@@ -121,11 +150,13 @@ class EvalTransform:
         """Letterbox ``source`` and map ``polygons_orig_px`` into input px (``ignore`` is not needed)."""
         side = self.long_side
         geometry, scale = letterbox_geometry(source.orig_width, source.orig_height, side)
-        resized = resize_by(source.image, scale / source.scale)[:side, :side]
-        canvas = np.full((side, side, 3), self.fill, dtype=np.uint8)
+        height, width = self.input_size(source.orig_width, source.orig_height)
+        resized = resize_by(source.image, scale / source.scale)[:height, :width]
+        canvas = np.full((height, width, 3), self.fill, dtype=np.uint8)
         canvas[: resized.shape[0], : resized.shape[1]] = resized
         orig_to_input = np.diag([scale, scale, 1.0])
         polygons = [apply_matrix(p, orig_to_input) for p in polygons_orig_px]
+        geometry = replace(geometry, input_width=width, input_height=height)
         return TransformResult(to_chw_tensor(canvas), polygons, geometry)
 
 

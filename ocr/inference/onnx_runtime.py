@@ -1,8 +1,9 @@
 """Prediction with ONNX Runtime: the exported probability-map network behind ``runners/predict.py``.
 
 The ONNX backend only replaces the network: the same data module (decode, letterbox, and its
-batch-transfer hooks: ``ocr.data.coding.decode_batch`` normalises), post-processor and writers as the
-PyTorch path run around it (``backend=onnx`` in configs/predict.yaml).
+batch-transfer hooks: ``ocr.data.coding.decode_batch`` normalises), post-processing pipeline
+(``ocr.evaluation.pipeline``) and writers as the PyTorch path run around it (``backend=onnx`` in
+configs/predict.yaml).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from ocr.checkpoints.inference_settings import apply_stored_settings, stored_setting_keys
-from ocr.lightning_modules.detection_module import Prediction, to_predictions
+from ocr.evaluation.pipeline import EvalPipeline, PipelineSettings
 from ocr.lightning_modules.restore import inference_trainer
+from ocr.models.postprocess import DBPostProcessor
 from ocr.types import Batch
 from ocr.utils.errors import ConfigValueError, InputNotFoundError
 
@@ -115,23 +117,40 @@ class OnnxProbabilityMap:
 
 
 class OnnxPredictModule(LightningModule):
-    """``trainer.predict`` with an ONNX Runtime network: the same ``predict_step`` outputs as
-    :class:`~ocr.lightning_modules.detection_module.DetectionModule`, on batches the datamodule's hooks
-    decoded on the CPU (the trainer of :func:`onnx_for_inference`; ONNX Runtime reads host memory).
+    """``trainer.predict`` with an ONNX Runtime network: the same pipeline and kept predictions
+    (``pipeline.predictions``) as :class:`~ocr.lightning_modules.detection_module.DetectionModule`, on
+    batches the datamodule's hooks decoded on the CPU (the trainer of :func:`onnx_for_inference`; ONNX
+    Runtime reads host memory).
 
     Args:
         model_path: ``.onnx`` file from runners/export.py.
-        postprocess: ``postprocess(prob_map, geometry) -> [(polygons, scores), ...]`` in original px.
+        postprocess: the post-processor (probability map -> polygons and scores in original px).
+        pipeline: how post-processing runs (a worker pool, overlapped with the next batch's network).
     """
 
-    def __init__(self, *, model_path: str | Path, postprocess: Any) -> None:
+    def __init__(
+        self, *, model_path: str | Path, postprocess: DBPostProcessor, pipeline: PipelineSettings
+    ) -> None:
         super().__init__()
         self.network = OnnxProbabilityMap(model_path)
-        self.postprocess = postprocess
+        self.pipeline = EvalPipeline(settings=pipeline, postprocess=postprocess)
         log.info("ONNX Runtime session for %s", model_path)
 
-    def predict_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:
-        return to_predictions(self.network(batch["images"]), batch, self.postprocess)
+    def on_predict_epoch_start(self) -> None:
+        self.pipeline.start(device=self.device, cleval=None, keep_predictions=True)
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> None:
+        # ONNX Runtime releases the GIL while it runs, so thread workers overlap with it as well.
+        self.pipeline.begin_step()
+        with self.pipeline.network(self.device):
+            prob_map = self.network(batch["images"])
+        self.pipeline.submit_probabilities(prob_map, batch, scored=False)
+
+    def on_predict_epoch_end(self) -> None:
+        self.pipeline.finish()
+
+    def teardown(self, stage: str) -> None:
+        self.pipeline.close()
 
 
 def onnx_settings(cfg: DictConfig) -> None:
@@ -156,7 +175,11 @@ def onnx_for_inference(cfg: DictConfig) -> tuple[OnnxPredictModule, L.Trainer]:
     """What predict starts from with ``backend=onnx`` (after :func:`onnx_settings`): the module of
     ``cfg.onnx_model`` with ``cfg``'s post-processing and a single-process CPU trainer (ONNX Runtime runs
     on the host; ``cfg.trainer``'s device and precision do not apply)."""
-    module = OnnxPredictModule(model_path=cfg.onnx_model, postprocess=instantiate(cfg.postprocess))
+    module = OnnxPredictModule(
+        model_path=cfg.onnx_model,
+        postprocess=instantiate(cfg.postprocess),
+        pipeline=instantiate(cfg.pipeline),
+    )
     trainer = inference_trainer(
         cfg.trainer, accelerator="cpu", devices=1, strategy="auto", precision="32-true"
     )

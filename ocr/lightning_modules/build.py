@@ -53,7 +53,7 @@ def build_metric(metric_cfg: DictConfig) -> CLEvalMetric:
 
 def build_module(cfg: DictConfig, *, weights_free: bool = False) -> DetectionModule:
     """The DetectionModule of a run config: ``cfg.module`` holds the module's own settings; network, loss,
-    post-processing, metric, optimizer and scheduler come from their config groups.
+    post-processing, its pipeline, metric, optimizer and scheduler come from their config groups.
 
     Args:
         weights_free: as in :func:`build_net_and_loss` (test and predict load the checkpoint's weights).
@@ -64,6 +64,7 @@ def build_module(cfg: DictConfig, *, weights_free: bool = False) -> DetectionMod
         net=net,
         loss=loss,
         postprocess=instantiate(cfg.postprocess),
+        pipeline=instantiate(cfg.pipeline),
         metric=build_metric(cfg.metric),
         optimizer=instantiate(cfg.optimizer),
         scheduler=instantiate(cfg.scheduler),

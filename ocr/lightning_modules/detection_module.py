@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -17,25 +17,22 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from torchmetrics.aggregation import MeanMetric
 
+from ocr.evaluation.host_work import ImageOutcome
+from ocr.evaluation.pipeline import EvalPipeline, PipelineSettings
 from ocr.lightning_modules.prob_cache import ProbCache
 from ocr.machine.sync import sync_allowed
-from ocr.types import Batch, DBOutput, Polygon, Prediction
-from ocr.utils.submission import submission_points
+from ocr.models.postprocess import DBPostProcessor
+from ocr.types import Batch, DBOutput
 
-__all__ = ["DetectionModule", "to_predictions"]
+__all__ = ["DetectionModule", "add_scores"]
 
 log = logging.getLogger(__name__)
 
 
-def to_predictions(prob_map: Tensor, batch: Batch, postprocess: Callable[..., Any]) -> list[Prediction]:
-    """One prediction per image of ``batch`` from its (B, 1, H, W) float32 probability map (any device);
-    shared by the PyTorch and ONNX Runtime backends. Points are rounded to integer pixels, as the
-    submission CSV holds them, so every score of these predictions is the submission's."""
-    results = postprocess(prob_map, batch["geometry"])
-    return [
-        Prediction(image_id=image_id, polygons=[submission_points(p) for p in polygons], scores=scores)
-        for image_id, (polygons, scores) in zip(batch["image_id"], results, strict=True)
-    ]
+def add_scores(batches: Sequence[Sequence[ImageOutcome]], metric: Any) -> None:
+    """Add the CLEval counts of scored outcomes to ``metric``, one addition per batch as they came."""
+    for outcomes in batches:
+        metric.add_results([o.cleval for o in outcomes if o.cleval is not None])
 
 
 class DetectionModule(LightningModule):
@@ -45,8 +42,8 @@ class DetectionModule(LightningModule):
     Args:
         net: network returning :class:`ocr.types.DBOutput` logits.
         loss: ``loss(output, batch) -> {"loss": ..., "loss/prob": ..., ...}``.
-        postprocess: ``postprocess(prob_map, geometry) -> [(polygons, scores), ...]`` in original px.
-        metric: CLEval metric with ``update(preds, gts, ignore, texts)`` and ``compute()``.
+        postprocess: the post-processor (probability map -> polygons and scores in original px).
+        metric: CLEval metric with ``add_results(per-image results)`` and ``compute()``.
         optimizer: partial optimizer, called with the parameters.
         scheduler: partial scheduler, called with the optimizer and ``total_steps``.
         channels_last: convert the network and its input images to channels_last (faster convolutions
@@ -54,6 +51,8 @@ class DetectionModule(LightningModule):
         compile: wrap the network with ``torch.compile``. The batch dimension is marked dynamic (the last
             batch of an epoch is smaller) and recompiles are logged, so training compiles one graph and
             evaluation (val and test share eval mode and grad mode) one more.
+        pipeline: how val, test and predict run post-processing and scoring (a worker pool, overlapped
+            with the network: :class:`~ocr.evaluation.pipeline.EvalPipeline`).
     """
 
     def __init__(
@@ -61,17 +60,19 @@ class DetectionModule(LightningModule):
         *,
         net: nn.Module,
         loss: nn.Module,
-        postprocess: Callable[..., Any],
+        postprocess: DBPostProcessor,
         metric: Any,
         optimizer: Callable[..., Optimizer],
         scheduler: Callable[..., LRScheduler],
         channels_last: bool,
         compile: bool,
+        pipeline: PipelineSettings,
     ) -> None:
         super().__init__()
         self.net = net
         self.loss = loss
         self.postprocess = postprocess
+        self.pipeline = EvalPipeline(settings=pipeline, postprocess=postprocess)
         self.val_metric = metric
         self.test_metric = metric.clone()
         # The evaluation loss as a DDP-safe weighted mean (float sums over ranks): Lightning's own synced
@@ -155,44 +156,59 @@ class DetectionModule(LightningModule):
         self._crops_with_text = count if self._crops_with_text is None else self._crops_with_text + count
         self._crops_seen += int(trainable.shape[0])
 
-    # Lightning hands a step's output to callbacks (the report collector reads the predictions); its
-    # STEP_OUTPUT annotation is narrower than what it accepts.
-    def validation_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:  # type: ignore[override]
-        return self._evaluate_step(batch, "val", self.val_metric)
+    # Outcomes reach the metric, the report and the kept predictions through the pipeline, a batch or
+    # two after their step (the steps return nothing).
+    def on_validation_epoch_start(self) -> None:
+        self.pipeline.start(device=self.device, cleval=self.val_metric.options, keep_predictions=False)
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:  # type: ignore[override]
+        self._evaluate_step(batch, "val", self.val_metric)
 
     def on_validation_epoch_end(self) -> None:
+        add_scores(self.pipeline.finish(), self.val_metric)
         self._log_metric("val", self.val_metric)
 
-    def test_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:  # type: ignore[override]
-        return self._evaluate_step(batch, "test", self.test_metric)
+    def on_test_epoch_start(self) -> None:
+        self.pipeline.start(device=self.device, cleval=self.test_metric.options, keep_predictions=False)
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:  # type: ignore[override]
+        self._evaluate_step(batch, "test", self.test_metric)
 
     def on_test_epoch_end(self) -> None:
+        add_scores(self.pipeline.finish(), self.test_metric)
         self._log_metric("test", self.test_metric)
 
-    def predict_step(self, batch: Batch, batch_idx: int) -> list[Prediction]:
-        output = self(batch["images"])
-        return self._predictions(output, batch)
+    def on_predict_epoch_start(self) -> None:
+        self.pipeline.start(device=self.device, cleval=None, keep_predictions=True)
 
-    def _predictions(self, output: DBOutput, batch: Batch) -> list[Prediction]:
-        """Polygons and scores in original px, one record per image of the batch."""
-        return to_predictions(torch.sigmoid(output.prob_logits.float()), batch, self.postprocess)
+    def predict_step(self, batch: Batch, batch_idx: int) -> None:
+        self.pipeline.begin_step()
+        with self.pipeline.network(self.device):
+            prob_logits = self(batch["images"]).prob_logits
+        self.pipeline.submit_logits(prob_logits, batch, scored=False)
 
-    def _evaluate_step(self, batch: Batch, stage: str, metric: Any) -> list[Prediction]:
-        """Loss and metric update; returns the predictions (the results page collects them). With a
-        ``prob_cache`` the loss is not computed (a cached output has no threshold maps)."""
-        if self.prob_cache is not None:
-            prob_logits = self.prob_cache.prob_logits(batch, lambda images: self(images).prob_logits)
-            predictions = to_predictions(torch.sigmoid(prob_logits.float()), batch, self.postprocess)
-        else:
-            output = self(batch["images"])
-            losses = self.loss(output, batch)
-            loss_mean = cast(MeanMetric, self.eval_losses[stage])
-            loss_mean.update(losses["loss"].detach(), batch["images"].shape[0])
-            self.log(f"{stage}/loss", loss_mean, on_epoch=True, batch_size=batch["images"].shape[0])
-            predictions = self._predictions(output, batch)
-        pred_polygons: list[list[Polygon]] = [p["polygons"] for p in predictions]
-        metric.update(pred_polygons, batch["polygons"], batch["ignore"], batch["texts"])
-        return predictions
+    def on_predict_epoch_end(self) -> None:
+        self.pipeline.finish()
+
+    def teardown(self, stage: str) -> None:
+        self.pipeline.close()
+
+    def _evaluate_step(self, batch: Batch, stage: str, metric: Any) -> None:
+        """Loss (logged) and the batch handed to the pipeline; the metric gets the scores of the batches
+        done so far. With a ``prob_cache`` the loss is not computed (a cached output has no threshold
+        maps)."""
+        self.pipeline.begin_step()
+        with self.pipeline.network(self.device):
+            if self.prob_cache is not None:
+                prob_logits = self.prob_cache.prob_logits(batch, lambda images: self(images).prob_logits)
+            else:
+                output = self(batch["images"])
+                losses = self.loss(output, batch)
+                loss_mean = cast(MeanMetric, self.eval_losses[stage])
+                loss_mean.update(losses["loss"].detach(), batch["images"].shape[0])
+                self.log(f"{stage}/loss", loss_mean, on_epoch=True, batch_size=batch["images"].shape[0])
+                prob_logits = output.prob_logits
+        add_scores(self.pipeline.submit_logits(prob_logits, batch, scored=True), metric)
 
     def _log_metric(self, stage: str, metric: Any) -> None:
         # compute() gathers every rank's counts, so each rank scores the whole split; the max over ranks

@@ -84,10 +84,10 @@ def require_images(dataset: ImageFolderDataset) -> None:
 
 def gather_predictions(predictions: list[_Record]) -> list[_Record] | None:
     """Every rank's predictions (or any records keyed by ``image_id``) on global rank 0, in image-name
-    order (the order of a single-process run); None on the other ranks. Without a process group,
-    ``predictions`` as they are."""
+    order (the dataset's order: evaluation batches group images by input size); None on the other
+    ranks."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return predictions
+        return sorted(predictions, key=lambda p: p["image_id"])
     rank, world = dist.get_rank(), dist.get_world_size()
     shards: list[list[_Record] | None] | None = [None] * world if rank == 0 else None
     dist.gather_object(predictions, shards, dst=0)

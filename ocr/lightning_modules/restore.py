@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 
 def module_from_checkpoint(path: str | Path, cfg: DictConfig | None = None) -> DetectionModule:
     """The checkpoint's network and weights, with what this test or predict invocation (``cfg``) decides:
-    post-processing, the metric (where ``cfg`` has one; else the run's), ``module.channels_last``; no
-    compile. Without ``cfg`` (ONNX export), the run's own settings in the default memory format."""
+    post-processing and its pipeline, the metric (where ``cfg`` has one; else the run's),
+    ``module.channels_last``; no compile. Without ``cfg`` (ONNX export), the run's own settings in the
+    default memory format."""
     return module_from_loaded(load_checkpoint(path), path, cfg)
 
 
@@ -48,6 +49,7 @@ def module_from_loaded(
     with open_dict(run_cfg):
         if cfg is not None:
             run_cfg.postprocess = OmegaConf.to_container(cfg.postprocess, resolve=True)
+            run_cfg.pipeline = OmegaConf.to_container(cfg.pipeline, resolve=True)
             if "metric" in cfg:
                 run_cfg.metric = OmegaConf.to_container(cfg.metric, resolve=True)
         run_cfg.module.channels_last = cfg.module.channels_last if cfg is not None else False

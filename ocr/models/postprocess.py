@@ -6,21 +6,30 @@ so a contour traced on the thresholded map lies on the same coordinates the targ
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, Protocol
 
 import cv2
 import numpy as np
 import numpy.typing as npt
 import pyclipper
 from cv2.typing import MatLike
-from torch import Tensor
 
 from ocr.geometry import to_original
 from ocr.types import Geometry, Polygon
 from ocr.utils.config_types import Bounds, NonNegativeFloat, PositiveInt, check_arguments
 from ocr.utils.errors import ConfigValueError
 
-__all__ = ["DBPostProcessor", "boxes_from_bitmap", "unclip_polygon", "score_polygon", "min_area_box"]
+if TYPE_CHECKING:  # post-processing worker processes run without importing torch
+    from torch import Tensor
+
+__all__ = [
+    "DBPostProcessor",
+    "ProbMap",
+    "boxes_from_bitmap",
+    "unclip_polygon",
+    "score_polygon",
+    "min_area_box",
+]
 
 OutputMode = Literal["polygon", "box"]
 OUTPUT_MODES = ("polygon", "box")
@@ -32,7 +41,21 @@ CLIPPER_SCALE = 256
 ARC_TOLERANCE_PX = 0.25
 
 
-def score_polygon(prob_map: npt.NDArray[np.float32], polygon: Polygon) -> float:
+class ProbMap(Protocol):
+    """A (H, W) probability map as scoring reads it: its shape and float32 crops. A float32 array is one;
+    ``ocr.evaluation.host_work.CodedProbMap`` decodes only the crops it is asked for."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """(H, W)."""
+        ...
+
+    def __getitem__(self, crop: tuple[slice, slice]) -> npt.NDArray[np.float32]:
+        """The float32 probabilities of a (rows, columns) crop."""
+        ...
+
+
+def score_polygon(prob_map: ProbMap, polygon: Polygon) -> float:
     """Mean probability inside ``polygon`` (input px), computed on its bounding-box crop only."""
     height, width = prob_map.shape
     x0, y0 = np.clip(np.floor(polygon.min(axis=0)).astype(int), 0, [width - 1, height - 1])
@@ -85,8 +108,8 @@ def _candidate(contour: MatLike, output: OutputMode) -> Polygon | None:
 
 
 def boxes_from_bitmap(
-    prob_map: npt.NDArray[np.float32],
-    bitmap: npt.NDArray[np.bool_],
+    prob_map: ProbMap,
+    bitmap: npt.NDArray[np.bool_] | npt.NDArray[np.uint8],
     *,
     box_thresh: float,
     unclip_ratio: float,
@@ -97,8 +120,8 @@ def boxes_from_bitmap(
     """Text regions of one image in input px.
 
     Args:
-        prob_map: (H, W) float32 probabilities.
-        bitmap: (H, W) bool, ``prob_map > thresh``.
+        prob_map: (H, W) float32 probabilities (read only inside candidates).
+        bitmap: (H, W) bool or uint8 0/1, ``prob_map > thresh``.
         box_thresh: minimum mean probability inside a candidate.
         unclip_ratio: expansion of each kept candidate (see :func:`unclip_polygon`).
         max_candidates: contours considered, largest area first.
@@ -108,7 +131,9 @@ def boxes_from_bitmap(
     Returns:
         Polygons (K, 2) float32 in input px and their scores.
     """
-    contours, _ = cv2.findContours(bitmap.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    contours, _ = cv2.findContours(
+        bitmap.astype(np.uint8, copy=False), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE
+    )
     contours = sorted(contours, key=cv2.contourArea, reverse=True)[:max_candidates]
     polygons: list[Polygon] = []
     scores: list[float] = []
@@ -174,7 +199,8 @@ class DBPostProcessor:
         self.output: OutputMode = output
 
     def __call__(self, prob_map: Tensor, geometry: list[Geometry]) -> list[tuple[list[Polygon], list[float]]]:
-        """Per image: polygons (K, 2) float32 in original px, clipped to the image, and their scores.
+        """Per image: polygons (K, 2) float32 in original px, clipped to the image, and their scores,
+        synchronously (evaluation and prediction run :meth:`image` in ``ocr.inference``'s worker pool).
 
         Args:
             prob_map: (B, 1, H, W) probabilities (sigmoid of ``prob_logits``), any device.
@@ -190,17 +216,28 @@ class DBPostProcessor:
                 f"geometry: expected {prob_map.shape[0]} records (batch size), got {len(geometry)}"
             )
         maps = prob_map.detach().float().cpu().numpy()[:, 0]  # (B, H, W), one transfer per batch
-        results = []
-        for image_map, record in zip(maps, geometry, strict=True):
-            polygons_px, scores = boxes_from_bitmap(
-                image_map,
-                image_map > self.thresh,
-                box_thresh=self.box_thresh,
-                unclip_ratio=self.unclip_ratio,
-                max_candidates=self.max_candidates,
-                min_size=self.min_size,
-                output=self.output,
-            )
-            polygons_orig_px = [_clip_to_image(p, record) for p in to_original(polygons_px, record)]
-            results.append((polygons_orig_px, scores))
-        return results
+        return [self.image(m, m > self.thresh, g) for m, g in zip(maps, geometry, strict=True)]
+
+    def image(
+        self,
+        prob_map: ProbMap,
+        bitmap: npt.NDArray[np.bool_] | npt.NDArray[np.uint8],
+        geometry: Geometry,
+    ) -> tuple[list[Polygon], list[float]]:
+        """One image: polygons (K, 2) float32 in original px, clipped to the image, and their scores.
+
+        Args:
+            prob_map: (H, W) probabilities in input px.
+            bitmap: (H, W) ``prob_map > thresh`` (bool, or uint8 0/1 as the device computes it).
+            geometry: input px -> original px.
+        """
+        polygons_px, scores = boxes_from_bitmap(
+            prob_map,
+            bitmap,
+            box_thresh=self.box_thresh,
+            unclip_ratio=self.unclip_ratio,
+            max_candidates=self.max_candidates,
+            min_size=self.min_size,
+            output=self.output,
+        )
+        return [_clip_to_image(p, geometry) for p in to_original(polygons_px, geometry)], scores

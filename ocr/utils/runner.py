@@ -177,6 +177,8 @@ def get_metric_value(metrics: Mapping[str, Any], name: str | None) -> float | No
 def quiet_third_party() -> None:
     """Defaults for a clean console (no albumentations update check, no warnings the project handles, no
     ONNX exporter chatter); PROJECT_ROOT for ``paths``."""
+    # predict_step returns nothing on purpose: predictions arrive through the module's pipeline.
+    warnings.filterwarnings("ignore", message=r"predict returned None if it was on purpose.*")
     # Lightning's own pytree helper on newer torch: not actionable for users.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
     # A resume continues in its own run directory, whose checkpoints folder is not empty on purpose.

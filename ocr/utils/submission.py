@@ -29,9 +29,9 @@ class SubmissionError(UsageError, ValueError):
 def submission_points(polygon: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """``polygon``'s points as the submission holds them: rounded to integer pixels (float32 array).
 
-    Predictions are rounded once, where they are made (``to_predictions``), so validation, test, the
-    results page, ``predictions.json`` and this CSV all score the same polygons: an evaluation of the CSV
-    (``runners/evaluate.py``) then equals ``runners/test.py`` on the same checkpoint.
+    Predictions are rounded once, where they are made (``ocr.evaluation.host_work.HostWork``), so
+    validation, test, the results page, ``predictions.json`` and this CSV all score the same polygons: an
+    evaluation of the CSV (``runners/evaluate.py``) then equals ``runners/test.py`` on the same checkpoint.
     """
     return np.rint(np.asarray(polygon, dtype=np.float64)).astype(np.float32)
 

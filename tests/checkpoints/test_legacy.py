@@ -88,7 +88,11 @@ def test_upgrade_renames_moved_targets_anywhere_and_logs_each(caplog: pytest.Log
 
 
 def test_todays_config_is_left_as_it_is(caplog: pytest.LogCaptureFixture) -> None:
-    today = {"metric": {"_target_": next(iter(TARGET_ALIASES.values()))}, "module": {"_target_": "m"}}
+    today = {
+        "metric": {"_target_": next(iter(TARGET_ALIASES.values()))},
+        "module": {"_target_": "m"},
+        "pipeline": {"_target_": "ocr.evaluation.pipeline.PipelineSettings", "kind": "process"},
+    }
     with caplog.at_level(logging.WARNING):
         assert upgrade_run_config(today) == today
     assert not caplog.text
@@ -134,3 +138,19 @@ def test_load_checkpoint_upgrades_the_stored_config(tmp_path: Path) -> None:
         "style": "basic",
         "granularity": "word",
     }
+
+
+def test_a_config_from_before_the_pipeline_evaluates_as_it_did(caplog: pytest.LogCaptureFixture) -> None:
+    """The square letterbox and post-processing in the main thread, each logged."""
+    old = yaml.safe_load(OLD_RUN_CONFIG.read_text())
+    assert "pipeline" not in old and "pad_multiple" not in old["data"]["eval_transform"]
+    with caplog.at_level(logging.WARNING):
+        new = upgrade_run_config(old)
+    assert new["data"]["eval_transform"]["pad_multiple"] is None
+    assert new["pipeline"] == {
+        "_target_": "ocr.evaluation.pipeline.PipelineSettings",
+        "kind": "inline",
+        "workers": 0,
+        "max_pending_batches": 1,
+    }
+    assert "data.eval_transform.pad_multiple: None" in caplog.text and "pipeline: {" in caplog.text

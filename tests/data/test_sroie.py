@@ -23,7 +23,9 @@ def _dataset(root: Path, split: str, transform: Transform, render_on: str = "wor
 
 
 def test_val_batch_at_1024(sroie_root: Path) -> None:
-    dataset = _dataset(sroie_root, "val", EvalTransform(long_side=1024, fill=0, **IMAGENET))
+    dataset = _dataset(
+        sroie_root, "val", EvalTransform(long_side=1024, fill=0, pad_multiple=None, **IMAGENET)
+    )
     assert len(dataset) == 50 and dataset.report.num_words > 1000
     batch = decode_batch(collate_batch([dataset[0], dataset[1]]))
     assert batch["images"].shape == (2, 3, 1024, 1024) and batch["prob_map"].shape == (2, 1, 1024, 1024)

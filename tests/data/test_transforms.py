@@ -50,7 +50,7 @@ def _inner_points(polygon: np.ndarray) -> np.ndarray:
 
 def test_eval_letterbox_geometry_is_exact_and_pads_bottom_right() -> None:
     image, polygon = _red_block_image()
-    result = EvalTransform(long_side=100, mean=MEAN, std=STD, fill=7)(
+    result = EvalTransform(long_side=100, mean=MEAN, std=STD, fill=7, pad_multiple=None)(
         SourceImage(image, 1.0, 150, 200), [polygon], [False]
     )
     assert tuple(result.image.shape) == (3, 100, 100)
@@ -67,7 +67,7 @@ def test_eval_from_reduced_source_maps_to_full_resolution() -> None:
     """A source decoded at 1/2 scale still maps input px to full-resolution original px."""
     image, polygon = _red_block_image()
     half = image[::2, ::2].copy()
-    result = EvalTransform(long_side=64, mean=MEAN, std=STD, fill=0)(
+    result = EvalTransform(long_side=64, mean=MEAN, std=STD, fill=0, pad_multiple=None)(
         SourceImage(half, 0.5, 150, 200), [polygon], [False]
     )
     np.testing.assert_allclose(to_original(result.polygons, result.geometry)[0], polygon, atol=1e-3)
@@ -165,7 +165,7 @@ def test_invalid_config_is_rejected() -> None:
     with pytest.raises(ValueError, match="scale_range"):
         train_transform(64, **NO_AUGMENTATION, train_long_side=64, scale_range=(3.0, 0.5), p_text_crop=0.0)
     with pytest.raises(ValueError, match="long_side"):
-        EvalTransform(long_side=0, mean=MEAN, std=STD, fill=0)
+        EvalTransform(long_side=0, mean=MEAN, std=STD, fill=0, pad_multiple=None)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -196,7 +196,7 @@ def test_train_upscaled_edge_is_subpixel_exact(seed: int) -> None:
 
 def test_eval_upscaled_edge_is_subpixel_exact() -> None:
     image, polygon = _red_block_image()
-    result = EvalTransform(long_side=500, mean=MEAN, std=STD, fill=255)(
+    result = EvalTransform(long_side=500, mean=MEAN, std=STD, fill=255, pad_multiple=None)(
         SourceImage(image, 1.0, 150, 200), [polygon], [False]
     )
     column = result.image[1].numpy()[:, int(result.polygons[0][:, 0].mean())] / 255.0

@@ -27,6 +27,11 @@ pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
 SCORES = ("test/precision", "test/recall", "test/hmean")
+# The runners' closing line: images/s and where the time went.
+TIMES = (
+    r"^{stage}: {images} images in [\d.]+ s, [\d.]+ img/s \| data [\d.]+ s, network [\d.]+ s, "
+    r"post-processing [\d.]+ s in .+ \(main thread waited [\d.]+ s\), writing [\d.]+ s$"
+)
 
 
 def test_train_leaves_checkpoints_metadata_and_success(trained_run: tuple[Path, Path]) -> None:
@@ -85,6 +90,7 @@ def test_test_runner_scores_the_checkpoint(
     tiny_run: list[str],
     compose_cfg: Compose,
     runner_module: Runner,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     run, data_root = trained_run
     (best,) = (run / "checkpoints").glob("best_hmean*_epoch*.ckpt")
@@ -100,6 +106,7 @@ def test_test_runner_scores_the_checkpoint(
     assert len(report["cards"]) == len(list((data_root / "images" / "test").iterdir()))
     assert report["totals"]["hmean"] == pytest.approx(metrics["test/hmean"], abs=1e-6)
     assert all((tmp_path / c["prob"]).is_file() for c in report["cards"])
+    assert re.search(TIMES.format(stage="test", images=len(report["cards"])), capsys.readouterr().out, re.M)
 
 
 def test_predict_runner_writes_a_row_per_image(
@@ -108,6 +115,7 @@ def test_predict_runner_writes_a_row_per_image(
     tiny_run: list[str],
     compose_cfg: Compose,
     runner_module: Runner,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     run, data_root = trained_run
     image_dir = data_root / "images" / "test"
@@ -130,6 +138,7 @@ def test_predict_runner_writes_a_row_per_image(
     assert set(predictions["images"]) == {r["filename"] for r in rows}
     assert len(list((tmp_path / "overlays").glob("*.png"))) == len(rows)
     assert len(report_data(Path(paths["report"]).read_text())["cards"]) == len(rows)
+    assert re.search(TIMES.format(stage="predict", images=len(rows)), capsys.readouterr().out, re.M)
 
 
 def test_resume_continues_from_the_saved_step_with_the_run_config(

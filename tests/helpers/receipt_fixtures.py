@@ -68,7 +68,7 @@ def make_root(root: Path, num_images: int = 3) -> Path:
 
 def eval_transform(long_side: int = 64) -> EvalTransform:
     """Letterbox without normalisation (pixels stay in [0, 1])."""
-    return EvalTransform(long_side=long_side, mean=MEAN, std=STD, fill=0)
+    return EvalTransform(long_side=long_side, mean=MEAN, std=STD, fill=0, pad_multiple=None)
 
 
 TRAIN_ARGS: dict[str, Any] = {

@@ -127,7 +127,9 @@ def test_onnx_matches_pytorch_on_real_receipts(
         thresh=0.3, box_thresh=0.5, unclip_ratio=1.5, max_candidates=1000, min_size=3, output="box"
     )
     net = module_from_checkpoint(tiny_checkpoint).net
-    transform = EvalTransform(long_side=256, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), fill=0)
+    transform = EvalTransform(
+        long_side=256, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), fill=0, pad_multiple=None
+    )
     batch = parity_batch(sroie_root / "images" / "test", transform, 3)
     report = check_parity(net, exported, batch, postprocess, prob_tol=1e-3, polygon_tol_px=1.0)
     assert report.ok, report.summary()
@@ -148,7 +150,9 @@ def test_a_parity_check_that_compared_no_polygon_fails(
         thresh=0.3, box_thresh=1.0, unclip_ratio=1.5, max_candidates=1000, min_size=3, output="box"
     )
     net = module_from_checkpoint(tiny_checkpoint).net
-    transform = EvalTransform(long_side=96, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), fill=0)
+    transform = EvalTransform(
+        long_side=96, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), fill=0, pad_multiple=None
+    )
     report = check_parity(
         net, exported, parity_batch(blank, transform, 3), postprocess, prob_tol=1e-3, polygon_tol_px=1.0
     )

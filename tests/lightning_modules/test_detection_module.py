@@ -14,7 +14,7 @@ from ocr.data.collate import collate_batch
 from ocr.geometry import letterbox_geometry
 from ocr.inference.onnx_runtime import OnnxPredictModule
 from ocr.lightning_modules.build import build_module
-from ocr.lightning_modules.detection_module import DetectionModule
+from ocr.lightning_modules.detection_module import DetectionModule, add_scores
 from ocr.types import TARGET_KEYS
 from ocr.utils.runner import compose_config
 from tests.helpers.receipt_fixtures import labelled_dataset, make_root, train_transform
@@ -102,8 +102,11 @@ def test_training_on_compact_batches_converges(tmp_path: Path, render_on: str) -
 
 def test_validation_step_feeds_the_metric() -> None:
     module = _module().eval()
+    module.on_validation_epoch_start()
     with torch.no_grad():
         module.validation_step(_batch(), 0)
+    add_scores(module.pipeline.finish(), module.val_metric)
+    module.teardown("validate")
     scores = module.val_metric.compute()
     assert set(scores) >= {"hmean", "precision", "recall"}
     assert float(scores["recall"]) == 0.0  # untrained: nothing detected, one word missed

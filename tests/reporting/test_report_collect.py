@@ -17,3 +17,20 @@ def test_a_blob_in_input_px_lands_at_its_original_position() -> None:
     assert small.shape == (50, 100) and small.dtype == np.uint8
     ys, xs = np.nonzero(small > 128)
     assert abs(xs.mean() - 75) <= 1.5 and abs(ys.mean() - 25) <= 1.5
+
+
+def test_the_collector_keeps_each_outcome_in_image_name_order() -> None:
+    from ocr.evaluation.host_work import GroundTruth, ImageJob, ImageOutcome
+    from ocr.reporting.collect import ReportCollector
+
+    geometry, _ = letterbox_geometry(200, 100, 64)
+    box = np.array([[1, 1], [9, 1], [9, 5], [1, 5]], np.float32)
+    collector = ReportCollector(prob_long_side=32)
+    for name in ("b.png", "a.png"):  # as batches of one input size may deliver them
+        job = ImageJob(name, geometry, GroundTruth([box], [False], ["TOTAL"]), 32)
+        prediction = {"image_id": name, "polygons": [box], "scores": [0.9]}
+        collector.add(ImageOutcome(job, prediction, None, np.zeros((16, 32), np.uint8), 0.01))  # type: ignore[arg-type]
+    records = collector.records()
+    assert records is not None and [r["image_id"] for r in records] == ["a.png", "b.png"]
+    assert records[0]["gt_texts"] == ["TOTAL"] and records[0]["scores"] == [0.9]
+    assert records[0]["prob_map"].shape == (16, 32)

@@ -37,33 +37,10 @@ from ocr.data.targets.geometry import (
 )
 from ocr.types import TargetKey, TargetParams
 
-__all__ = ["make_db_targets", "offset_distance", "shrink_polygon", "dilate_polygon"]
+__all__ = ["make_db_targets"]
 
 FloatMap = npt.NDArray[np.float32]
 IntPolygon = npt.NDArray[np.int32]
-
-
-def offset_distance(area: float, perimeter: float, shrink_ratio: float) -> float:
-    """The DB offset ``D = area * (1 - shrink_ratio^2) / perimeter`` (0 for a zero perimeter)."""
-    return float(area * (1.0 - shrink_ratio**2) / perimeter) if perimeter > 0 else 0.0
-
-
-def shrink_polygon(points: npt.ArrayLike, distance: float) -> IntPolygon | None:
-    """Offset a polygon inwards by ``distance`` (pyclipper, round joins); ``None`` when nothing is left.
-
-    Returns:
-        (M, 2) int32 vertices (coordinates truncated to integers first, as pyclipper does).
-    """
-    return offset_polygon(points, -abs(distance))
-
-
-def dilate_polygon(points: npt.ArrayLike, distance: float) -> IntPolygon | None:
-    """Offset a polygon outwards by ``distance`` (pyclipper, round joins); ``None`` for degenerate input.
-
-    Returns:
-        (M, 2) int32 vertices.
-    """
-    return offset_polygon(points, abs(distance))
 
 
 def make_db_targets(

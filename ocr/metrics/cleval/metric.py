@@ -10,6 +10,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from ocr.metrics.cleval.evaluate import (
+    ImageResult,
     evaluate_images,
     scores_from_counts,
     warn_dropped_detections,
@@ -77,7 +78,16 @@ class CLEvalMetric(Metric):
             ValueError: lists of different lengths or a malformed polygon (naming the batch image).
         """
         labels = [f"batch image {i}" for i in range(len(gt_polygons))]
-        results = evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, self.options, labels)
+        self._add(evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, self.options, labels))
+
+    def add_results(self, results: Sequence[ImageResult]) -> None:
+        """Add a batch of per-image results scored elsewhere (``ocr.inference``'s workers) with this
+        metric's options, as :meth:`update` adds the ones it scores."""
+        # Through the bookkeeping torchmetrics wraps `update` in (update count, compute cache); wrapped
+        # per call, as a wrapper kept in an attribute would stay bound to the original through clone().
+        self._wrap_update(self._add)(results)
+
+    def _add(self, results: Sequence[ImageResult]) -> None:
         # One addition per state and batch: the states live on the module's device.
         for state, field in _SUMMED_FIELDS.items():
             getattr(self, state).add_(sum(getattr(r, field) for r in results))

@@ -6,7 +6,7 @@ import pytest
 from shapely.geometry import Polygon as ShapelyPolygon
 
 from ocr.data.targets import db
-from ocr.data.targets.db import dilate_polygon, make_db_targets, offset_distance, shrink_polygon
+from ocr.data.targets.db import make_db_targets
 from ocr.data.targets.geometry import GENERAL, measure_polygons
 from ocr.types import TargetParams
 from tests.helpers.db_reference import jitter_corners, receipt_word_boxes, reference_db_targets, rotated_box
@@ -253,7 +253,8 @@ def test_long_edge_crossing_the_map_keeps_an_exact_threshold_field(reach_px: flo
     area = 0.5 * abs(
         np.cross(quad[1] - quad[0], quad[3] - quad[0]) + np.cross(quad[3] - quad[2], quad[1] - quad[2])
     )
-    offset = offset_distance(area, float(np.linalg.norm(np.roll(quad, -1, axis=0) - quad, axis=1).sum()), 0.4)
+    perimeter = float(np.linalg.norm(np.roll(quad, -1, axis=0) - quad, axis=1).sum())
+    offset = area * (1 - 0.4**2) / perimeter  # DB's D = A (1 - r^2) / L
     ys, xs = np.mgrid[0:100, 0:100].astype(np.float64)
     direction = (quad[1] - quad[0]) / np.linalg.norm(quad[1] - quad[0])
     across = (xs - quad[0, 0]) * -direction[1] + (ys - quad[0, 1]) * direction[0]
@@ -266,8 +267,7 @@ def test_long_edge_crossing_the_map_keeps_an_exact_threshold_field(reach_px: flo
 def test_single_rectangle_threshold_profile() -> None:
     box = np.array([[40, 30], [140, 30], [140, 50], [40, 50]], np.float32)  # 100 x 20 px
     out = make_db_targets([box], [False], 80, 180)
-    offset = offset_distance(2000.0, 240.0, 0.4)
-    assert offset == pytest.approx(7.0)
+    # DB's D = A (1 - r^2) / L = 2000 x 0.84 / 240 = 7 px
     column = out["thresh_map"][:, 90]
     assert column[30] == pytest.approx(0.7) and column[50] == pytest.approx(0.7)
     assert column[30 - 7] == pytest.approx(0.3, abs=1e-6) and column[10] == pytest.approx(0.3)
@@ -355,7 +355,6 @@ def test_polygon_reaching_far_outside_covers_the_map(ignored: bool) -> None:
 
 def test_empty_shrink_is_masked() -> None:
     polygon = np.asarray(DEGENERATE["empty_shrink"])
-    assert shrink_polygon(polygon, offset_distance(194 * 8.8, 2 * (194 + 8.8), 0.4)) is None
     out = make_db_targets([polygon], [False], 40, 200)
     assert not out["prob_map"].any() and not out["thresh_mask"].any()
     assert out["prob_mask"][24, 50] == 0 and out["prob_mask"][5, 50] == 1
@@ -393,21 +392,3 @@ def test_list_inputs_and_mixed_point_counts() -> None:
 def test_bad_arguments_raise_value_error(polygons, ignore, height, width, message) -> None:
     with pytest.raises(ValueError, match=message):
         make_db_targets(polygons, ignore, height, width)
-
-
-def test_shrink_and_dilate_helpers() -> None:
-    box = np.array([[10, 10], [110, 10], [110, 30], [10, 30]], np.float32)
-    shrunk = shrink_polygon(box, 7.0)
-    assert shrunk is not None and shrunk.dtype == np.int32
-    np.testing.assert_array_equal(np.sort(np.unique(shrunk[:, 0])), [17, 103])
-    np.testing.assert_array_equal(np.sort(np.unique(shrunk[:, 1])), [17, 23])
-    dilated = dilate_polygon(box, 7.0)
-    assert dilated is not None and len(dilated) > 4  # round joins
-    assert dilated.min(axis=0).tolist() == [3, 3] and dilated.max(axis=0).tolist() == [117, 37]
-    assert shrink_polygon(box, 11.0) is None
-    assert (
-        shrink_polygon([[0, 0], [5, 5]], 1.0) is None
-        and dilate_polygon([[0, np.nan], [1, 1], [2, 0]], 1.0) is None
-    )
-    assert offset_distance(10.0, 0.0, 0.4) == 0.0
-    assert shrink_polygon([[-1e19, 0], [1e19, 0], [1e19, 50], [-1e19, 50]], 5.0) is not None

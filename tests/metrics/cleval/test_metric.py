@@ -114,3 +114,21 @@ def test_ddp_two_process_reduction_equals_single_process(tmp_path: Path) -> None
         for mode in ("competition", "upstream"):
             assert got[mode] == pytest.approx(_expected(mode, images), abs=1e-6)
     assert torch.distributed.is_available()
+
+
+def test_results_scored_elsewhere_add_up_as_update_does_in_the_clone_they_are_given_to() -> None:
+    """What the evaluation workers send: per-image results, added to the metric they are given to (a
+    test metric is a clone of the validation one), equal to update's."""
+    from ocr.metrics.cleval.evaluate import evaluate_image
+
+    images = _batches()
+    options = CLEvalOptions(mode="competition", **KWARGS)
+    updated, original = CLEvalMetric(options=options), CLEvalMetric(options=options)
+    clone = original.clone()
+    _update(updated, images)
+    for start in range(0, len(images), 4):
+        clone.add_results([evaluate_image(*image, options) for image in images[start : start + 4]])
+    assert {k: float(v) for k, v in clone.compute().items()} == {
+        k: float(v) for k, v in updated.compute().items()
+    }
+    assert float(original.num_images) == 0.0 and float(clone.num_images) == len(images)

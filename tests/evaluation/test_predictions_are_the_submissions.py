@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ocr.lightning_modules.detection_module import to_predictions
+from ocr.evaluation.pipeline import EvalPipeline, PipelineSettings
 from ocr.models.postprocess import DBPostProcessor
 from ocr.types import Geometry
 from ocr.utils.submission import read_submission_csv, write_submission_csv
@@ -24,7 +24,16 @@ def test_the_submission_holds_exactly_the_polygons_test_scores(tmp_path: Path) -
     postprocess = DBPostProcessor(
         thresh=0.3, box_thresh=0.5, unclip_ratio=1.5, max_candidates=100, min_size=1, output="box"
     )
-    [prediction] = to_predictions(prob, {"geometry": [geometry], "image_id": ["a.jpg"]}, postprocess)  # type: ignore[typeddict-item]
+    pipeline = EvalPipeline(
+        settings=PipelineSettings(kind="inline", workers=0, max_pending_batches=1), postprocess=postprocess
+    )
+    pipeline.start(device=torch.device("cpu"), cleval=None, keep_predictions=True)
+    pipeline.begin_step()
+    batch = {"geometry": [geometry], "image_id": ["a.jpg"]}
+    pipeline.submit_probabilities(prob, batch, scored=False)  # type: ignore[arg-type]
+    pipeline.finish()
+    pipeline.close()
+    [prediction] = pipeline.predictions
     written = read_submission_csv(write_submission_csv(tmp_path / "s.csv", {"a.jpg": prediction["polygons"]}))
     assert len(written["a.jpg"]) == len(prediction["polygons"]) == 2
     for scored, submitted in zip(prediction["polygons"], written["a.jpg"], strict=True):

@@ -1,0 +1,167 @@
+"""A pool of host workers that post-processes batches while the device runs the next ones, and gives the
+results back in the order the batches were handed in.
+
+A dispatcher thread waits for each batch's device-to-host copies (an event; the GIL is released while it
+waits), then hands its images to the workers: the calling thread only queues work and is never held by
+a copy. ``kind`` picks the workers: ``process`` (the default: the per-image work is mostly Python and
+pyclipper, which hold the GIL, docs/architecture.md), ``thread``, or ``inline`` (no pool: the calling
+thread does it all at once, as before this pool existed; for debugging).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import queue
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ocr.evaluation.device_maps import HostMaps
+from ocr.evaluation.host_work import HostWork, ImageJob, ImageOutcome, init_worker, run_in_worker
+
+__all__ = ["KINDS", "OrderedPool", "PoolKind"]
+
+log = logging.getLogger(__name__)
+
+PoolKind = Literal["process", "thread", "inline"]
+KINDS: tuple[PoolKind, ...] = ("process", "thread", "inline")
+
+
+@dataclass
+class _Batch:
+    """One handed-in batch: its futures appear once the dispatcher has handed it to the workers."""
+
+    maps: HostMaps
+    jobs: Sequence[ImageJob]
+    dispatched: threading.Event = field(default_factory=threading.Event)
+    futures: list[Future[ImageOutcome]] = field(default_factory=list)
+    error: BaseException | None = None
+
+
+class OrderedPool:
+    """Host work of handed-in batches on ``workers`` workers, results in hand-in order.
+
+    Args:
+        work: what each worker runs per image (sent once to each worker process).
+        kind: ``process``, ``thread`` or ``inline``.
+        workers: pool size (ignored for ``inline``).
+        max_pending: batches handed in and not yet collected beyond which :meth:`collect` waits for
+            the oldest (bounds the host memory held by maps in flight).
+
+    Raises:
+        ValueError: an unknown ``kind``, or fewer than 1 worker or pending batch.
+    """
+
+    def __init__(self, *, work: HostWork, kind: PoolKind, workers: int, max_pending: int) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"pipeline.kind: expected one of {KINDS}, got {kind!r}")
+        if kind != "inline" and workers < 1:
+            raise ValueError(f"pipeline.workers: expected >= 1 for kind={kind!r}, got {workers}")
+        if max_pending < 1:
+            raise ValueError(f"pipeline.max_pending_batches: expected >= 1, got {max_pending}")
+        self.work, self.kind, self.max_pending = work, kind, max_pending
+        self.workers = 0 if kind == "inline" else workers
+        self._pending: deque[_Batch] = deque()
+        self._executor: Executor | None = None
+        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._dispatcher: threading.Thread | None = None
+        self.wait_seconds = 0.0  # the calling thread's time blocked on results
+
+    def _start(self) -> None:
+        if self._dispatcher is not None or self.kind == "inline":
+            return
+        if self.kind == "thread":
+            self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="postprocess")
+        else:
+            # fork on Linux starts a worker in milliseconds; workers touch no CUDA and no torch.
+            context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+            self._executor = ProcessPoolExecutor(
+                self.workers, mp_context=context, initializer=init_worker, initargs=(self.work,)
+            )
+            # Fork the workers now, from this thread, rather than from the dispatcher thread at the first
+            # batch (under fork, the first task starts them all).
+            self._executor.submit(int).result()
+        self._dispatcher = threading.Thread(target=self._dispatch, name="postprocess-dispatch", daemon=True)
+        self._dispatcher.start()
+
+    def _dispatch(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            try:
+                batch.maps.wait()
+                batch.futures = [self._submit_one(job, batch.maps, i) for i, job in enumerate(batch.jobs)]
+            except BaseException as exc:  # raised again in the calling thread, at collection
+                batch.error = exc
+            batch.dispatched.set()
+
+    def _submit_one(self, job: ImageJob, maps: HostMaps, index: int) -> Future[ImageOutcome]:
+        assert self._executor is not None  # started before any batch is queued
+        task: Callable[..., ImageOutcome] = self.work if self.kind == "thread" else run_in_worker
+        return self._executor.submit(task, job, maps.image(index))
+
+    def submit(self, maps: HostMaps, jobs: Sequence[ImageJob]) -> None:
+        """Hand in a batch (its copies may still be on their way): one job per image of ``maps``.
+
+        Raises:
+            ValueError: not one job per image.
+        """
+        if len(jobs) != len(maps):
+            raise ValueError(
+                f"OrderedPool.submit: expected {len(maps)} jobs (one per image), got {len(jobs)}"
+            )
+        batch = _Batch(maps, jobs)
+        if self.kind == "inline":
+            started = time.perf_counter()
+            maps.wait()
+            batch.futures = [_done(self.work(job, maps.image(i))) for i, job in enumerate(jobs)]
+            batch.dispatched.set()
+            self.wait_seconds += time.perf_counter() - started
+        else:
+            self._start()
+            self._queue.put(batch)
+        self._pending.append(batch)
+
+    def collect(self, *, wait_all: bool = False) -> list[list[ImageOutcome]]:
+        """The outcomes of the oldest batches that are complete, per batch and in hand-in order; waits
+        for the oldest while more than ``max_pending`` batches are out (or for all, ``wait_all``).
+
+        Raises:
+            ImageWorkError: an image's work failed (named); other errors of the pool as they are.
+        """
+        done = []
+        while self._pending:
+            batch = self._pending[0]
+            must_wait = wait_all or len(self._pending) > self.max_pending
+            if not must_wait and not (batch.dispatched.is_set() and all(f.done() for f in batch.futures)):
+                break
+            started = time.perf_counter()
+            batch.dispatched.wait()
+            if batch.error is not None:
+                raise batch.error
+            outcomes = [future.result() for future in batch.futures]
+            self.wait_seconds += time.perf_counter() - started
+            self._pending.popleft()
+            done.append(outcomes)
+        return done
+
+    def close(self) -> None:
+        """Stop the dispatcher and the workers (outcomes not collected are dropped)."""
+        if self._dispatcher is not None:
+            self._queue.put(None)
+            self._dispatcher.join()
+            self._dispatcher = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        self._pending.clear()
+
+
+def _done(outcome: ImageOutcome) -> Future[ImageOutcome]:
+    future: Future[ImageOutcome] = Future()
+    future.set_result(outcome)
+    return future
