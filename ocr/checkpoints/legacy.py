@@ -78,17 +78,9 @@ def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
                 del module[key]
                 changes.append(f"module.{key} dropped (built from the {key} group)")
     data = upgraded.get("data")
-    if isinstance(data, dict):
-        for key, value in _NEW_DATA_KEYS.items():
-            if key not in data:
-                data[key] = value
-                changes.append(f"data.{key}: {value} (the only one before)")
+    _add_missing(data, "data", _NEW_DATA_KEYS, "the only one before", changes)
     synthetic = data.get("synthetic") if isinstance(data, dict) else None
-    if isinstance(synthetic, dict):
-        for key, value in _NEW_SYNTHETIC_KEYS.items():
-            if key not in synthetic:
-                synthetic[key] = value
-                changes.append(f"data.synthetic.{key}: {value} (the only one before)")
+    _add_missing(synthetic, "data.synthetic", _NEW_SYNTHETIC_KEYS, "the only one before", changes)
     transform = data.get("train_transform") if isinstance(data, dict) else None
     if isinstance(transform, dict) and "photometric" not in transform:
         moved = {key: transform.pop(key) for key in _PHOTOMETRIC_KEYS if key in transform}
@@ -96,11 +88,8 @@ def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
             transform["photometric"] = {"_target_": _PHOTOMETRIC_TARGET, **moved}
             changes.append(f"data.train_transform.{{{','.join(moved)}}} -> data.train_transform.photometric")
     eval_transform = data.get("eval_transform") if isinstance(data, dict) else None
-    if isinstance(eval_transform, dict):
-        for key, before in _NEW_EVAL_TRANSFORM_KEYS.items():
-            if key not in eval_transform:
-                eval_transform[key] = before
-                changes.append(f"data.eval_transform.{key}: {before} (the square letterbox of before)")
+    why = "the square letterbox of before"
+    _add_missing(eval_transform, "data.eval_transform", _NEW_EVAL_TRANSFORM_KEYS, why, changes)
     for group, default in _NEW_GROUPS.items():
         if group not in upgraded:
             upgraded[group] = dict(default)
@@ -108,6 +97,16 @@ def upgrade_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
     if changes:
         log.warning("The stored run config was written by an older version; upgraded: %s", "; ".join(changes))
     return upgraded
+
+
+def _add_missing(node: Any, path: str, keys: dict[str, Any], why: str, changes: list[str]) -> None:
+    """Give the dict ``node`` (at ``path``) each of ``keys`` it lacks, with its value of before."""
+    if not isinstance(node, dict):
+        return
+    for key, value in keys.items():
+        if key not in node:
+            node[key] = value
+            changes.append(f"{path}.{key}: {value} ({why})")
 
 
 def _rename_targets(node: Any, path: str, changes: list[str]) -> Any:

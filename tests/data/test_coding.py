@@ -14,7 +14,7 @@ from ocr.data.dataset import ReceiptDataset
 from ocr.data.photometric import apply_photometric
 from ocr.data.targets.db import make_db_targets
 from ocr.types import BATCH_TENSOR_KEYS, BatchCoding, TargetParams
-from tests.helpers.receipt_fixtures import TARGETS, make_root, train_transform
+from tests.helpers.receipt_fixtures import TARGETS, labelled_dataset, make_root, train_transform
 
 IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
 CODING = BatchCoding(IMAGENET["mean"], IMAGENET["std"], 0.3, 0.7)
@@ -78,17 +78,7 @@ def test_decode_keeps_the_host_fields_and_the_default_layout() -> None:
 
 
 def test_a_640_px_training_sample_is_at_most_3_mb_on_the_wire(tmp_path: Path) -> None:
-    dataset = ReceiptDataset(
-        root=make_root(tmp_path, num_images=2),
-        split="train",
-        transform=train_transform(640, **IMAGENET),
-        exif_mode="rotated",
-        on_missing_image="fail",
-        min_polygon_size=1.0,
-        targets=TARGETS,
-        cache_dir=None,
-        render_on="worker",
-    )
+    dataset = labelled_dataset(make_root(tmp_path, num_images=2), "train", train_transform(640, **IMAGENET))
     batch = collate_batch([dataset[0], dataset[1]])
     assert batch["images"].shape == (2, 3, 640, 640)
     per_sample = sum(batch[key].nbytes for key in BATCH_TENSOR_KEYS) / 2

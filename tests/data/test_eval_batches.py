@@ -10,7 +10,7 @@ import pytest
 from hydra.utils import instantiate
 from PIL import Image
 
-from ocr.data.dataset import ImageFolderDataset, ReceiptDataset
+from ocr.data.dataset import ImageFolderDataset
 from ocr.data.eval_batches import eval_loader, plan_batches
 from ocr.data.images import ImageReadError
 from ocr.data.scan import load_source
@@ -18,7 +18,7 @@ from ocr.data.transforms import EvalTransform, SourceImage, resize_by
 from ocr.geometry import to_original
 from ocr.types import Geometry
 from ocr.utils.runner import compose_config
-from tests.helpers.receipt_fixtures import MEAN, STD, TARGETS, block_words, write_split
+from tests.helpers.receipt_fixtures import MEAN, STD, block_words, labelled_dataset, write_split
 
 
 def _transform(long_side: int, pad_multiple: int | None) -> EvalTransform:
@@ -67,17 +67,7 @@ def test_receipt_batches_are_not_padded_to_the_square(tmp_path: Path) -> None:
     write_split(tmp_path, "val", {name: block_words() for name in names}, create=False)
     for name, (width, height) in names.items():
         Image.new("RGB", (width, height), (255, 255, 255)).save(tmp_path / "images" / "val" / name)
-    dataset = ReceiptDataset(
-        root=tmp_path,
-        split="val",
-        transform=_transform(128, 32),
-        exif_mode="rotated",
-        on_missing_image="fail",
-        min_polygon_size=1.0,
-        targets=TARGETS,
-        cache_dir=None,
-        render_on="worker",
-    )
+    dataset = labelled_dataset(tmp_path, "val", _transform(128, 32))
     loader = eval_loader(
         dataset,
         batch_size=4,

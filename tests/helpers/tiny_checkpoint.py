@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import torch
 
-from tests.helpers.paths import REPO_ROOT
+from tests.helpers.scripts import load_script
 
 
 def tiny_checkpoint(directory: Path, tiny_run: list[str]) -> Path:
     """``directory/last.ckpt``: the tiny run's network (96 px letterbox), random weights; the prob head's
     last layer is amplified and biased towards text so post-processing finds polygons."""
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_predict", REPO_ROOT / "scripts" / "benchmark_predict.py"
-    )
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("benchmark_predict")
     torch.manual_seed(0)
     path = script.random_checkpoint(directory / "last.ckpt", [*tiny_run, f"data.root={directory / 'data'}"])
     checkpoint = torch.load(path, weights_only=False)

@@ -3,18 +3,16 @@ post-processing behind it, one row per pool; the maps cache spares the network t
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import runpy
 import sys
 from pathlib import Path
 
-import cv2
-import numpy as np
 import pytest
 
 from ocr.lightning_modules.detection_module import DetectionModule
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.scripts import load_script, receipt_images
 from tests.helpers.tiny_checkpoint import tiny_checkpoint
 
 ROW = (
@@ -26,18 +24,8 @@ ROW = (
 def test_emulated_network_rows_per_pool_and_a_cached_second_run(
     tmp_path: Path, tiny_run: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_predict", REPO_ROOT / "scripts" / "benchmark_predict.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    images = tmp_path / "images"
-    images.mkdir()
-    for i in range(3):
-        image = np.full((96, 60 + 10 * i, 3), 255, np.uint8)
-        cv2.rectangle(image, (5, 10), (50, 18), (0, 0, 0), -1)
-        cv2.imwrite(str(images / f"r{i}.png"), image)
+    module = load_script("benchmark_predict")
+    images = receipt_images(tmp_path / "images", 3, 96, 10)
     (tmp_path / "ckpt").mkdir()
     ckpt = tiny_checkpoint(tmp_path / "ckpt", tiny_run)
     forwards: list[int] = []

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.scripts import load_script, receipt_images
 
 
 def test_benchmark_targets_prints_both_layouts() -> None:
@@ -33,11 +33,7 @@ def test_benchmark_targets_prints_both_layouts() -> None:
 
 
 def test_benchmark_data_reports_every_stage(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_data", REPO_ROOT / "scripts" / "benchmark_data.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmark_data")
     from ocr.data import dataset, transforms
 
     originals = (dataset.load_source, dataset.make_db_targets, transforms.TrainTransform.__call__)
@@ -65,20 +61,9 @@ def test_benchmark_data_reports_every_stage(tmp_path: Path) -> None:
 def test_benchmark_predict_times_both_backends_at_both_batch_sizes(
     tmp_path: Path, tiny_run: list[str]
 ) -> None:
-    import cv2
-    import numpy as np
 
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_predict", REPO_ROOT / "scripts" / "benchmark_predict.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    images = tmp_path / "images"
-    images.mkdir()
-    for i in range(3):
-        image = np.full((80, 60 + 20 * i, 3), 255, np.uint8)
-        cv2.rectangle(image, (5, 10), (50, 18), (0, 0, 0), -1)
-        cv2.imwrite(str(images / f"r{i}.png"), image)
+    module = load_script("benchmark_predict")
+    images = receipt_images(tmp_path / "images", 3, 80, 20)
     args = ["--images", str(images), "--num-images", "2", "--long-side", "64", "--batches", "2,1"]
     overrides = [o for o in tiny_run if not o.startswith("data.eval_transform.long_side=")]
     table = module.main([*args, "--passes", "1", "--workers", "0", *overrides])
@@ -87,16 +72,9 @@ def test_benchmark_predict_times_both_backends_at_both_batch_sizes(
             assert re.search(rf"^\| {backend} \| cpu \| {batch} \| 64 \| 2 \| [\d.]+ \|$", table, re.M), table
 
 
-def _benchmark_gpu() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmark_gpu", REPO_ROOT / "scripts" / "benchmark_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_benchmark_gpu_default_workers_are_the_presets(tmp_path: Path) -> None:
     # --workers unset (the default, as scripts/gpu_proof.sh runs it) raised a TypeError comparing None > 0.
-    module = _benchmark_gpu()
+    module = load_script("benchmark_gpu")
     args = module.argparse.Namespace(
         device="cpu", data="synthetic", data_root=tmp_path, batch=2, size=64, workers=None, overrides=[]
     )
@@ -114,7 +92,7 @@ def test_benchmark_gpu_measures_ceiling_and_pipeline_on_the_cpu(
 ) -> None:
     from ocr.data.datamodule import ReceiptDataModule
 
-    module = _benchmark_gpu()
+    module = load_script("benchmark_gpu")
     hook = ReceiptDataModule.on_after_batch_transfer
     moved: list[int] = []
 
@@ -157,11 +135,7 @@ def test_benchmark_gpu_measures_ceiling_and_pipeline_on_the_cpu(
 @pytest.mark.slow  # over 20 s on 2 busy cores: a tiny training with the run's callbacks
 @pytest.mark.parametrize("sample_work", ["sleep", "real"])
 def test_benchmark_emulated_times_the_real_loop_with_sleeps(tmp_path: Path, sample_work: str) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_emulated", REPO_ROOT / "scripts" / "benchmark_emulated.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmark_emulated")
     args = [*("--samples", "5", "--batch", "2", "--workers", "1", "--sample-ms", "20", "--step-ms", "10")]
     args += [*("--image-px", "64", "--steps", "3", "--warmup", "1", "--sample-work", sample_work)]
     report = module.main([*args, "--val-every", "2", "--val-images", "2", "--json", str(tmp_path / "e.json")])
@@ -179,11 +153,7 @@ def test_benchmark_emulated_times_the_real_loop_with_sleeps(tmp_path: Path, samp
 
 def test_benchmark_emulated_paces_each_batch_on_one_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
     """A late wake-up within a batch is made up by the next samples' sleeps; a batch starts afresh."""
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_emulated", REPO_ROOT / "scripts" / "benchmark_emulated.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmark_emulated")
     now, deadlines = [0.0], []
     monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     monkeypatch.setattr(module, "_sleep_until", deadlines.append)
