@@ -113,7 +113,9 @@ class EvalPipeline:
         """The pool in words, for the summary line."""
         if self.settings.kind == "inline":
             return "the main thread"
-        return f"{self.settings.workers} {self.settings.kind} workers"
+        kind, count = self.settings.kind, self.settings.workers
+        plural = "" if count == 1 else "es" if kind == "process" else "s"
+        return f"{count} worker {kind}{plural}"
 
     def start(self, *, device: torch.device, cleval: CLEvalOptions | None, keep_predictions: bool) -> None:
         """Begin a stage (a validation, test or predict epoch) on ``device``; scored stages pass the CLEval

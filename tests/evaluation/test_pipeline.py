@@ -159,4 +159,4 @@ def test_the_stage_times_add_up_where_the_time_went() -> None:
     ), line
     rate = float(re.search(r"([\d.]+) img/s", line)[1])  # type: ignore[index]
     assert rate == pytest.approx(6 / (times.wall + 0.5), abs=0.01)
-    assert "writing" not in times.summary("test", "2 process workers")
+    assert "writing" not in times.summary("test", "2 worker processes")

@@ -23,7 +23,7 @@ Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
 CLOSING = (
     r"^{stage}: 3 images in [\d.]+ s, [\d.]+ img/s \| data [\d.]+ s, network [\d.]+ s, "
-    r"post-processing [\d.]+ s in 1 thread workers \(main thread waited [\d.]+ s\)"
+    r"post-processing [\d.]+ s in 1 worker thread \(main thread waited [\d.]+ s\)"
 )
 
 

@@ -152,7 +152,7 @@ class DataWait(Callback):
         cache = (getattr(datamodule, "dataset_options", None) or {}).get("cache_dir", "")
         advice = [f"raise data.num_workers (now {workers}; up to one per spare CPU core)"]
         if cache is None:
-            advice.append("cache decoded images (data.cache_dir=${paths.data_dir}/cache)")
+            advice.append("cache decoded images (data.cache_dir='${paths.data_dir}/cache', quoted)")
         advice.append("or cut the per-sample work (data.train_transform: train_long_side, crop_size)")
         log.warning(
             "input-bound: %.0f %% of training step time waiting for data (%s). The loader builds batches "
