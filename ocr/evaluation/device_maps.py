@@ -58,6 +58,12 @@ class HostMaps:
     def __len__(self) -> int:
         return int(self.bitmap.shape[0])
 
+    def shared(self) -> HostMaps:
+        """The maps moved into shared memory (after :meth:`wait`): a worker process then receives an
+        image's maps as a handle to them instead of a pickled copy (5 MB per 1024 px image in float32,
+        copied four times on its way)."""
+        return HostMaps(self.bitmap.share_memory_(), self.prob.share_memory_(), self.table, None)
+
     def image(self, index: int) -> ImageMaps:
         """Image ``index`` as NumPy views (call after :meth:`wait`)."""
         return ImageMaps(self.bitmap[index].numpy(), self.prob[index].numpy(), self.table)

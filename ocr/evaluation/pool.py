@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
@@ -94,15 +94,17 @@ class OrderedPool:
         while (batch := self._queue.get()) is not None:
             try:
                 batch.maps.wait()
-                batch.futures = [self._submit_one(job, batch.maps, i) for i, job in enumerate(batch.jobs)]
+                maps = batch.maps.shared() if self.kind == "process" else batch.maps
+                batch.futures = [self._submit_one(job, maps, i) for i, job in enumerate(batch.jobs)]
             except BaseException as exc:  # raised again in the calling thread, at collection
                 batch.error = exc
             batch.dispatched.set()
 
     def _submit_one(self, job: ImageJob, maps: HostMaps, index: int) -> Future[ImageOutcome]:
         assert self._executor is not None  # started before any batch is queued
-        task: Callable[..., ImageOutcome] = self.work if self.kind == "thread" else run_in_worker
-        return self._executor.submit(task, job, maps.image(index))
+        if self.kind == "thread":
+            return self._executor.submit(self.work, job, maps.image(index))
+        return self._executor.submit(run_in_worker, job, maps.bitmap[index], maps.prob[index], maps.table)
 
     def submit(self, maps: HostMaps, jobs: Sequence[ImageJob]) -> None:
         """Hand in a batch (its copies may still be on their way): one job per image of ``maps``.
