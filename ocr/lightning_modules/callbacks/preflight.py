@@ -24,6 +24,21 @@ class PreflightError(UsageError, RuntimeError):
     """A preflight check failed and ``fail_on_error`` is set."""
 
 
+def _cpu_machine_as_planned(results: list[CheckResult]) -> list[CheckResult]:
+    """On a machine without an NVIDIA driver (the ``cuda_usable`` row says so) the run trains on the CPU
+    as its hardware preset planned: the doctor's "no CUDA GPU visible" warning is no problem of this run.
+    A GPU machine whose CUDA does not work keeps the warning (its driver row says why)."""
+    cpu_machine = any(r.name == "cuda_usable" and r.detail.startswith("no NVIDIA driver") for r in results)
+    if not cpu_machine:
+        return results
+    return [
+        CheckResult("gpu", "ok", "no GPU on this machine: training on the CPU")
+        if r.name == "gpu" and r.status == "warn"
+        else r
+        for r in results
+    ]
+
+
 def check_checkpoint_space(checkpoint_dir: Path, checkpoint_bytes: int) -> CheckResult:
     """Free space where checkpoints go against one checkpoint of the run's model: fails below one,
     warns below three (the best, ``last.ckpt`` and the one being written)."""
@@ -62,7 +77,7 @@ class Preflight(Callback):
         # The generic disk row is replaced by one that knows this model's checkpoint size.
         checkpoint_dir = Path(getattr(trainer.checkpoint_callback, "dirpath", None) or run_dir)
         disk = check_checkpoint_space(checkpoint_dir, estimate_checkpoint_bytes(pl_module))
-        self.results = [r for r in fast_checks(run_dir) if r.name != "disk"] + [disk]
+        self.results = _cpu_machine_as_planned([r for r in fast_checks(run_dir) if r.name != "disk"] + [disk])
         verdict = worst_status(self.results)
         table = format_table(self.results)
         if verdict == "ok":
