@@ -17,8 +17,11 @@ the PyTorch backend uses ``hardware=auto`` (bf16 autocast where the GPU has it, 
 Emulation (``--emulate-ms``, PyTorch backend): the checkpoint's network computes each batch's maps once;
 then ``trainer.predict`` runs the predict module with the network replaced by a fixed device time per
 batch (a sleep, during which the host is free, as while a GPU computes) that returns those maps, on
-batches read from memory (the data pipeline is not measured). The post-processing is real: each image
-once in this thread gives its time per image, and the emulated passes show how much of
+batches read from memory (the data pipeline is not measured). What a GPU does to the maps (sigmoid,
+threshold, the copy to pinned host memory) is the device's too: each batch's host maps are made before
+the pass, and the pipeline takes them where it would have started that work; from there on it is real
+(the maps moved into shared memory for worker processes, the hand-over, the post-processing). Each image
+once in this thread gives the post-processing time per image, and the emulated passes show how much of
 ``min(network rate, workers / time per image)`` the pipeline reaches.
 """
 
@@ -30,9 +33,10 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
+from unittest import mock
 
 import lightning as L
 import torch
@@ -41,7 +45,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from ocr.data.coding import decode_batch, move_batch
-from ocr.evaluation.device_maps import maps_to_host
+from ocr.evaluation import pipeline as pipeline_module
+from ocr.evaluation.device_maps import HostMaps, maps_to_host
 from ocr.evaluation.host_work import HostWork, ImageJob
 from ocr.evaluation.pipeline import EvalPipeline, PipelineSettings
 from ocr.lightning_modules.build import build_module
@@ -202,10 +207,17 @@ def emulated_rates(emulation: Emulation, settings: PipelineSettings, passes: int
     module.pipeline.close()
     module.pipeline = EvalPipeline(settings=settings, postprocess=module.pipeline.postprocess)
     data = MemoryBatches(emulation.batches)
+    thresh = module.pipeline.postprocess.thresh
+    made = [maps_to_host(logits, thresh) for logits in emulation.logits]
     rates = []
     for index in range(passes + 1):
+        # Each pass's maps as the device's copies leave them: fresh host tensors, in batch order.
+        landed: Iterator[HostMaps] = iter(
+            [HostMaps(m.bitmap.clone(), m.prob.clone(), m.table, None) for m in made]
+        )
         start = time.perf_counter()
-        emulation.trainer.predict(module, datamodule=data, return_predictions=False)
+        with mock.patch.object(pipeline_module, "maps_to_host", lambda _logits, _thresh, it=landed: next(it)):
+            emulation.trainer.predict(module, datamodule=data, return_predictions=False)
         if index > 0:
             rates.append(emulation.images / (time.perf_counter() - start))
     return rates, module.pipeline.times
