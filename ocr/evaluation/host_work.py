@@ -199,10 +199,11 @@ def init_worker(work: HostWork) -> None:
 
 
 def run_in_worker(
-    job: ImageJob, bitmap: npt.ArrayLike, prob: npt.ArrayLike, table: str | None
-) -> ImageOutcome:
-    """Process-pool task: the worker's :class:`HostWork` on one image, whose maps arrive as tensors in
-    shared memory (read here as NumPy views, without a copy)."""
+    jobs: list[ImageJob], bitmaps: npt.ArrayLike, probs: npt.ArrayLike, table: str | None
+) -> list[ImageOutcome]:
+    """Process-pool task: the worker's :class:`HostWork` on a run of images, whose (N, H, W) maps arrive
+    as tensors in shared memory (read here as NumPy views, without a copy)."""
     if _WORKER is None:  # an internal invariant: the pool always runs init_worker first
         raise RuntimeError("run_in_worker: the worker process was not initialised with init_worker")
-    return _WORKER(job, ImageMaps(np.asarray(bitmap), np.asarray(prob), table))
+    bitmap, prob = np.asarray(bitmaps), np.asarray(probs)
+    return [_WORKER(job, ImageMaps(bitmap[i], prob[i], table)) for i, job in enumerate(jobs)]

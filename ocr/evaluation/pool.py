@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ocr.evaluation.device_maps import HostMaps
-from ocr.evaluation.host_work import HostWork, ImageJob, ImageOutcome, init_worker, run_in_worker
+from ocr.evaluation.host_work import HostWork, ImageJob, ImageMaps, ImageOutcome, init_worker, run_in_worker
 
 __all__ = ["KINDS", "OrderedPool", "PoolKind"]
 
@@ -40,7 +40,7 @@ class _Batch:
     maps: HostMaps
     jobs: Sequence[ImageJob]
     dispatched: threading.Event = field(default_factory=threading.Event)
-    futures: list[Future[ImageOutcome]] = field(default_factory=list)
+    futures: list[Future[list[ImageOutcome]]] = field(default_factory=list)  # each: some images, in order
     error: BaseException | None = None
 
 
@@ -94,17 +94,29 @@ class OrderedPool:
         while (batch := self._queue.get()) is not None:
             try:
                 batch.maps.wait()
-                maps = batch.maps.shared() if self.kind == "process" else batch.maps
-                batch.futures = [self._submit_one(job, maps, i) for i, job in enumerate(batch.jobs)]
+                batch.futures = self._submit_batch(batch.jobs, batch.maps)
             except BaseException as exc:  # raised again in the calling thread, at collection
                 batch.error = exc
             batch.dispatched.set()
 
-    def _submit_one(self, job: ImageJob, maps: HostMaps, index: int) -> Future[ImageOutcome]:
+    def _submit_batch(self, jobs: Sequence[ImageJob], maps: HostMaps) -> list[Future[list[ImageOutcome]]]:
         assert self._executor is not None  # started before any batch is queued
         if self.kind == "thread":
-            return self._executor.submit(self.work, job, maps.image(index))
-        return self._executor.submit(run_in_worker, job, maps.bitmap[index], maps.prob[index], maps.table)
+            return [self._executor.submit(_one, self.work, job, maps.image(i)) for i, job in enumerate(jobs)]
+        # Each worker process gets about two runs of images per batch, each with one handle to the batch's
+        # maps in shared memory: a handle crosses through the parent's fd server, a round trip per task.
+        shared = maps.shared()
+        step = max(1, -(-len(jobs) // (2 * self.workers)))
+        return [
+            self._executor.submit(
+                run_in_worker,
+                list(jobs[i : i + step]),
+                shared.bitmap[i : i + step],
+                shared.prob[i : i + step],
+                maps.table,
+            )
+            for i in range(0, len(jobs), step)
+        ]
 
     def submit(self, maps: HostMaps, jobs: Sequence[ImageJob]) -> None:
         """Hand in a batch (its copies may still be on their way): one job per image of ``maps``.
@@ -120,7 +132,7 @@ class OrderedPool:
         if self.kind == "inline":
             started = time.perf_counter()
             maps.wait()
-            batch.futures = [_done(self.work(job, maps.image(i))) for i, job in enumerate(jobs)]
+            batch.futures = [_done([self.work(job, maps.image(i)) for i, job in enumerate(jobs)])]
             batch.dispatched.set()
             self.wait_seconds += time.perf_counter() - started
         else:
@@ -145,7 +157,7 @@ class OrderedPool:
             batch.dispatched.wait()
             if batch.error is not None:
                 raise batch.error
-            outcomes = [future.result() for future in batch.futures]
+            outcomes = [outcome for future in batch.futures for outcome in future.result()]
             self.wait_seconds += time.perf_counter() - started
             self._pending.popleft()
             done.append(outcomes)
@@ -163,7 +175,11 @@ class OrderedPool:
         self._pending.clear()
 
 
-def _done(outcome: ImageOutcome) -> Future[ImageOutcome]:
-    future: Future[ImageOutcome] = Future()
-    future.set_result(outcome)
+def _done(outcomes: list[ImageOutcome]) -> Future[list[ImageOutcome]]:
+    future: Future[list[ImageOutcome]] = Future()
+    future.set_result(outcomes)
     return future
+
+
+def _one(work: HostWork, job: ImageJob, maps: ImageMaps) -> list[ImageOutcome]:
+    return [work(job, maps)]
