@@ -12,6 +12,7 @@ from lightning.pytorch.callbacks import Callback
 from ocr.checkpoints.saving import estimate_checkpoint_bytes
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
 from ocr.machine.checks import CheckResult, fast_checks, format_table, worst_status
+from ocr.machine.environment import driver_version
 from ocr.utils.errors import UsageError
 from ocr.utils.io import atomic_write_json, format_mib, free_bytes
 
@@ -25,11 +26,10 @@ class PreflightError(UsageError, RuntimeError):
 
 
 def _cpu_machine_as_planned(results: list[CheckResult]) -> list[CheckResult]:
-    """On a machine without an NVIDIA driver (the ``cuda_usable`` row says so) the run trains on the CPU
-    as its hardware preset planned: the doctor's "no CUDA GPU visible" warning is no problem of this run.
-    A GPU machine whose CUDA does not work keeps the warning (its driver row says why)."""
-    cpu_machine = any(r.name == "cuda_usable" and r.detail.startswith("no NVIDIA driver") for r in results)
-    if not cpu_machine:
+    """On a machine without an NVIDIA driver the run trains on the CPU as its hardware preset planned: the
+    doctor's "no CUDA GPU visible" warning is no problem of this run. A GPU machine whose CUDA does not
+    work keeps the warning (its ``cuda_usable`` row says why)."""
+    if driver_version() is not None:
         return results
     return [
         CheckResult("gpu", "ok", "no GPU on this machine: training on the CPU")

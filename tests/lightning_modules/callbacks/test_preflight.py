@@ -19,23 +19,26 @@ NO_GPU = CheckResult(
 
 
 @pytest.mark.parametrize(
-    ("driver", "warned"),
+    ("driver", "row", "warned"),
     [
-        (CheckResult("cuda_usable", "ok", "no NVIDIA driver: a CPU machine"), False),
+        (None, CheckResult("cuda_usable", "ok", "no NVIDIA driver: a CPU machine"), False),
         (
-            CheckResult("cuda_usable", "fail", "NVIDIA driver 550 found, but torch sees no GPU", "reinstall"),
+            "550.54",
+            CheckResult("cuda_usable", "fail", "driver 550.54, but torch sees no GPU", "reinstall"),
             True,
         ),
     ],
 )
 def test_the_missing_gpu_is_a_warning_only_where_a_gpu_should_be(
-    driver: CheckResult,
+    driver: str | None,
+    row: CheckResult,
     warned: bool,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(preflight, "fast_checks", lambda run_dir: [NO_GPU, driver])
+    monkeypatch.setattr(preflight, "fast_checks", lambda run_dir: [NO_GPU, row])
+    monkeypatch.setattr(preflight, "driver_version", lambda: driver)
     callback = Preflight(dirpath=str(tmp_path), fail_on_error=False)
     with caplog.at_level(logging.INFO, logger=preflight.__name__):
         fit_tiny(tmp_path, [callback], max_steps=1)
