@@ -5,10 +5,12 @@ Tolerances, and why:
   the compact batch adds at most 7.8e-4 on the worker path, tests/data/test_coding.py).
 - ``prob_map`` and ``prob_mask`` of axis-aligned boxes: identical (the same truncation, and the reference
   fills whole-pixel rectangles).
-- ``prob_map`` of rotated and jittered polygons: pyclipper rounds the shrunk polygon's vertices to whole
-  pixels and ``cv2.fillPoly`` rasterises its edges; the device takes the exact inward offset. They differ
-  only on the borders of the shapes (a sliver one or two pixels thin may be drawn on one side only), in
-  about 5 % of the probability pixels on these pages; ``prob_mask`` likewise, far less.
+- ``prob_map`` of rotated and jittered polygons: the reference rounds twice to whole pixels (the ends of
+  the moved edges, then their intersections: up to 0.71 px each) and ``cv2.fillPoly`` takes pixels within
+  half a pixel of the rounded edges; the device takes the exact inward offset, less half a pixel. They
+  differ only within 2 px (0.71 + 0.71 + 0.5) of the exact shrunk border, in about 5 % of the probability
+  pixels on these pages; ``prob_mask`` likewise, far less. Along a thin line whose sides meet at a shallow
+  angle, that band is tens of pixels long: the tip of the shrunk shape moves along the line.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from ocr.data.sanitize import sanitize_polygons
 from ocr.data.targets.db import make_db_targets
 from ocr.types import TARGET_KEYS, TargetParams
 from tests.helpers.db_reference import jitter_corners, receipt_word_boxes
+from tests.helpers.scripts import load_script
 
+border_distance = load_script("compare_device_stage").border_distance
 PARAMS = TargetParams(shrink_ratio=0.4, thresh_min=0.3, thresh_max=0.7, min_text_size=8)
 SIZE = 192
 
@@ -78,10 +82,28 @@ def test_rotated_and_jittered_polygons_differ_only_on_the_shrunk_border(
     got = _device([polygons], [ignore])
     np.testing.assert_allclose(got["thresh_map"][0], reference["thresh_map"], atol=1e-5)
     np.testing.assert_array_equal(got["thresh_mask"][0], reference["thresh_mask"])
+    packed = pack_polygons([polygons], [ignore], SIZE, SIZE, PARAMS)
     for key in ("prob_map", "prob_mask"):
         assert _only_on_the_border(reference[key], got[key][0]), key
+        assert border_distance(key, reference[key] != got[key][0], packed, 0) <= 2.0, key
     differing = (got["prob_map"][0] != reference["prob_map"]).sum()
     assert 0 < differing < 0.12 * reference["prob_map"].sum()
+
+
+def test_a_thin_line_cut_by_the_crop_edge_differs_only_next_to_its_shrunk_border() -> None:
+    """A text line cut by the crop's top edge (its sides meet at 1 degree): the reference's rounded
+    vertices end the shrunk shape tens of pixels before the exact offset does, along a one-pixel row."""
+    wedge = np.array([[346.7, 0.0], [346.9, 11.3], [0.0, 17.7], [0.0, 0.0]], np.float32)
+    params = TargetParams()  # the data config's defaults: shrink 0.4, min_text_size 8
+    packed = pack_polygons([[wedge]], [[False]], 40, 400, params)
+    got = draw_db_targets(packed, 40, 400, params.thresh_min, params.thresh_max, torch.device("cpu"))
+    got_map = got["prob_map"][0, 0].numpy()
+    reference = make_db_targets([wedge], [False], 40, 400, params)["prob_map"]
+    differ = got_map != reference
+    tips = [int(np.nonzero(m.any(axis=0))[0].max()) for m in (reference, got_map)]
+    assert tips[1] - tips[0] > 20  # 288 and 326 px: the far pixels of the full-size comparison
+    assert border_distance("prob_map", differ, packed, 0) <= 2.0
+    assert tips[0] < 317 < tips[1]  # the exact offset's last row ends at x = 317, D = 5.85 below the top
 
 
 def test_a_batch_is_its_samples_drawn_alone_whatever_the_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
