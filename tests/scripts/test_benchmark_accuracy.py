@@ -1,0 +1,165 @@
+"""scripts/benchmark_accuracy.py: its statistics, tables and commands (fast), and one tiny run of two seeds
+through the real runners (slow)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.scripts import load_script
+
+bench = load_script("benchmark_accuracy")
+
+
+def _protocol(tmp_path: Path, **changes: object) -> object:
+    base = {
+        "init_from": tmp_path / "pre.ckpt",
+        "data_root": tmp_path / "data",
+        "out": tmp_path / "out" / "v",
+        "steps": 120,
+        "crop": 320,
+        "python": "python3",
+    }
+    return bench.Protocol(**{**base, **changes})
+
+
+def test_summary_is_mean_standard_error_and_sample_sd() -> None:
+    stats = bench.summarize([0.97, 0.98, 0.99])
+    assert stats["n"] == 3 and stats["mean"] == pytest.approx(0.98)
+    assert stats["sd"] == pytest.approx(0.01)  # sample sd (n - 1)
+    assert stats["se"] == pytest.approx(0.01 / math.sqrt(3))
+    assert bench.summarize([0.5]) == {"n": 1, "mean": 0.5, "se": None, "sd": None}
+    assert bench.summarize([])["mean"] is None
+
+
+def test_the_table_has_a_row_per_seed_and_the_mean_and_se_of_each_column() -> None:
+    def seed(n: int, test: float, val: float) -> object:
+        scores = {
+            "val": {m: {"hmean": val, "precision": 1.0, "recall": val} for m in bench.MODES},
+            "test": {"upstream": {"hmean": test, "precision": 1.0, "recall": test}},  # one mode only
+        }
+        return bench.SeedResult(seed=n, train_seconds=100.0 + n, scores=scores)
+
+    results = [seed(0, 0.90, 0.80), seed(1, 0.94, 0.84)]
+    assert bench.columns(results) == [("val", "upstream"), ("val", "competition"), ("test", "upstream")]
+    stats = bench.aggregate(results)
+    assert stats["test/upstream"]["mean"] == pytest.approx(0.92)
+    assert stats["test/upstream"]["se"] == pytest.approx(0.02)
+    assert stats["train_seconds"]["mean"] == pytest.approx(100.5)
+    table = bench.markdown("baseline", results).splitlines()
+    assert table[2] == "| seed | val upstream | val competition | test upstream | train s |"
+    assert table[4] == "| 0 | 0.8000 | 0.8000 | 0.9000 | 100 |"
+    assert table[6] == "| mean | 0.8200 | 0.8200 | 0.9200 | 100 |"
+    assert table[7] == "| SE | 0.0200 | 0.0200 | 0.0200 | 0 |"
+
+
+def test_commands_carry_the_protocol_and_put_the_variant_last(tmp_path: Path) -> None:
+    protocol = _protocol(
+        tmp_path,
+        hardware="h100_80gb",
+        overrides=("model=dbnetpp_resnet18", "seed=99"),
+        extra_train_roots=(tmp_path / "p1", tmp_path / "p2"),
+        proxy_root=tmp_path / "photo",
+        eval_overrides=("postprocess.thresh=0.25",),
+    )
+    train = bench.train_command(protocol, tmp_path / "data", 3, tmp_path / "run")
+    assert train[:3] == ["python3", "runners/train.py", "experiment=receipts_finetune"]
+    for expected in (
+        f"data.root={tmp_path / 'data'}",
+        f"model.init_from={tmp_path / 'pre.ckpt'}",
+        "seed=3",
+        "trainer.max_steps=120",
+        "trainer.max_epochs=-1",
+        "time_budget_minutes=null",
+        "trainer.limit_val_batches=0",
+        "data.train_transform.crop_size=320",
+        "hardware=h100_80gb",
+        f"data.extra_train_roots=[{tmp_path / 'p1'},{tmp_path / 'p2'}]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ):
+        assert expected in train, expected
+    assert train[-2:] == ["model=dbnetpp_resnet18", "seed=99"]  # the variant's overrides win
+    assert "data.train_transform.crop_size=320" not in bench.train_command(
+        _protocol(tmp_path, crop=None), tmp_path, 0, tmp_path
+    )
+    predict = bench.predict_command(
+        protocol, tmp_path / "last.ckpt", tmp_path / "photo", "test", tmp_path / "p"
+    )
+    assert f"image_dir={tmp_path / 'photo' / 'images' / 'test'}" in predict
+    assert predict[-1] == "postprocess.thresh=0.25" and "hardware=h100_80gb" in predict
+    assert "model=dbnetpp_resnet18" not in predict  # the network comes from the checkpoint
+    evaluate = bench.evaluate_command(
+        protocol, tmp_path / "gt.json", tmp_path / "pred.json", "upstream", tmp_path
+    )
+    assert evaluate[1] == "runners/evaluate.py" and "mode=upstream" in evaluate
+    assert protocol.eval_sets(tmp_path / "data") == {
+        "val": (tmp_path / "data", "val"),
+        "test": (tmp_path / "data", "test"),
+        "proxy": (tmp_path / "photo", "test"),
+    }
+
+
+def test_arguments_default_to_this_interpreter_and_absolute_paths(tmp_path: Path) -> None:
+    args = bench.parse_args(["--init-from", "pre.ckpt", "--variant", "v1", "--override", "a=1"])
+    protocol = bench.protocol_from_args(args)
+    assert protocol.python == sys.executable and protocol.hardware is None
+    assert protocol.init_from.is_absolute() and protocol.out.name == "v1"
+    assert protocol.data_root == bench.DEFAULT_ROOT.resolve() and protocol.overrides == ("a=1",)
+    assert bench.last_json_line('log\n{"hmean": 0.5}\n') == {"hmean": 0.5}
+    with pytest.raises(ValueError, match="no JSON summary line"):
+        bench.last_json_line("nothing\n")
+
+
+@pytest.mark.slow  # two tiny fine-tunings and their scoring through the runners: minutes on 2 busy cores
+def test_two_seeds_of_a_tiny_protocol_end_to_end(
+    trained_run: tuple[Path, Path], tiny_run: list[str], tmp_path: Path
+) -> None:
+    run, data_root = trained_run
+    # The tiny run's sizes (its data.* keys fit data=receipts too), minus the synthetic generator's.
+    tiny = [o for o in tiny_run if not o.startswith(("data.synthetic.", "hardware="))]
+    command = [
+        sys.executable,
+        "scripts/benchmark_accuracy.py",
+        "--init-from",
+        str(run / "checkpoints" / "last.ckpt"),
+        "--data-root",
+        str(data_root),
+        "--seeds",
+        "0",
+        "1",
+        "--steps",
+        "2",
+        "--label-subset",
+        "4",
+        "--hardware",
+        "cpu",
+        "--out",
+        str(tmp_path / "bench"),
+        "--variant",
+        "tiny",
+        *[f"--override={o}" for o in [*tiny, "trainer.log_every_n_steps=1"]],
+        "--eval-override=data.num_workers=0",
+        "--eval-override=data.persistent_workers=false",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "WANDB_MODE": "offline"}
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = tmp_path / "bench" / "tiny"
+    payload = json.loads((out / "results.json").read_text())
+    assert [s["seed"] for s in payload["seeds"]] == [0, 1]
+    for key in ("val/upstream", "val/competition", "test/upstream", "test/competition"):
+        stats = payload["summary"][key]
+        assert stats["n"] == 2 and 0.0 <= stats["mean"] <= 1.0 and stats["se"] is not None, key
+    subset = json.loads((out / "data_subset4" / "jsons" / "train.json").read_text())
+    assert len(subset["images"]) == 4
+    assert "| mean |" in (out / "results.md").read_text()
+    # Another invocation takes the seeds' saved figures instead of training again.
+    again = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "seed 0: figures from" in again.stdout
