@@ -5,7 +5,7 @@ through the real runners, scored on val, test and (optionally) a photographed pr
         [--data-root ../shared/datasets/sroie-compact] [--seeds 0 1 2] [--steps 150] [--crop 320] \
         [--variant NAME] [--override model=dbnetpp_resnet18 ...] [--eval-override postprocess.thresh=0.25] \
         [--label-subset 50] [--extra-train-root <pseudo-labelled dataset> ...] [--proxy-root <dataset>] \
-        [--splits val test] [--python python3] [--hardware cpu|h100_80gb|...] \
+        [--splits val test] [--jobs 1] [--python python3] [--hardware cpu|h100_80gb|...] \
         [--out outputs/benchmark_accuracy]
 
 The protocol, per seed N (each a process of its own, as a user runs it):
@@ -42,6 +42,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,6 +317,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the runners")
     parser.add_argument("--hardware", default=None, help="configs/hardware preset (default: the configs')")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "benchmark_accuracy")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="seeds run side by side (a shared CPU host: more of its share)"
+    )
     return parser.parse_args(argv)
 
 
@@ -357,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"--init-from {protocol.init_from}: no such checkpoint", file=sys.stderr)
         return 1
     root = train_root(protocol, args.label_subset)
-    results = [run_seed(protocol, root, seed) for seed in args.seeds]
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each seed's work is its own processes
+        results = list(pool.map(lambda seed: run_seed(protocol, root, seed), args.seeds))
     json_path, md_path = write_results(protocol, args.variant, results)
     print(md_path.read_text())
     print(f"results: {json_path}, {md_path}")
