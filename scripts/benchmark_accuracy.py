@@ -287,16 +287,42 @@ def write_results(protocol: Protocol, variant: str, results: Sequence[SeedResult
 
     payload = {
         "variant": variant,
-        "protocol": {
-            k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if isinstance(v, tuple) else v)
-            for k, v in protocol.__dict__.items()
-        },
+        "protocol": protocol_record(protocol),
         "summary": aggregate(results),
         "seeds": [r.__dict__ for r in results],
     }
     json_path = atomic_write_json(protocol.out / "results.json", payload)
     md_path = atomic_write_text(protocol.out / "results.md", markdown(variant, results))
     return json_path, md_path
+
+
+def protocol_record(protocol: Protocol, label_subset: int | None = None) -> dict[str, Any]:
+    """The protocol as JSON values (and the label subset, which shapes the train root)."""
+    record: dict[str, Any] = {
+        k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if isinstance(v, tuple) else v)
+        for k, v in protocol.__dict__.items()
+    }
+    return record | {"label_subset": label_subset}
+
+
+def claim_variant(protocol: Protocol, label_subset: int | None) -> None:
+    """Record the protocol in ``<variant>/protocol.json``; refuse a folder that holds another protocol's
+    seeds (their saved figures would be taken as this protocol's)."""
+    from ocr.utils.io import atomic_write_json
+
+    path = protocol.out / "protocol.json"
+    record = protocol_record(protocol, label_subset)
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        changed = sorted(
+            k for k in record.keys() | saved.keys() if k != "python" and record.get(k) != saved.get(k)
+        )
+        if changed:
+            raise SystemExit(
+                f"{protocol.out}: holds the results of another protocol (differs in {', '.join(changed)}); "
+                "choose another --variant or remove that folder"
+            )
+    atomic_write_json(path, record)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -360,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not protocol.init_from.is_file():
         print(f"--init-from {protocol.init_from}: no such checkpoint", file=sys.stderr)
         return 1
+    claim_variant(protocol, args.label_subset)
     root = train_root(protocol, args.label_subset)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each seed's work is its own processes
         results = list(pool.map(lambda seed: run_seed(protocol, root, seed), args.seeds))

@@ -111,3 +111,11 @@ def test_arguments_default_to_this_interpreter_and_absolute_paths(tmp_path: Path
     assert bench.last_json_line('log\n{"hmean": 0.5}\n') == {"hmean": 0.5}
     with pytest.raises(ValueError, match="no JSON summary line"):
         bench.last_json_line("nothing\n")
+
+
+def test_a_variant_folder_refuses_another_protocol(tmp_path: Path) -> None:
+    protocol = _protocol(tmp_path)
+    bench.claim_variant(protocol, None)
+    bench.claim_variant(_protocol(tmp_path, python="python3.11"), None)  # the interpreter may change
+    with pytest.raises(SystemExit, match=r"another protocol \(differs in label_subset, steps\)"):
+        bench.claim_variant(_protocol(tmp_path, steps=10), 50)
