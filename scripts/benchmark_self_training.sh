@@ -54,4 +54,6 @@ cat "$pseudo/pseudo_labels.json"
 "$PYTHON" scripts/benchmark_accuracy.py "${common[@]}" "${extra[@]}" --variant "${labels_only}_pseudo" \
     --label-subset "$LABELS" --extra-train-root "$pseudo"
 
-cat "$OUT/$labels_only/results.md" "$OUT/${labels_only}_pseudo/results.md"
+cat "$OUT/$labels_only/results.md"
+echo
+cat "$OUT/${labels_only}_pseudo/results.md"
