@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import hydra
@@ -34,9 +35,11 @@ quiet_third_party()
 BACKENDS = ("torch", "onnx")
 
 
-def prepare(cfg: DictConfig) -> tuple[Any, Any, Any]:
+def prepare(cfg: DictConfig, settle: Callable[[DictConfig], None] | None = None) -> tuple[Any, Any, Any]:
     """(datamodule, module, trainer) for ``cfg``: what ``trainer.predict`` runs, for either backend
-    (``scripts/benchmark_predict.py`` times the same objects)."""
+    (``scripts/benchmark_predict.py`` times the same objects). ``settle`` has the last word on ``cfg``
+    once the checkpoint's (or export's) settings are in it, before anything is built
+    (``runners/pseudo_label.py`` lowers ``postprocess.box_thresh`` there)."""
     from ocr.lightning_modules.prediction_io import require_images
     from ocr.lightning_modules.restore import checkpoint_settings, restore_for_inference
 
@@ -48,6 +51,8 @@ def prepare(cfg: DictConfig) -> tuple[Any, Any, Any]:
         onnx_settings(cfg)
     else:
         checkpoint = checkpoint_settings(cfg, targets=False)
+    if settle is not None:
+        settle(cfg)
     # No synthetic generation when predicting; root is read first, as it may interpolate data.synthetic.
     datamodule = instantiate(cfg.data, root=cfg.data.root, predict_image_dir=cfg.image_dir, synthetic=None)
     datamodule.setup("predict")

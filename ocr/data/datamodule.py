@@ -17,7 +17,7 @@ import functools
 import hashlib
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_only
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
 from ocr.data.coding import decode_batch, move_batch
 from ocr.data.collate import collate_batch
@@ -38,7 +38,7 @@ from ocr.data.transforms import Transform
 from ocr.types import Batch, Sample
 from ocr.utils.config_types import NonNegativeInt, PositiveInt
 
-__all__ = ["ReceiptDataModule", "seed_worker"]
+__all__ = ["ReceiptDataModule", "TrainSets", "seed_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,16 @@ def seed_worker(worker_id: int) -> None:
         transform.set_random_seed(seed)
 
 
+class TrainSets(ConcatDataset[Sample]):
+    """The train split of the data root followed by those of ``data.extra_train_roots``, as one dataset
+    for the train stream; they share one train transform (re-seeded per sample by the stream)."""
+
+    def __init__(self, datasets: Sequence[ReceiptDataset]) -> None:
+        super().__init__(datasets)
+        self.parts = list(datasets)
+        self.transform = datasets[0].transform
+
+
 class ReceiptDataModule(L.LightningDataModule):
     """Datasets and loaders for ``<root>/{images,jsons}``; predict scans ``predict_image_dir``."""
 
@@ -91,6 +101,7 @@ class ReceiptDataModule(L.LightningDataModule):
         pin_memory: bool,
         persistent_workers: bool,
         synthetic: Mapping[str, int | str] | None,
+        extra_train_roots: Sequence[str] = (),
     ) -> None:
         """Store the config; datasets are built in ``setup``.
 
@@ -117,9 +128,13 @@ class ReceiptDataModule(L.LightningDataModule):
                 ``num_workers > 0``); the train loader's workers always run for the whole fit.
             synthetic: generator settings (counts, seed, long_side, style, granularity); when given,
                 ``prepare_data`` generates the synthetic set into ``root`` (idempotent).
+            extra_train_roots: more dataset folders whose ``train_split`` is trained on after ``root``'s
+                (e.g. pseudo-labels, ``runners/pseudo_label.py``); each is scanned and sanitised alone and
+                its counts reported under its own name. Validation and test read ``root`` only.
         """
         super().__init__()
         self.root = Path(root)
+        self.extra_train_roots = [Path(r) for r in extra_train_roots]
         self.splits = {"train": train_split, "val": val_split, "test": test_split}  # dataset -> split
         self.predict_image_dir = (
             Path(predict_image_dir) if predict_image_dir else self.root / "images" / test_split
@@ -137,7 +152,7 @@ class ReceiptDataModule(L.LightningDataModule):
         self.num_workers, self.pin_memory = int(num_workers), bool(pin_memory)
         self.persistent_workers = bool(persistent_workers) and self.num_workers > 0
         self.synthetic = None if synthetic is None else synthetic_settings(synthetic)
-        self.datasets: dict[str, ReceiptDataset | ImageFolderDataset] = {}
+        self.datasets: dict[str, ReceiptDataset | ImageFolderDataset | TrainSets] = {}
         self.no_validation_reason: str | None = None  # set by setup when the val split is empty
         # The data root is on a file system every node shares (docs/distributed.md): global rank 0 alone
         # generates a synthetic set there, while the other ranks, on every node, wait for it.
@@ -156,6 +171,10 @@ class ReceiptDataModule(L.LightningDataModule):
             if path.is_file():
                 digest.update(split.encode() + b"\0" + path.read_bytes())
                 found = True
+        for i, root in enumerate(self.extra_train_roots):  # none: the digest of a single root, as before
+            path = root / "jsons" / f"{self.splits['train']}.json"
+            if path.is_file():
+                digest.update(f"extra_train_roots[{i}]".encode() + b"\0" + path.read_bytes())
         return digest.hexdigest()[:16] if found else None
 
     def prepare_data(self) -> None:
@@ -178,7 +197,7 @@ class ReceiptDataModule(L.LightningDataModule):
                 self._check_not_empty(name)
             self._check_per_rank(name)
 
-    def _build(self, name: str) -> ReceiptDataset | ImageFolderDataset:
+    def _build(self, name: str) -> ReceiptDataset | ImageFolderDataset | TrainSets:
         if name == "predict":
             dataset = ImageFolderDataset(image_dir=self.predict_image_dir, transform=self.eval_transform)
             log.info("predict: %d images in %s", len(dataset), self.predict_image_dir)
@@ -187,7 +206,23 @@ class ReceiptDataModule(L.LightningDataModule):
         transform = self.train_transform if name == "train" else self.eval_transform
         labelled = ReceiptDataset(root=self.root, split=split, transform=transform, **self.dataset_options)
         log.info("%s dataset <data.root=%s>: %s", name, self.root, labelled.report.summary())
-        return labelled
+        if name != "train" or not self.extra_train_roots:
+            return labelled
+        parts = [labelled]
+        for i, root in enumerate(self.extra_train_roots):
+            extra = ReceiptDataset(root=root, split=split, transform=transform, **self.dataset_options)
+            log.info("train dataset <data.extra_train_roots[%d]=%s>: %s", i, root, extra.report.summary())
+            if len(extra) == 0:
+                raise ValueError(
+                    f"{extra.annotation_path}: train split {split!r} of data.extra_train_roots[{i}]={root} "
+                    f"has no usable image ({_unusable(extra)}); drop the root or fix it"
+                )
+            parts.append(extra)
+        if len(labelled) == 0:  # the root's own split must hold images too (same rule as without extras)
+            return labelled
+        trained = TrainSets(parts)
+        log.info("train: %d images from %d roots", len(trained), len(parts))
+        return trained
 
     def _split_name(self, name: str) -> str:
         """How errors name a labelled split: its annotation file, split and config key."""

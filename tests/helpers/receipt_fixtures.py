@@ -128,6 +128,7 @@ def receipt_datamodule(
     batch_size: int = 2,
     crop_size: int = 64,
     render_on: str = "worker",
+    extra_train_roots: tuple[str, ...] = (),
 ) -> ReceiptDataModule:
     """A datamodule on ``root`` with the full train augmentation at ``crop_size`` and a 64 px letterbox."""
     return ReceiptDataModule(
@@ -150,6 +151,7 @@ def receipt_datamodule(
         pin_memory=False,
         persistent_workers=num_workers > 0,
         synthetic=synthetic,
+        extra_train_roots=extra_train_roots,
     )
 
 

@@ -1,0 +1,104 @@
+"""Dataset folders the project writes itself, in the layout ``data.root`` reads (``<root>/images/<split>/``
+and ``<root>/jsons/<split>.json``): pseudo-labelled images beside their annotation file
+(``runners/pseudo_label.py``), and a split reduced to its first images (``scripts/benchmark_accuracy.py
+--label-subset``).
+
+Images are symbolic links to the originals (``link``) or copies (``copy``); each is placed atomically
+(temp name, then rename), so an interrupted run never leaves a half-written image.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from ocr.data.annotations import AnnotationSet, load_annotations, save_annotations
+from ocr.utils.errors import ConfigValueError, InputNotFoundError
+
+__all__ = ["IMAGE_LAYOUTS", "UNLABELLED_DIR", "place_images", "write_label_subset"]
+
+log = logging.getLogger(__name__)
+
+IMAGE_LAYOUTS = ("none", "link", "copy")
+# Where write_label_subset puts the split's images whose labels it left out: a plain folder, for
+# runners/pseudo_label.py image_dir=.
+UNLABELLED_DIR = "unlabelled"
+
+
+def place_images(names: Sequence[str], src_dir: str | Path, dst_dir: str | Path, how: str) -> int:
+    """Link or copy ``src_dir/<name>`` to ``dst_dir/<name>`` for each name (subfolders kept); returns how many
+    were placed (0 for ``how="none"``). An existing file of the same name is replaced.
+
+    Raises:
+        ConfigValueError: ``how`` is not one of :data:`IMAGE_LAYOUTS`.
+        InputNotFoundError: a source image is missing (named).
+    """
+    if how not in IMAGE_LAYOUTS:
+        raise ConfigValueError(f"image layout: expected one of {IMAGE_LAYOUTS}, got {how!r}")
+    if how == "none":
+        return 0
+    src_root, dst_root = Path(src_dir).resolve(), Path(dst_dir)
+    for name in names:
+        src, dst = src_root / name, dst_root / name
+        if not src.is_file():
+            raise InputNotFoundError(f"{src}: image not found (to {how} into {dst_root})")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        temp = dst.with_name(f".{dst.name}.tmp")
+        temp.unlink(missing_ok=True)
+        if how == "link":
+            os.symlink(src, temp)
+        else:
+            shutil.copyfile(src, temp)
+        os.replace(temp, dst)
+    return len(names)
+
+
+def write_label_subset(root: str | Path, split: str, count: int, out: str | Path, how: str = "link") -> Path:
+    """``out``: a dataset whose ``split`` keeps the labels of its first ``count`` images (annotation-file
+    order) and whose other splits are ``root``'s own (linked). The split's other images go, without
+    labels, to ``out/unlabelled/`` (:data:`UNLABELLED_DIR`), for pseudo-labelling.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        ConfigValueError: ``count`` is not between 1 and the split's number of images.
+        InputNotFoundError: ``root`` has no annotation file for ``split``.
+    """
+    root, out = Path(root).resolve(), Path(out)
+    annotations = load_annotations(root / "jsons" / f"{split}.json")
+    names = list(annotations)
+    if not 1 <= count <= len(names):
+        raise ConfigValueError(
+            f"label subset: expected 1 to {len(names)} images (split {split!r} of {root}), got {count}"
+        )
+    kept = AnnotationSet({name: annotations[name] for name in names[:count]}, annotations.extra)
+    save_annotations(out / "jsons" / f"{split}.json", kept)
+    place_images(names[:count], root / "images" / split, out / "images" / split, how)
+    place_images(names[count:], root / "images" / split, out / UNLABELLED_DIR, how)
+    for other in sorted(p.stem for p in (root / "jsons").glob("*.json") if p.stem != split):
+        _link(root / "jsons" / f"{other}.json", out / "jsons" / f"{other}.json")
+        if (root / "images" / other).is_dir():
+            _link(root / "images" / other, out / "images" / other)
+    log.info(
+        "label subset: %s split %r keeps the labels of %d of %d images; %d unlabelled in %s",
+        out,
+        split,
+        count,
+        len(names),
+        len(names) - count,
+        out / UNLABELLED_DIR,
+    )
+    return out
+
+
+def _link(src: Path, dst: Path) -> None:
+    """A symbolic link ``dst`` -> ``src`` (replacing an earlier link)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    temp = dst.with_name(f".{dst.name}.tmp")
+    temp.unlink(missing_ok=True)
+    os.symlink(src, temp)
+    os.replace(temp, dst)

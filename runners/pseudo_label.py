@@ -1,0 +1,114 @@
+"""Pseudo-label unlabelled images with a teacher checkpoint, as a dataset training can read.
+
+uv run runners/pseudo_label.py ckpt=<teacher .ckpt> image_dir=<unlabelled images> [output=<dataset>]
+    [pseudo.text_score=0.7] [pseudo.ignore_score=0.4] [split=train] [images=link|copy|none]
+
+Predicts as ``runners/predict.py`` does (the checkpoint's evaluation transform and post-processing, except
+``postprocess.box_thresh``: every candidate is kept so the pseudo thresholds decide). A detection whose
+score is at least ``pseudo.text_score`` becomes text, one from ``pseudo.ignore_score`` up don't-care
+(``ignore: true``), a lower one is dropped. Writes ``<output>/jsons/<split>.json`` (with ``img_w``/``img_h``),
+the images into ``<output>/images/<split>/`` (links by default) and ``<output>/pseudo_labels.json`` (the
+thresholds and counts, also logged). Train on it beside the labelled set with
+``data.extra_train_roots=[<output>]`` (README, "Train on your own receipts").
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from ocr.machine.hardware import register_resolvers
+from ocr.utils.cli import lightning_runner
+from ocr.utils.commands import accept_unquoted_paths
+from ocr.utils.config_types import check_config_types
+from ocr.utils.runner import load_runner, quiet_third_party, run_dir, save_config, task_wrapper
+
+register_resolvers()
+quiet_third_party()
+log = logging.getLogger(__name__)
+
+
+def keep_every_candidate(cfg: DictConfig) -> None:
+    """``postprocess.box_thresh=0``: the post-processor returns every candidate with its score, so the
+    pseudo thresholds alone decide and the dropped detections can be counted."""
+    if cfg.postprocess.box_thresh != 0:
+        log.info(
+            "postprocess.box_thresh=0 (was %s): pseudo.ignore_score=%s decides which detections are kept",
+            cfg.postprocess.box_thresh,
+            cfg.pseudo.ignore_score,
+        )
+    cfg.postprocess.box_thresh = 0.0
+
+
+@task_wrapper
+def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
+    """Predict ``image_dir`` and write the pseudo-labelled dataset; returns the summary (empty on ranks
+    other than 0)."""
+    from ocr.data.annotations import save_annotations
+    from ocr.data.layout import place_images
+    from ocr.data.pseudo_labels import PseudoThresholds, pseudo_records
+    from ocr.lightning_modules.prediction_io import gather_predictions
+    from ocr.utils.io import atomic_write_json
+
+    check_config_types(cfg)
+    thresholds = PseudoThresholds(float(cfg.pseudo.text_score), float(cfg.pseudo.ignore_score))
+    directory = run_dir(cfg)
+    datamodule, module, trainer = load_runner("predict").prepare(cfg, keep_every_candidate)
+    save_config(cfg, directory)
+    trainer.predict(module, datamodule=datamodule, return_predictions=False)
+    predictions = gather_predictions(module.pipeline.predictions)
+    if predictions is None:
+        return {}
+    dataset = datamodule.datasets["predict"]
+    records, counts = pseudo_records(
+        predictions, dict(zip(dataset.files, dataset.original_sizes, strict=True)), thresholds
+    )
+    out = Path(cfg.output) if cfg.output is not None else directory
+    annotations = save_annotations(out / "jsons" / f"{cfg.split}.json", records)
+    place_images(list(records), cfg.image_dir, out / "images" / cfg.split, cfg.images)
+    summary = {
+        "ckpt": str(cfg.ckpt),
+        "image_dir": str(cfg.image_dir),
+        "annotations": str(annotations),
+        "images_layout": cfg.images,
+        "thresholds": {
+            "text_score": thresholds.text_score,
+            "ignore_score": thresholds.ignore_score,
+            "postprocess.thresh": float(cfg.postprocess.thresh),
+        },
+        "counts": counts.as_dict(),
+    }
+    atomic_write_json(out / "pseudo_labels.json", summary)
+    log.info(
+        "Pseudo-labels (text_score=%s, ignore_score=%s): %d images (%d unreadable, left out; %d without "
+        "text), %d text boxes, %d don't-care boxes, %d dropped -> %s",
+        thresholds.text_score,
+        thresholds.ignore_score,
+        counts.images,
+        counts.unreadable,
+        counts.images_without_text,
+        counts.text,
+        counts.ignored,
+        counts.dropped,
+        annotations,
+    )
+    if cfg.images != "none":
+        print(f"Dataset: {out} (train beside the labelled set: data.extra_train_roots=[{out}])")
+    print(f"Run directory: {directory}")
+    return summary
+
+
+@hydra.main(config_path="../configs", config_name="pseudo_label", version_base="1.3")
+@lightning_runner
+def main(cfg: DictConfig) -> None:
+    pseudo_label(cfg)
+
+
+if __name__ == "__main__":
+    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
+    main()

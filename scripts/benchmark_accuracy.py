@@ -1,0 +1,400 @@
+"""Accuracy of a training variant as mean ± standard error over seeds: a fixed fine-tuning protocol run
+through the real runners, scored on val, test and (optionally) a photographed proxy, in both CLEval modes.
+
+    uv run python scripts/benchmark_accuracy.py --init-from <pretrain run>/checkpoints/<best>.ckpt \
+        [--data-root ../shared/datasets/sroie-compact] [--seeds 0 1 2] [--steps 150] [--crop 320] \
+        [--variant NAME] [--override model=dbnetpp_resnet18 ...] [--eval-override postprocess.thresh=0.25] \
+        [--label-subset 50] [--extra-train-root <pseudo-labelled dataset> ...] [--proxy-root <dataset>] \
+        [--splits val test] [--jobs 1] [--python python3] [--hardware cpu|h100_80gb|...] \
+        [--out outputs/benchmark_accuracy]
+
+The protocol, per seed N (each a process of its own, as a user runs it):
+1. ``runners/train.py experiment=receipts_finetune data.root=<root> model.init_from=<ckpt> seed=N
+   trainer.max_steps=<steps> trainer.max_epochs=-1 time_budget_minutes=null test_after_fit=false
+   trainer.limit_val_batches=0 data.train_transform.crop_size=<crop>`` and the variant's ``--override``
+   values (last, so they win): a fixed number of steps from one pretrained network, whose schedule
+   decays over exactly those steps; no validation, the final weights (``last.ckpt``) are scored.
+2. ``runners/predict.py`` of ``last.ckpt`` on each evaluation split (val and test of the data root, and
+   the proxy root's ``--proxy-split``), with the checkpoint's evaluation settings, then
+   ``runners/evaluate.py`` on its ``predictions.json`` in ``mode=upstream`` and ``mode=competition``:
+   one network pass per split for both modes.
+
+``--label-subset N`` trains on the labels of the first N train images only (a dataset folder written
+under the variant's folder, whose ``unlabelled/`` holds the other train images, for
+``runners/pseudo_label.py``); ``--extra-train-root`` adds ``data.extra_train_roots``. A seed whose
+``figures.json`` exists is not run again (an interrupted benchmark continues where it stopped).
+
+Writes ``<out>/<variant>/results.json`` and ``results.md`` (each seed's hmean per split and mode, the
+mean, the standard error of the mean and the sample standard deviation, the training seconds, every
+command) and prints the table. On a GPU host whose ``python3`` runs the runners: ``--python python3
+--hardware h100_80gb`` (any ``configs/hardware`` preset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
+MODES = ("upstream", "competition")
+FIGURES = "figures.json"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One variant's protocol (everything but the seed)."""
+
+    init_from: Path
+    data_root: Path
+    out: Path  # the variant's folder
+    steps: int
+    crop: int | None
+    python: str = sys.executable
+    hardware: str | None = None
+    overrides: tuple[str, ...] = ()
+    eval_overrides: tuple[str, ...] = ()
+    extra_train_roots: tuple[Path, ...] = ()
+    proxy_root: Path | None = None
+    proxy_split: str = "test"
+    splits: tuple[str, ...] = ("val", "test")
+
+    def eval_sets(self, train_root: Path) -> dict[str, tuple[Path, str]]:
+        """Evaluation name -> (dataset root, split): the data root's splits, then the proxy's."""
+        sets = {split: (train_root, split) for split in self.splits}
+        if self.proxy_root is not None:
+            sets["proxy"] = (self.proxy_root, self.proxy_split)
+        return sets
+
+
+@dataclass
+class SeedResult:
+    """One seed's figures: ``hmean[<eval set>][<mode>]`` (also precision and recall), training seconds."""
+
+    seed: int
+    train_seconds: float
+    scores: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    commands: list[list[str]] = field(default_factory=list)
+
+
+def _hardware(protocol: Protocol) -> list[str]:
+    return [] if protocol.hardware is None else [f"hardware={protocol.hardware}"]
+
+
+def train_command(protocol: Protocol, train_root: Path, seed: int, run_dir: Path) -> list[str]:
+    """``runners/train.py`` for ``seed`` into ``run_dir``."""
+    command = [
+        protocol.python,
+        "runners/train.py",
+        "experiment=receipts_finetune",
+        f"data.root={train_root}",
+        f"model.init_from={protocol.init_from}",
+        f"seed={seed}",
+        f"trainer.max_steps={protocol.steps}",
+        "trainer.max_epochs=-1",
+        "time_budget_minutes=null",
+        "test_after_fit=false",
+        "trainer.limit_val_batches=0",
+        f"hydra.run.dir={run_dir}",
+        *_hardware(protocol),
+    ]
+    if protocol.crop is not None:
+        command.append(f"data.train_transform.crop_size={protocol.crop}")
+    if protocol.extra_train_roots:
+        command.append(f"data.extra_train_roots=[{','.join(str(r) for r in protocol.extra_train_roots)}]")
+    return command + list(protocol.overrides)
+
+
+def predict_command(protocol: Protocol, ckpt: Path, root: Path, split: str, run_dir: Path) -> list[str]:
+    """``runners/predict.py`` of ``ckpt`` over ``root``'s ``split`` images into ``run_dir``."""
+    return [
+        protocol.python,
+        "runners/predict.py",
+        f"ckpt={ckpt}",
+        "data=receipts",
+        f"data.root={root}",
+        f"image_dir={root / 'images' / split}",
+        "report.enabled=false",
+        f"hydra.run.dir={run_dir}",
+        *_hardware(protocol),
+        *protocol.eval_overrides,
+    ]
+
+
+def evaluate_command(protocol: Protocol, gt: Path, pred: Path, mode: str, run_dir: Path) -> list[str]:
+    """``runners/evaluate.py`` of ``pred`` against ``gt`` in ``mode`` into ``run_dir``."""
+    return [
+        protocol.python,
+        "runners/evaluate.py",
+        f"gt={gt}",
+        f"pred={pred}",
+        f"mode={mode}",
+        f"out_dir={run_dir}",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
+    """n, mean, standard error of the mean (sample sd / sqrt(n)) and sample sd; None where undefined."""
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "se": None, "sd": None}
+    sd = statistics.stdev(values) if n > 1 else None
+    return {
+        "n": n,
+        "mean": statistics.fmean(values),
+        "se": None if sd is None else sd / math.sqrt(n),
+        "sd": sd,
+    }
+
+
+def columns(results: Sequence[SeedResult]) -> list[tuple[str, str]]:
+    """(eval set, mode) pairs present in every seed's scores, in first-seen order."""
+    if not results:
+        return []
+    first = [(name, mode) for name, modes in results[0].scores.items() for mode in modes]
+    return [c for c in first if all(c[1] in r.scores.get(c[0], {}) for r in results)]
+
+
+def aggregate(results: Sequence[SeedResult]) -> dict[str, dict[str, float | int | None]]:
+    """``"<eval set>/<mode>"`` -> :func:`summarize` of its hmean over the seeds, plus ``train_seconds``."""
+    table = {
+        f"{name}/{mode}": summarize([r.scores[name][mode]["hmean"] for r in results])
+        for name, mode in columns(results)
+    }
+    table["train_seconds"] = summarize([r.train_seconds for r in results])
+    return table
+
+
+def markdown(variant: str, results: Sequence[SeedResult]) -> str:
+    """The table: one row per seed (hmean per eval set and mode, training seconds), then mean, standard
+    error and sd."""
+    cols = columns(results)
+    stats = aggregate(results)
+    header = ["seed", *(f"{name} {mode}" for name, mode in cols), "train s"]
+    lines = [
+        f"### {variant}",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for r in results:
+        cells = [str(r.seed), *(f"{r.scores[n][m]['hmean']:.4f}" for n, m in cols), f"{r.train_seconds:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    keys = [f"{n}/{m}" for n, m in cols]
+    for label, stat, fmt in (("mean", "mean", ".4f"), ("SE", "se", ".4f"), ("sd", "sd", ".4f")):
+        cells = [_fmt(stats[k][stat], fmt) for k in keys] + [_fmt(stats["train_seconds"][stat], ".0f")]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: float | int | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def last_json_line(stdout: str) -> dict[str, Any]:
+    """The last stdout line that is a JSON object (``runners/evaluate.py``'s summary)."""
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                return value
+    raise ValueError(f"no JSON summary line in the output:\n{stdout[-2000:]}")
+
+
+def _run(command: list[str], log_path: Path) -> str:
+    """Run ``command`` in the repository; its output goes to ``log_path`` and is returned. A failure
+    raises naming the command and the log."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    print("$ " + " ".join(command), flush=True)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"exit status {result.returncode}: {' '.join(command)}\n"
+            f"(log: {log_path})\n{result.stderr[-3000:]}"
+        )
+    return result.stdout
+
+
+def run_seed(protocol: Protocol, train_root: Path, seed: int) -> SeedResult:
+    """The protocol for ``seed``; its figures are also written to ``<variant>/seed<N>/figures.json``."""
+    from ocr.utils.io import atomic_write_json
+
+    seed_dir = protocol.out / f"seed{seed}"
+    done = seed_dir / FIGURES
+    if done.is_file():
+        saved = json.loads(done.read_text())
+        print(f"seed {seed}: figures from {done}", flush=True)
+        return SeedResult(**saved)
+    if (seed_dir / "train").exists():  # an interrupted attempt: start the seed afresh
+        shutil.rmtree(seed_dir / "train")
+    result = SeedResult(seed=seed, train_seconds=0.0)
+    command = train_command(protocol, train_root, seed, seed_dir / "train")
+    started = time.perf_counter()
+    _run(command, seed_dir / "train.log")
+    result.train_seconds = time.perf_counter() - started
+    result.commands.append(command)
+    ckpt = seed_dir / "train" / "checkpoints" / "last.ckpt"
+    if not ckpt.is_file():
+        raise FileNotFoundError(
+            f"{ckpt}: the training run wrote no last.ckpt (log: {seed_dir / 'train.log'})"
+        )
+    for name, (root, split) in protocol.eval_sets(train_root).items():
+        command = predict_command(protocol, ckpt, root, split, seed_dir / f"predict_{name}")
+        _run(command, seed_dir / f"predict_{name}.log")
+        result.commands.append(command)
+        result.scores[name] = {}
+        for mode in MODES:
+            command = evaluate_command(
+                protocol,
+                root / "jsons" / f"{split}.json",
+                seed_dir / f"predict_{name}" / "predictions.json",
+                mode,
+                seed_dir / f"eval_{name}_{mode}",
+            )
+            summary = last_json_line(_run(command, seed_dir / f"eval_{name}_{mode}.log"))
+            result.commands.append(command)
+            result.scores[name][mode] = {k: float(summary[k]) for k in ("hmean", "precision", "recall")}
+        print(
+            f"seed {seed} {name}: " + ", ".join(f"{m} {result.scores[name][m]['hmean']:.4f}" for m in MODES),
+            flush=True,
+        )
+    atomic_write_json(done, result.__dict__)
+    return result
+
+
+def write_results(protocol: Protocol, variant: str, results: Sequence[SeedResult]) -> tuple[Path, Path]:
+    """``results.json`` and ``results.md`` in the variant's folder (atomic)."""
+    from ocr.utils.io import atomic_write_json, atomic_write_text
+
+    payload = {
+        "variant": variant,
+        "protocol": protocol_record(protocol),
+        "summary": aggregate(results),
+        "seeds": [r.__dict__ for r in results],
+    }
+    json_path = atomic_write_json(protocol.out / "results.json", payload)
+    md_path = atomic_write_text(protocol.out / "results.md", markdown(variant, results))
+    return json_path, md_path
+
+
+def protocol_record(protocol: Protocol, label_subset: int | None = None) -> dict[str, Any]:
+    """The protocol as JSON values (and the label subset, which shapes the train root)."""
+    record: dict[str, Any] = {
+        k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if isinstance(v, tuple) else v)
+        for k, v in protocol.__dict__.items()
+    }
+    return record | {"label_subset": label_subset}
+
+
+def claim_variant(protocol: Protocol, label_subset: int | None) -> None:
+    """Record the protocol in ``<variant>/protocol.json``; refuse a folder that holds another protocol's
+    seeds (their saved figures would be taken as this protocol's)."""
+    from ocr.utils.io import atomic_write_json
+
+    path = protocol.out / "protocol.json"
+    record = protocol_record(protocol, label_subset)
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        changed = sorted(
+            k for k in record.keys() | saved.keys() if k != "python" and record.get(k) != saved.get(k)
+        )
+        if changed:
+            raise SystemExit(
+                f"{protocol.out}: holds the results of another protocol (differs in {', '.join(changed)}); "
+                "choose another --variant or remove that folder"
+            )
+    atomic_write_json(path, record)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--init-from", type=Path, required=True, help="the pretrained checkpoint")
+    parser.add_argument("--data-root", type=Path, default=DEFAULT_ROOT)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=150, help="training steps per seed")
+    parser.add_argument("--crop", type=int, default=None, help="training crop (default: the preset's)")
+    parser.add_argument("--variant", default="baseline", help="name of the variant's folder and table")
+    parser.add_argument("--override", action="append", default=[], help="train override (repeatable)")
+    parser.add_argument("--eval-override", action="append", default=[], help="predict override (repeatable)")
+    parser.add_argument("--label-subset", type=int, default=None, help="keep the first N train labels")
+    parser.add_argument("--extra-train-root", type=Path, action="append", default=[])
+    parser.add_argument("--proxy-root", type=Path, default=None, help="photographed copy (dataset root)")
+    parser.add_argument("--proxy-split", default="test")
+    parser.add_argument("--splits", nargs="+", default=["val", "test"], help="the data root's splits scored")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the runners")
+    parser.add_argument("--hardware", default=None, help="configs/hardware preset (default: the configs')")
+    parser.add_argument("--out", type=Path, default=REPO / "outputs" / "benchmark_accuracy")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="seeds run side by side (a shared CPU host: more of its share)"
+    )
+    return parser.parse_args(argv)
+
+
+def protocol_from_args(args: argparse.Namespace) -> Protocol:
+    """The variant's protocol; relative paths are made absolute (the runners run in the repository)."""
+    return Protocol(
+        init_from=args.init_from.resolve(),
+        data_root=args.data_root.resolve(),
+        out=(args.out / args.variant).resolve(),
+        steps=args.steps,
+        crop=args.crop,
+        python=args.python,
+        hardware=args.hardware,
+        overrides=tuple(args.override),
+        eval_overrides=tuple(args.eval_override),
+        extra_train_roots=tuple(r.resolve() for r in args.extra_train_root),
+        proxy_root=None if args.proxy_root is None else args.proxy_root.resolve(),
+        proxy_split=args.proxy_split,
+        splits=tuple(args.splits),
+    )
+
+
+def train_root(protocol: Protocol, label_subset: int | None) -> Path:
+    """The data root trained on: the data root, or a fresh label subset of it in the variant's folder."""
+    if label_subset is None:
+        return protocol.data_root
+    from ocr.data.layout import write_label_subset
+
+    out = protocol.out / f"data_subset{label_subset}"
+    if out.exists():  # written by this script: rewritten, so no image of an earlier subset stays
+        shutil.rmtree(out)
+    return write_label_subset(protocol.data_root, "train", label_subset, out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    protocol = protocol_from_args(args)
+    if not protocol.init_from.is_file():
+        print(f"--init-from {protocol.init_from}: no such checkpoint", file=sys.stderr)
+        return 1
+    claim_variant(protocol, args.label_subset)
+    root = train_root(protocol, args.label_subset)
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each seed's work is its own processes
+        results = list(pool.map(lambda seed: run_seed(protocol, root, seed), args.seeds))
+    json_path, md_path = write_results(protocol, args.variant, results)
+    print(md_path.read_text())
+    print(f"results: {json_path}, {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""scripts/benchmark_accuracy.py: its statistics, tables and commands (the tiny run through the real
+runners: tests/e2e/test_benchmark_accuracy.py)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.scripts import load_script
+
+bench = load_script("benchmark_accuracy")
+
+
+def _protocol(tmp_path: Path, **changes: object) -> object:
+    base = {
+        "init_from": tmp_path / "pre.ckpt",
+        "data_root": tmp_path / "data",
+        "out": tmp_path / "out" / "v",
+        "steps": 120,
+        "crop": 320,
+        "python": "python3",
+    }
+    return bench.Protocol(**{**base, **changes})
+
+
+def test_summary_is_mean_standard_error_and_sample_sd() -> None:
+    stats = bench.summarize([0.97, 0.98, 0.99])
+    assert stats["n"] == 3 and stats["mean"] == pytest.approx(0.98)
+    assert stats["sd"] == pytest.approx(0.01)  # sample sd (n - 1)
+    assert stats["se"] == pytest.approx(0.01 / math.sqrt(3))
+    assert bench.summarize([0.5]) == {"n": 1, "mean": 0.5, "se": None, "sd": None}
+    assert bench.summarize([])["mean"] is None
+
+
+def test_the_table_has_a_row_per_seed_and_the_mean_and_se_of_each_column() -> None:
+    def seed(n: int, test: float, val: float) -> object:
+        scores = {
+            "val": {m: {"hmean": val, "precision": 1.0, "recall": val} for m in bench.MODES},
+            "test": {"upstream": {"hmean": test, "precision": 1.0, "recall": test}},  # one mode only
+        }
+        return bench.SeedResult(seed=n, train_seconds=100.0 + n, scores=scores)
+
+    results = [seed(0, 0.90, 0.80), seed(1, 0.94, 0.84)]
+    assert bench.columns(results) == [("val", "upstream"), ("val", "competition"), ("test", "upstream")]
+    stats = bench.aggregate(results)
+    assert stats["test/upstream"]["mean"] == pytest.approx(0.92)
+    assert stats["test/upstream"]["se"] == pytest.approx(0.02)
+    assert stats["train_seconds"]["mean"] == pytest.approx(100.5)
+    table = bench.markdown("baseline", results).splitlines()
+    assert table[2] == "| seed | val upstream | val competition | test upstream | train s |"
+    assert table[4] == "| 0 | 0.8000 | 0.8000 | 0.9000 | 100 |"
+    assert table[6] == "| mean | 0.8200 | 0.8200 | 0.9200 | 100 |"
+    assert table[7] == "| SE | 0.0200 | 0.0200 | 0.0200 | 0 |"
+
+
+def test_commands_carry_the_protocol_and_put_the_variant_last(tmp_path: Path) -> None:
+    protocol = _protocol(
+        tmp_path,
+        hardware="h100_80gb",
+        overrides=("model=dbnetpp_resnet18", "seed=99"),
+        extra_train_roots=(tmp_path / "p1", tmp_path / "p2"),
+        proxy_root=tmp_path / "photo",
+        eval_overrides=("postprocess.thresh=0.25",),
+    )
+    train = bench.train_command(protocol, tmp_path / "data", 3, tmp_path / "run")
+    assert train[:3] == ["python3", "runners/train.py", "experiment=receipts_finetune"]
+    for expected in (
+        f"data.root={tmp_path / 'data'}",
+        f"model.init_from={tmp_path / 'pre.ckpt'}",
+        "seed=3",
+        "trainer.max_steps=120",
+        "trainer.max_epochs=-1",
+        "time_budget_minutes=null",
+        "trainer.limit_val_batches=0",
+        "data.train_transform.crop_size=320",
+        "hardware=h100_80gb",
+        f"data.extra_train_roots=[{tmp_path / 'p1'},{tmp_path / 'p2'}]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ):
+        assert expected in train, expected
+    assert train[-2:] == ["model=dbnetpp_resnet18", "seed=99"]  # the variant's overrides win
+    assert "data.train_transform.crop_size=320" not in bench.train_command(
+        _protocol(tmp_path, crop=None), tmp_path, 0, tmp_path
+    )
+    predict = bench.predict_command(
+        protocol, tmp_path / "last.ckpt", tmp_path / "photo", "test", tmp_path / "p"
+    )
+    assert f"image_dir={tmp_path / 'photo' / 'images' / 'test'}" in predict
+    assert predict[-1] == "postprocess.thresh=0.25" and "hardware=h100_80gb" in predict
+    assert "model=dbnetpp_resnet18" not in predict  # the network comes from the checkpoint
+    evaluate = bench.evaluate_command(
+        protocol, tmp_path / "gt.json", tmp_path / "pred.json", "upstream", tmp_path
+    )
+    assert evaluate[1] == "runners/evaluate.py" and "mode=upstream" in evaluate
+    assert protocol.eval_sets(tmp_path / "data") == {
+        "val": (tmp_path / "data", "val"),
+        "test": (tmp_path / "data", "test"),
+        "proxy": (tmp_path / "photo", "test"),
+    }
+
+
+def test_arguments_default_to_this_interpreter_and_absolute_paths(tmp_path: Path) -> None:
+    args = bench.parse_args(["--init-from", "pre.ckpt", "--variant", "v1", "--override", "a=1"])
+    protocol = bench.protocol_from_args(args)
+    assert protocol.python == sys.executable and protocol.hardware is None
+    assert protocol.init_from.is_absolute() and protocol.out.name == "v1"
+    assert protocol.data_root == bench.DEFAULT_ROOT.resolve() and protocol.overrides == ("a=1",)
+    assert bench.last_json_line('log\n{"hmean": 0.5}\n') == {"hmean": 0.5}
+    with pytest.raises(ValueError, match="no JSON summary line"):
+        bench.last_json_line("nothing\n")
+
+
+def test_a_variant_folder_refuses_another_protocol(tmp_path: Path) -> None:
+    protocol = _protocol(tmp_path)
+    bench.claim_variant(protocol, None)
+    bench.claim_variant(_protocol(tmp_path, python="python3.11"), None)  # the interpreter may change
+    with pytest.raises(SystemExit, match=r"another protocol \(differs in label_subset, steps\)"):
+        bench.claim_variant(_protocol(tmp_path, steps=10), 50)
