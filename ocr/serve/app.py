@@ -125,6 +125,8 @@ def create_app(
         slot, path = str(body.get("slot", "")), str(body.get("path", "")).strip()
         if slot not in ("1", "2"):
             raise RequestError(f"slot: expected '1' or '2', got {slot!r}")
+        if not path:
+            raise RequestError("path: expected the path of a .ckpt or .onnx file on the server, got nothing")
         key = "onnx_model" if path.endswith(".onnx") else ("ckpt" if slot == "1" else "ckpt2")
         try:
             model = loader(key, path)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from ocr.serve.app import outcome_colours
@@ -124,8 +125,6 @@ def test_split_listed_worst_first_with_outcomes_and_two_models(
 
 
 def test_port_in_use_is_a_clear_error() -> None:
-    import pytest
-
     from ocr.serve.server import bind_port
     from ocr.utils.errors import ConfigValueError
 
@@ -138,3 +137,27 @@ def test_port_in_use_is_a_clear_error() -> None:
 
 def test_outcome_colours_are_the_reports() -> None:
     assert "--matched:" in outcome_colours() and "--false_positive:" in outcome_colours()
+
+
+@pytest.mark.slow  # an ONNX export: half a minute or more on 2 cores
+def test_an_onnx_export_is_served_beside_its_checkpoint(
+    serve_checkpoint: Path, tmp_path: Path, compose_cfg: Any, runner_module: Any
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from ocr.serve.server import build_app
+
+    images = tmp_path / "parity"
+    images.mkdir()
+    (images / "receipt.png").write_bytes(_png_bytes())
+    export = compose_cfg("export", [f"ckpt={serve_checkpoint}", f"parity.image_dir={images}"], tmp_path / "x")
+    model = runner_module("export").export(export)["model"]
+    cfg = compose_cfg("serve", [f"onnx_model={model}", f"ckpt2={serve_checkpoint}"], tmp_path / "run")
+    client = TestClient(build_app(cfg, tmp_path / "uploads", "receipts"))
+    assert client.get("/api/info").json()["models"]["1"]["key"] == "onnx_model"
+    key = _upload(client, _png_bytes(), "receipt.png").json()["key"]
+    onnx_card = client.post("/api/detect", json={"key": key, "slot": "1", "thresh": 0.35}).json()
+    torch_card = client.post("/api/detect", json={"key": key, "slot": "2", "thresh": 0.35}).json()
+    assert onnx_card["det"] and len(onnx_card["det"]) == len(torch_card["det"])
+    np.testing.assert_allclose(onnx_card["det"], torch_card["det"], atol=1.0)
+    assert f"backend=onnx onnx_model={model}" in onnx_card["commands"]["predict"]
