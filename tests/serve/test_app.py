@@ -105,12 +105,12 @@ def test_a_second_checkpoint_that_fails_leaves_the_first_served(serve_app: Any, 
 
 
 def test_split_listed_worst_first_with_outcomes_and_two_models(
-    serve_app: Any, serve_checkpoint: Path, tmp_path: Path
+    serve_app: Any, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     from tests.helpers.receipt_fixtures import make_root
 
     root = make_root(tmp_path / "data")
-    client = serve_app(f"data.root={root}", f"ckpt2={serve_checkpoint}")
+    client = serve_app(f"data.root={root}", f"ckpt2={tiny_checkpoint}")
     for _ in range(600):
         listing = client.get("/api/split").json()
         if listing["scored"] == listing["total"]:
@@ -141,7 +141,7 @@ def test_outcome_colours_are_the_reports() -> None:
 
 @pytest.mark.slow  # an ONNX export: half a minute or more on 2 cores
 def test_an_onnx_export_is_served_beside_its_checkpoint(
-    serve_checkpoint: Path, tmp_path: Path, compose_cfg: Any, runner_module: Any
+    tiny_checkpoint: Path, tmp_path: Path, compose_cfg: Any, runner_module: Any
 ) -> None:
     from fastapi.testclient import TestClient
 
@@ -150,9 +150,9 @@ def test_an_onnx_export_is_served_beside_its_checkpoint(
     images = tmp_path / "parity"
     images.mkdir()
     (images / "receipt.png").write_bytes(_png_bytes())
-    export = compose_cfg("export", [f"ckpt={serve_checkpoint}", f"parity.image_dir={images}"], tmp_path / "x")
+    export = compose_cfg("export", [f"ckpt={tiny_checkpoint}", f"parity.image_dir={images}"], tmp_path / "x")
     model = runner_module("export").export(export)["model"]
-    cfg = compose_cfg("serve", [f"onnx_model={model}", f"ckpt2={serve_checkpoint}"], tmp_path / "run")
+    cfg = compose_cfg("serve", [f"onnx_model={model}", f"ckpt2={tiny_checkpoint}"], tmp_path / "run")
     client = TestClient(build_app(cfg, tmp_path / "uploads", "receipts"))
     assert client.get("/api/info").json()["models"]["1"]["key"] == "onnx_model"
     key = _upload(client, _png_bytes(), "receipt.png").json()["key"]
