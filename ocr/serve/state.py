@@ -58,6 +58,7 @@ class ServeState:
         self.images: dict[str, ServedImage] = {}
         self._maps: OrderedDict[tuple[str, str], tuple[npt.NDArray[np.float32], Geometry]] = OrderedDict()
         self._network_lock = threading.Lock()  # one forward pass at a time: the CPU has few cores
+        self._maps_lock = threading.Lock()  # requests and the split's scoring thread share the cache
 
     def add_upload(self, data: bytes, name: str) -> str:
         """Store an uploaded file (see :func:`store_upload`); returns its key.
@@ -78,8 +79,9 @@ class ServeState:
         """Serve ``model`` in ``slot`` from now on (its cached maps dropped)."""
         self.models[slot] = model
         self.errors.pop(slot, None)
-        for cached in [k for k in self._maps if k[0] == slot]:
-            del self._maps[cached]
+        with self._maps_lock:
+            for cached in [k for k in self._maps if k[0] == slot]:
+                del self._maps[cached]
 
     def model(self, slot: str) -> ServedModel:
         """The model in ``slot``.
@@ -99,10 +101,11 @@ class ServeState:
             KeyError: unknown image or slot.
             UploadError: the image file cannot be decoded after all.
         """
-        cached = self._maps.get((slot, key))
-        if cached is not None:
-            self._maps.move_to_end((slot, key))
-            return (*cached, 0.0)
+        with self._maps_lock:
+            cached = self._maps.get((slot, key))
+            if cached is not None:
+                self._maps.move_to_end((slot, key))
+                return (*cached, 0.0)
         model, image = self.model(slot), self.images[key]
         try:
             source = load_source(image.path, model.transform.source_long_side)
@@ -112,9 +115,10 @@ class ServeState:
             started = time.perf_counter()
             prob_map, geometry = model.probability_map(source)
             seconds = time.perf_counter() - started
-        self._maps[(slot, key)] = (prob_map, geometry)
-        while len(self._maps) > CACHED_MAPS:
-            self._maps.popitem(last=False)
+        with self._maps_lock:
+            self._maps[(slot, key)] = (prob_map, geometry)
+            while len(self._maps) > CACHED_MAPS:
+                self._maps.popitem(last=False)
         return prob_map, geometry, seconds
 
     def detect(self, slot: str, key: str, controls: Mapping[str, float]) -> dict[str, Any]:

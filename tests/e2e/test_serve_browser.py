@@ -213,6 +213,3 @@ def _screenshot(page: Any, url: str) -> None:
     page.wait_for_timeout(500)  # the image itself
     Path(target).parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=target)
-    Image.open(target).convert("RGB").quantize(colors=64).save(
-        target, optimize=True
-    )  # small enough to commit
