@@ -54,6 +54,15 @@ def tiny_run() -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_run: list[str]) -> Path:
+    """A tiny random run checkpoint whose map has text (``tests.helpers.tiny_checkpoint``), made once per
+    session for the export, inference and web app tests."""
+    from tests.helpers.tiny_checkpoint import tiny_checkpoint as make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt"), tiny_run)
+
+
+@pytest.fixture(scope="session")
 def runner_module() -> Callable[[str], ModuleType]:
     """``runner_module("train")`` imports ``runners/train.py``."""
     return runner.load_runner

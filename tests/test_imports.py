@@ -45,8 +45,10 @@ FLOORS = {
     "ocr.inference": 7,
     "ocr.debug": 8,
     "ocr.doctor": 8,
+    "ocr.serve": 8,
 }
-TOOLS = ("ocr.debug", "ocr.doctor")  # run by hand or added by a debug config; training never imports them
+# Run by hand or added by a debug config (the web app: runners/serve.py); training never imports them.
+TOOLS = ("ocr.debug", "ocr.doctor", "ocr.serve")
 
 
 def _module_files() -> dict[str, Path]:

@@ -29,7 +29,7 @@ from ocr.reporting.analysis import ScoreAnalysis
 from ocr.utils.io import atomic_write_bytes, atomic_write_text
 from ocr.utils.visualize import colorize_map
 
-__all__ = ["REPORT_NAME", "write_report"]
+__all__ = ["REPORT_NAME", "image_card", "write_report"]
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def write_report(
         raise ValueError(f"{directory / REPORT_NAME}: labelled records need CLEval options, got None")
     cards, results, unreadable = [], [], []
     for index, record in enumerate(records):
-        card, result = _card(index, record, options if labelled else None)
+        card, result = image_card(index, record, options if labelled else None)
         image, size = _thumbnail(Path(image_dir) / record["image_id"])
         if image is None:
             unreadable.append(record["image_id"])
@@ -101,10 +101,11 @@ def write_report(
     return path
 
 
-def _card(
+def image_card(
     index: int, record: Mapping[str, Any], options: CLEvalOptions | None
 ) -> tuple[dict[str, Any], ImageResult | None]:
-    """The card's data (boxes as flat integer coordinates) and, when labelled, the image's result."""
+    """The card's data (boxes as flat coordinates, outcomes, P/R/H and counts when labelled) and, when
+    labelled, the image's result; the web app (``ocr.serve``) shows the same card."""
     preds = [np.asarray(p, dtype=np.float64) for p in record["polygons"]]
     card: dict[str, Any] = {
         "id": index,

@@ -1,4 +1,4 @@
-"""A tiny randomly initialised checkpoint and a folder of small images for the export tests."""
+"""A folder of small images for the export tests (the tiny checkpoint is tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,6 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-
-from tests.helpers.tiny_checkpoint import tiny_checkpoint as make_tiny_checkpoint
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_run: list[str]) -> Path:
-    """A tiny random run checkpoint (:func:`tests.helpers.tiny_checkpoint.tiny_checkpoint`)."""
-    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt"), tiny_run)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,51 @@
+"""A local web app to try a checkpoint on any image, tune its post-processing live and browse its errors.
+
+uv run runners/serve.py ckpt=outputs/train/<run>/checkpoints/best.ckpt [ckpt2=<other.ckpt or .onnx>]
+    [data.root=../shared/datasets/sroie-compact split=test] [port=8000]
+uv run runners/serve.py onnx_model=outputs/export/<run>/model.onnx
+
+Prints the URL (127.0.0.1 only). Each model runs with its own evaluation transform and post-processing
+(the checkpoint's, or the export's sidecar); the page's controls re-run only the post-processing on the
+cached probability map and show the predict/test command lines of the current values (docs/reporting.md).
+A port in use, or a first model that cannot be loaded, exits 1 with the message.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from ocr.machine.hardware import register_resolvers
+from ocr.utils.cli import lightning_runner
+from ocr.utils.commands import accept_unquoted_paths
+from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
+
+register_resolvers()
+quiet_third_party()
+
+
+@task_wrapper
+def serve(cfg: DictConfig) -> None:
+    """Load the models, bind the port, print the URL and serve until interrupted."""
+    from ocr.serve.server import bind_port, build_app, import_web_stack, run_app
+
+    import_web_stack()
+    sock = bind_port(cfg.host, cfg.port)  # first: a port in use fails before minutes of loading
+    app = build_app(cfg, run_dir(cfg) / "uploads", HydraConfig.get().runtime.choices.get("data", "receipts"))
+    host, port = sock.getsockname()[:2]
+    print(f"Serving on http://{host}:{port}/ (Ctrl+C stops)", flush=True)
+    run_app(app, sock)
+
+
+@hydra.main(config_path="../configs", config_name="serve", version_base="1.3")
+@lightning_runner
+def main(cfg: DictConfig) -> None:
+    serve(cfg)
+
+
+if __name__ == "__main__":
+    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt", "ckpt2"))  # old checkpoint names hold "="
+    main()

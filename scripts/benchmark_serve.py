@@ -1,0 +1,133 @@
+"""Benchmark the web app's answer to a moved post-processing control (runners/serve.py), on real receipts.
+
+    uv run python scripts/benchmark_serve.py [--root ../shared/datasets/sroie-compact] [--images 20]
+        [--long-side 1024] [--ckpt <file.ckpt>] [--repeats 5]
+
+Times ``POST /api/detect`` through FastAPI's TestClient with each image's probability map cached, as
+after the first answer: the post-processing (``DBPostProcessor.image``), the per-image CLEval card with
+outcomes and the JSON, for three control settings. Without ``--ckpt`` the map is the ground truth's
+shrunk text drawn as a trained model's map looks (the DB probability target, blurred to soft edges);
+with it, the checkpoint's own map. Prints the median, 90th percentile and maximum per setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from fastapi.testclient import TestClient
+from hydra.utils import instantiate
+
+from ocr.data.targets.db import make_db_targets
+from ocr.data.transforms import EvalTransform
+from ocr.geometry import letterbox_geometry, to_input
+from ocr.serve.app import create_app
+from ocr.serve.models import ServedModel, load_served_model
+from ocr.serve.split import SplitBrowser
+from ocr.serve.state import ServeState
+from ocr.utils.runner import compose_config
+
+SETTINGS = (
+    {"thresh": 0.3, "box_thresh": 0.5, "unclip_ratio": 1.5},
+    {"thresh": 0.2, "box_thresh": 0.6, "unclip_ratio": 1.8},
+    {"thresh": 0.5, "box_thresh": 0.7, "unclip_ratio": 1.2},
+)
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def truth_model(long_side: int, postprocess: dict[str, object]) -> ServedModel:
+    """A model whose 'network' is replaced per image by :func:`truth_map` (set before each first call)."""
+    transform = EvalTransform(
+        long_side=long_side, mean=IMAGENET_MEAN, std=IMAGENET_STD, fill=0, pad_multiple=None
+    )
+    return ServedModel("ground-truth map", "ckpt", dict(postprocess), transform, lambda images: images)
+
+
+def truth_map(state: ServeState, key: str, model: ServedModel) -> torch.Tensor:
+    """(1, 1, H, W) probabilities: the image's shrunk GT text, blurred (what a trained DB map resembles)."""
+    image = state.images[key]
+    assert image.truth is not None
+    height, width = model.transform.input_size(image.width, image.height)
+    geometry, _ = letterbox_geometry(image.width, image.height, model.transform.long_side)
+    polygons = to_input(image.truth.polygons, geometry)
+    prob = make_db_targets(polygons, image.truth.ignore, height, width)["prob_map"]
+    prob = cv2.GaussianBlur(prob, (5, 5), 1.5)
+    return torch.from_numpy(np.clip(prob * 0.95 + 0.02, 0, 1))[None, None]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--root", default=str(Path(__file__).resolve().parents[2] / "shared/datasets/sroie-compact")
+    )
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--images", type=int, default=20)
+    parser.add_argument("--long-side", type=int, default=1024)
+    parser.add_argument("--ckpt", default=None)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    cfg = compose_config("serve", [f"data.root={args.root}", f"split={args.split}"])
+    postprocess = {k: v for k, v in compose_config("serve").postprocess.items() if not str(k).startswith("_")}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = (
+            load_served_model(cfg, "ckpt", args.ckpt)
+            if args.ckpt
+            else truth_model(args.long_side, postprocess)
+        )
+        state = ServeState({"1": model}, {}, Path(tmp), instantiate(cfg.metric))
+        browser = SplitBrowser(state, cfg.data, args.split)  # registers the images; not started
+        client = TestClient(create_app(state, browser, lambda key, path: model, "receipts"))
+        keys = browser.keys[: args.images]
+        runs = range(len(SETTINGS))
+        polygons: dict[int, list[int]] = {i: [] for i in runs}
+        times: dict[int, list[float]] = {i: [] for i in runs}
+        cpu: dict[int, list[float]] = {i: [] for i in runs}
+        post: dict[int, list[float]] = {i: [] for i in runs}
+        for key in keys:
+            if not args.ckpt:
+                fixed = truth_map(state, key, model)
+                model.network = lambda images, fixed=fixed: fixed
+            first = client.post("/api/detect", json={"key": key, "slot": "1"}).json()
+            assert "error" not in first, first
+            for index, setting in enumerate(SETTINGS):
+                for _ in range(args.repeats):
+                    started, started_cpu = time.perf_counter(), time.process_time()
+                    card = client.post("/api/detect", json={"key": key, "slot": "1", **setting}).json()
+                    times[index].append(time.perf_counter() - started)
+                    cpu[index].append(time.process_time() - started_cpu)
+                    post[index].append(card["postprocess_ms"] / 1000)
+                polygons[index].append(len(card["det"]))
+        side = max(model.transform.input_size(state.images[k].width, state.images[k].height)[0] for k in keys)
+        print(
+            f"{len(keys)} images of {args.root} ({args.split}), input long side {side} px, map: "
+            f"{'checkpoint ' + args.ckpt if args.ckpt else 'ground truth (blurred DB target)'}; "
+            f"{args.repeats} answers per image and setting; torch threads {torch.get_num_threads()}"
+        )
+        for index, setting in enumerate(SETTINGS):
+            print(
+                f"  {setting}: {statistics.mean(polygons[index]):.0f} polygons per image; answer wall "
+                f"{_summary(times[index])}; answer CPU {_summary(cpu[index])}; of it post-processing "
+                f"(wall) {_summary(post[index])}"
+            )
+
+
+def _summary(seconds: list[float]) -> str:
+    """Median / p90 / max in ms."""
+    ms = sorted(s * 1000 for s in seconds)
+    return (
+        f"median {statistics.median(ms):.0f} / p90 {ms[int(0.9 * (len(ms) - 1))]:.0f} / max {ms[-1]:.0f} ms"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
