@@ -179,9 +179,10 @@ def remap_page(
         The (H, W, 3) page pixels (premultiplied: 0 off the page, blended with 0 along its outline) and its
         (H, W) uint8 coverage (255 on the page, antialiased along its outline).
     """
-    xy = inverse_map(warp)
-    # cv2's stubs type images as MatLike, without a dtype.
-    page = cv2.remap(image, xy, None, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)  # type: ignore[call-overload]
-    ones = np.full(image.shape[:2], 255, np.uint8)
-    coverage = cv2.remap(ones, xy, None, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)  # type: ignore[call-overload]
-    return page, coverage  # type: ignore[return-value]
+    # fixed-point maps (1/32 px, OpenCV's own interpolation precision) and one 4-channel remap: a remap
+    # costs about the same for 1 channel as for 4
+    xy, weights = cv2.convertMaps(inverse_map(warp), None, cv2.CV_16SC2)
+    rgba = cv2.merge([image, np.full(image.shape[:2], 255, np.uint8)])
+    out = cv2.remap(rgba, xy, weights, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    *rgb, coverage = cv2.split(out)
+    return cv2.merge(rgb), coverage  # type: ignore[return-value]

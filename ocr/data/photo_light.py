@@ -67,30 +67,30 @@ def _multiply(image: Image, gain: Plane) -> Image:
 def background(
     rng: np.random.Generator, kind: str, coverage: npt.NDArray[np.uint8], drop_shadow: float
 ) -> Image:
-    """An (H, W, 3) uint8 RGB surface the page lies on, drawn at half size: ``wood`` (grain), ``cloth``
+    """An (H, W, 3) uint8 RGB surface the page lies on, drawn at quarter size: ``wood`` (grain), ``cloth``
     (weave and folds), ``paper`` (another sheet, plain or ruled) or ``table`` (a plain coloured top),
     darkened by ``drop_shadow`` (0..1) under the page's soft shadow (``coverage`` shifted and blurred)."""
     height, width = coverage.shape
-    h, w = height // 2 + 1, width // 2 + 1
+    h, w = height // 4 + 1, width // 4 + 1
     xs, ys = _coords(h, w)
-    unit = max(h, w) / 512.0  # half-size px per px at a 1024 px long side
+    unit = max(h, w) / 256.0  # quarter-size px per 4 px at a 1024 px long side
     if kind == "wood":
         angle = float(rng.uniform(0, np.pi))
         across = (xs * np.float32(np.cos(angle) * w) + ys * np.float32(np.sin(angle) * h)) / np.float32(unit)
-        bend = _smooth(rng, h, w, int(rng.integers(3, 7))) * np.float32(rng.uniform(10, 40))
-        phase = (across + bend) * np.float32(2 * np.pi / rng.uniform(8, 30))
+        bend = _smooth(rng, h, w, int(rng.integers(3, 7))) * np.float32(rng.uniform(5, 20))
+        phase = (across + bend) * np.float32(2 * np.pi / rng.uniform(4, 15))
         grain = np.sin(phase) + 0.5 * np.sin(np.float32(2.7) * phase + 1.0)  # irregular rings
         shade = 1.0 - np.float32(rng.uniform(0.05, 0.15)) * (grain + 1.5) + 0.1 * _smooth(rng, h, w, 5)
         colour = _rgb(rng, 120, 210, 0) * np.array([1.0, 0.72, 0.45], np.float32)
     elif kind == "cloth":
-        step = np.float32(2 * np.pi / (rng.uniform(1.5, 4.0) * unit))
+        step = np.float32(2 * np.pi / (rng.uniform(2.0, 4.0) * unit))
         weave = np.sin(xs * np.float32(w) * step) * np.sin(ys * np.float32(h) * step)
         shade = 1.0 + 0.08 * weave + 0.15 * _smooth(rng, h, w, int(rng.integers(3, 7)))
         colour = _rgb(rng, 30, 220, 70)
     elif kind == "paper":
         shade = 1.0 + 0.04 * _smooth(rng, h, w, 4)
         if rng.random() < 0.5:  # ruled lines
-            rows = np.arange(h, dtype=np.float32)[:, None] % np.float32(rng.uniform(10, 20) * unit) < 1.0
+            rows = np.arange(h, dtype=np.float32)[:, None] % np.float32(rng.uniform(5, 10) * unit) < 1.0
             shade = shade - 0.2 * rows.astype(np.float32)
         colour = _rgb(rng, 200, 245, 8)
     elif kind == "table":
@@ -165,25 +165,35 @@ def colour_cast(rng: np.random.Generator, image: Image, strength: float) -> Imag
 
 
 def defocus(image: Image, radius: float) -> Image:
-    """Out of focus: convolve with a disk of ``radius`` px (antialiased edge)."""
-    r = int(np.ceil(radius))
-    yy, xx = np.mgrid[-r : r + 1, -r : r + 1]
-    kernel = np.clip(radius + 0.5 - np.sqrt(xx * xx + yy * yy), 0, 1).astype(np.float32)
-    return cv2.filter2D(image, -1, kernel / kernel.sum(), borderType=cv2.BORDER_REFLECT)  # type: ignore[return-value]
+    """Out of focus: a Gaussian blur of standard deviation ``radius / 2`` (that of a disk of ``radius`` px;
+    separable, so a large radius costs little)."""
+    return cv2.GaussianBlur(image, (0, 0), max(radius, 0.1) / 2.0)  # type: ignore[return-value]
 
 
 def motion_blur(image: Image, length: float, angle: float) -> Image:
-    """Camera shake: convolve with a line ``length`` px long at ``angle`` degrees."""
+    """Camera shake: convolve with a line ``length`` px long at ``angle`` degrees (a line over 6 px at half
+    size, where the convolution costs a quarter)."""
+    half = length > 6.0
+    work = cv2.resize(image, (0, 0), fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA) if half else image
+    length = length / 2.0 if half else length
     size = int(np.ceil(length)) | 1
     kernel = np.zeros((size, size), np.float32)
     c, dx, dy = size // 2, np.cos(np.deg2rad(angle)) * length / 2, np.sin(np.deg2rad(angle)) * length / 2
     cv2.line(kernel, (round(c - dx), round(c - dy)), (round(c + dx), round(c + dy)), 1.0, 1, cv2.LINE_AA)
-    return cv2.filter2D(image, -1, kernel / kernel.sum(), borderType=cv2.BORDER_REFLECT)  # type: ignore[return-value]
+    out = cv2.filter2D(work, -1, kernel / kernel.sum(), borderType=cv2.BORDER_REFLECT)
+    if half:
+        out = cv2.resize(out, (image.shape[1], image.shape[0]), interpolation=cv2.INTER_LINEAR)
+    return out  # type: ignore[return-value]
 
 
 def sensor_noise(rng: np.random.Generator, image: Image, std: float) -> Image:
-    """Gaussian noise of ``std`` grey levels, independent per pixel and channel."""
-    return cv2.add(image, _gauss(rng, image.shape, std), dtype=cv2.CV_8U)  # type: ignore[return-value]
+    """Gaussian noise of ``std`` grey levels per channel, drawn at half size and spread over 2 x 2 pixels
+    (demosaicing correlates a sensor's noise over neighbours; a quarter of the draws)."""
+    h, w = image.shape[:2]
+    noise = cv2.resize(
+        _gauss(rng, ((h + 1) // 2, (w + 1) // 2, 3), std), (w, h), interpolation=cv2.INTER_NEAREST
+    )
+    return cv2.add(image, noise, dtype=cv2.CV_8U)  # type: ignore[return-value]
 
 
 def jpeg(image: Image, quality: int) -> Image:
