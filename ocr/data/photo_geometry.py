@@ -181,7 +181,7 @@ def remap_page(
     """
     # fixed-point maps (1/32 px, OpenCV's own interpolation precision) and one 4-channel remap: a remap
     # costs about the same for 1 channel as for 4
-    xy, weights = cv2.convertMaps(inverse_map(warp), None, cv2.CV_16SC2)
+    xy, weights = cv2.convertMaps(inverse_map(warp), None, cv2.CV_16SC2)  # type: ignore[call-overload]
     rgba = cv2.merge([image, np.full(image.shape[:2], 255, np.uint8)])
     out = cv2.remap(rgba, xy, weights, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
     *rgb, coverage = cv2.split(out)
