@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+import cv2
 import numpy as np
 import numpy.typing as npt
 
@@ -131,6 +132,8 @@ class PhotoAugment:
 
     Args:
         p: probability that a sample is photographed (0 turns the augmentation off).
+        max_long_side: a page with a longer side is first scaled down to it (INTER_AREA), which bounds the
+            cost (every op is a pass over the photo); None: never.
         perspective: see :class:`PerspectiveParams`.
         bend: see :class:`BendParams`.
         scene: see :class:`SceneParams`.
@@ -141,6 +144,7 @@ class PhotoAugment:
         self,
         *,
         p: float,
+        max_long_side: int | None,
         perspective: PerspectiveParams | Mapping[str, Any],
         bend: BendParams | Mapping[str, Any],
         scene: SceneParams | Mapping[str, Any],
@@ -148,7 +152,13 @@ class PhotoAugment:
     ) -> None:
         if not 0.0 <= float(p) <= 1.0:
             raise ValueError(f"data.train_transform.photo.p: expected a probability in [0, 1], got {p!r}")
+        if max_long_side is not None and int(max_long_side) < 16:
+            raise ValueError(
+                f"data.train_transform.photo.max_long_side: expected null or an int >= 16, "
+                f"got {max_long_side!r}"
+            )
         self.p = float(p)
+        self.max_long_side = None if max_long_side is None else int(max_long_side)
         self.perspective = _params(PerspectiveParams, "perspective", perspective)
         self.bend = _params(BendParams, "bend", bend)
         self.scene = _params(SceneParams, "scene", scene)
@@ -180,6 +190,10 @@ class PhotoAugment:
         self, image: npt.NDArray[np.uint8], polygons: Sequence[npt.NDArray[np.floating[Any]]]
     ) -> tuple[npt.NDArray[np.uint8], list[npt.NDArray[np.float32]]]:
         """Photograph ``image`` (always): the photo and the mapped polygons, as ``__call__`` returns them."""
+        scale = 1.0 if self.max_long_side is None else min(1.0, self.max_long_side / max(image.shape[:2]))
+        if scale < 1.0:
+            image = cv2.resize(image, (0, 0), fx=scale, fy=scale, interpolation=cv2.INTER_AREA)  # type: ignore[assignment]
+            polygons = [np.asarray(p, np.float64) * scale for p in polygons]
         warp = self.draw_warp(image.shape[1], image.shape[0])
         page, coverage = remap_page(image, warp)
         photo = self._scene(page, coverage)

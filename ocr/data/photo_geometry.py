@@ -144,7 +144,8 @@ def camera_homography(
     turned = centred @ (rz @ ry @ rx).T
     f = focal * long_side
     projected = f * turned[:, :2] / (f + turned[:, 2:3])
-    area = 0.5 * abs(float(np.cross(projected[2] - projected[0], projected[3] - projected[1])))
+    (ax, ay), (bx, by) = projected[2] - projected[0], projected[3] - projected[1]
+    area = 0.5 * abs(float(ax * by - ay * bx))  # a quadrilateral's area from its diagonals
     projected *= math.sqrt(width * height / area)
     return cv2.getPerspectiveTransform(corners.astype(np.float32), projected.astype(np.float32)).astype(
         np.float64

@@ -111,15 +111,33 @@ def test_folding_bend_is_refused() -> None:
         Bend(100, 100, 30.0, 1.0, 0.0).invert(np.zeros((1, 2)))
 
 
-def _augment(p: float, **changes: object) -> PhotoAugment:
+def _augment(p: float, max_long_side: int | None = None, **changes: object) -> PhotoAugment:
     camera = CameraParams(0.5, 0.12, 0.3, (0.8, 2.5), 0.3, (2.0, 7.0), 0.6, (2.0, 8.0), 0.6, (20.0, 60.0))
     return PhotoAugment(
         p=p,
+        max_long_side=max_long_side,
         perspective=PerspectiveParams(1.0, 25.0, 8.0, (0.9, 2.5)),
         bend=BendParams(1.0, (0.01, 0.02), (0.3, 1.2)),
         scene=SceneParams((0.02, 0.15), BACKGROUNDS, (0.1, 0.5), 0.8, (0.1, 0.5), 0.5, (0.2, 0.55)),
         camera=dataclasses.replace(camera, **changes),  # type: ignore[arg-type]
     )
+
+
+def test_a_large_page_is_scaled_down_first_and_its_polygons_with_it() -> None:
+    page, centres = _dotted_page()
+    squares = [
+        np.array([[x - 2.5, y - 2.5], [x + 2.5, y - 2.5], [x + 2.5, y + 2.5], [x - 2.5, y + 2.5]])
+        for x, y in centres
+    ]
+    augment = _augment(
+        p=1.0, max_long_side=PAGE_H // 2, p_cast=0.0, p_defocus=0.0, p_motion=0.0, p_noise=0.0, p_jpeg=0.0
+    )
+    augment.scene = dataclasses.replace(augment.scene, p_light=0.0)  # a shadow's edge would move centroids
+    augment.set_random_seed(5)
+    photo, polygons = augment.render(page, squares)
+    assert max(photo.shape[:2]) < PAGE_H * 0.8  # half-size page plus margins
+    errors = [np.linalg.norm(_centroid(photo, p.mean(axis=0), radius=5) - p.mean(axis=0)) for p in polygons]
+    assert max(errors) < 0.5
 
 
 def test_same_seed_same_photo_and_points_other_seed_differs() -> None:
@@ -147,6 +165,7 @@ def test_p_zero_is_off_and_config_keys_are_exact() -> None:
     with pytest.raises(ValueError, match=r"photo\.bend: expected exactly the keys"):
         PhotoAugment(
             p=1.0,
+            max_long_side=None,
             perspective=augment.perspective,
             bend={"p": 1.0},
             scene=augment.scene,
@@ -155,6 +174,7 @@ def test_p_zero_is_off_and_config_keys_are_exact() -> None:
     with pytest.raises(ValueError, match="backgrounds"):
         PhotoAugment(
             p=1.0,
+            max_long_side=None,
             perspective=augment.perspective,
             bend=augment.bend,
             scene={**dataclasses.asdict(augment.scene), "backgrounds": ["lawn"]},
