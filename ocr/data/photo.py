@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.data.photo_geometry import Bend, PageWarp, camera_homography, densify, remap_page
+from ocr.data.photo_geometry import EDGE, Bend, PageWarp, camera_homography, densify, remap_page
 from ocr.data.photo_light import (
     BACKGROUNDS,
     background,
@@ -229,7 +229,7 @@ class PhotoAugment:
         outline = np.array([[0, 0], [width, 0], [width, height], [0, height]], np.float64)
         placed = PageWarp(bend, homography, (1, 1)).map_points(densify(outline, 16.0))
         lo, hi = placed.min(axis=0), placed.max(axis=0)
-        margins = rng.uniform(*self.scene.margin, 4) * max(width, height)  # left, top, right, bottom
+        margins = np.maximum(rng.uniform(*self.scene.margin, 4) * max(width, height), EDGE)  # l, t, r, b
         shift = np.array([[1.0, 0.0, margins[0] - lo[0]], [0.0, 1.0, margins[1] - lo[1]], [0.0, 0.0, 1.0]])
         size = np.ceil(hi - lo + margins[:2] + margins[2:]).astype(int)
         return PageWarp(bend, shift @ homography, (int(size[0]), int(size[1])))

@@ -20,9 +20,10 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["GRID", "Bend", "PageWarp", "camera_homography", "densify", "inverse_map", "remap_page"]
+__all__ = ["EDGE", "GRID", "Bend", "PageWarp", "camera_homography", "densify", "inverse_map", "remap_page"]
 
 GRID = 8  # px between the nodes of the coarse inverse map
+EDGE = 2 * GRID  # px: the page keeps this far off the canvas edge, where the map is clamped
 _SAG = 0.2  # px: the most a densified edge may depart from the bent curve between two points
 
 
@@ -154,21 +155,24 @@ def camera_homography(
 
 def inverse_map(warp: PageWarp) -> npt.NDArray[np.float32]:
     """The remap's (H, W, 2) float32 map: for each canvas pixel, the (x, y) flat-page pixel index it reads
-    (OpenCV's convention, centres at integers), from a coarse grid interpolated bilinearly."""
+    (OpenCV's convention, centres at integers), from a coarse grid interpolated bilinearly.
+
+    ``cv2.resize`` of the (gh, gw) grid to (H, W) interpolates canvas pixel centres exactly between nodes
+    placed at continuous ``(i + 0.5) * W / gw``; only the outer half cell (at most ``GRID / 2`` px) holds
+    its nearest node's value, which is why the page keeps ``2 * GRID`` px off the canvas edge
+    (``PhotoAugment.draw_warp``).
+    """
     width, height = warp.canvas
-    gw, gh = -(-width // GRID) + 2, -(-height // GRID) + 2  # one node beyond each side
-    # node i sits at continuous (i + 0.5 - 1) * GRID, so that cv2.resize by GRID puts canvas pixel
-    # centres exactly where the bilinear interpolation between nodes expects them
-    xs = (np.arange(gw, dtype=np.float64) - 0.5) * GRID
-    ys = (np.arange(gh, dtype=np.float64) - 0.5) * GRID
+    gw, gh = -(-width // GRID) + 1, -(-height // GRID) + 1
+    xs = (np.arange(gw, dtype=np.float64) + 0.5) * (width / gw)
+    ys = (np.arange(gh, dtype=np.float64) + 0.5) * (height / gh)
     nodes = np.stack(np.meshgrid(xs, ys), axis=-1)  # (gh, gw, 2) canvas px
     inv = np.linalg.inv(warp.homography)
     homogeneous = nodes @ inv[:2, :2].T + inv[:2, 2]
     w = nodes @ inv[2, :2] + inv[2, 2]
     bent = homogeneous / w[..., None]
     flat = bent + warp.bend.displacement(bent) - 0.5  # pixel index
-    full = cv2.resize(flat.astype(np.float32), (gw * GRID, gh * GRID), interpolation=cv2.INTER_LINEAR)
-    return np.ascontiguousarray(full[GRID : GRID + height, GRID : GRID + width])
+    return cv2.resize(flat.astype(np.float32), (width, height), interpolation=cv2.INTER_LINEAR)  # type: ignore[return-value]
 
 
 def remap_page(
@@ -183,7 +187,6 @@ def remap_page(
     # fixed-point maps (1/32 px, OpenCV's own interpolation precision) and one 4-channel remap: a remap
     # costs about the same for 1 channel as for 4
     xy, weights = cv2.convertMaps(inverse_map(warp), None, cv2.CV_16SC2)  # type: ignore[call-overload]
-    rgba = cv2.merge([image, np.full(image.shape[:2], 255, np.uint8)])
+    rgba = cv2.cvtColor(image, cv2.COLOR_RGB2RGBA)  # alpha 255
     out = cv2.remap(rgba, xy, weights, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    *rgb, coverage = cv2.split(out)
-    return cv2.merge(rgb), coverage  # type: ignore[return-value]
+    return cv2.cvtColor(out, cv2.COLOR_RGBA2RGB), cv2.extractChannel(out, 3)  # type: ignore[return-value]

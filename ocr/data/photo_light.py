@@ -136,8 +136,9 @@ def uneven_light(rng: np.random.Generator, image: Image, strength: float, shadow
     gain = gain + s * 0.3 * _smooth(rng, sh, sw, 3)
     if shadow > 0:
         gain = gain * (1.0 - np.float32(shadow) * _cast_shadow(rng, sh, sw))
-    full = cv2.resize(gain.astype(np.float32), (w, h), interpolation=cv2.INTER_LINEAR)
-    return _multiply(image, full)  # type: ignore[arg-type]  # cv2 stubs: MatLike
+    small = gain.astype(np.float32)
+    full = cv2.resize(cv2.merge([small, small, small]), (w, h), interpolation=cv2.INTER_LINEAR)
+    return cv2.multiply(image, full, dtype=cv2.CV_8U)  # type: ignore[return-value]
 
 
 def _cast_shadow(rng: np.random.Generator, h: int, w: int) -> Plane:
