@@ -10,7 +10,7 @@ subset of the split gets the same photos. The folder is written aside and moved 
 
     uv run python scripts/make_photographed.py --root ../shared/datasets/sroie-compact --split test \\
         --seed 0 --out data/generated/sroie-compact-photo-s0
-    uv run python runners/test.py ckpt=<ckpt> data.root=data/generated/sroie-compact-photo-s0
+    uv run python runners/test.py ckpt=<ckpt> data=receipts data.root=data/generated/sroie-compact-photo-s0
 """
 
 from __future__ import annotations
