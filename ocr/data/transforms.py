@@ -23,6 +23,7 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
+from ocr.data.photo import PhotoAugment
 from ocr.data.photometric import PhotometricParams
 from ocr.data.warp import render_crop, source_region
 from ocr.geometry import apply_matrix, letterbox_geometry
@@ -178,6 +179,7 @@ class TrainTransform:
         mean: Sequence[float],
         std: Sequence[float],
         fill: int,
+        photo: PhotoAugment | None = None,
     ) -> None:
         """Build the train transform.
 
@@ -195,6 +197,9 @@ class TrainTransform:
             mean: per-channel normalisation mean, applied on the device.
             std: per-channel normalisation std.
             fill: border value (0..255) where the crop leaves the image.
+            photo: with its probability, makes the source a phone photo of it (bent page, tilted camera,
+                background, light) before the crop is drawn (config ``train_transform.photo``,
+                ``ocr.data.photo``); None: never.
         """
         lo, hi = (float(s) for s in scale_range)
         if not 0 < lo <= hi:
@@ -212,6 +217,7 @@ class TrainTransform:
         self.std = tuple(float(s) for s in std)
         self.fill = int(fill)
         self.photometric = photometric
+        self.photo = photo
         # Seeded from numpy's global RNG so that seed_everything() before instantiation is reproducible;
         # DataLoader workers re-seed through ReceiptDataModule's worker_init_fn.
         self.set_random_seed(int(np.random.randint(0, 2**31 - 1)))
@@ -220,6 +226,8 @@ class TrainTransform:
         """Re-seed the geometric and photometric random generators (called per DataLoader worker)."""
         self._rng = np.random.default_rng(seed)
         self.photometric.set_random_seed(seed)
+        if self.photo is not None:
+            self.photo.set_random_seed(seed)
 
     @property
     def source_long_side(self) -> int:
@@ -250,6 +258,7 @@ class TrainTransform:
             whose ``warp`` turns it into the crop (``render_crop`` on the CPU, ``warp_regions`` on a
             device).
         """
+        source, polygons_orig_px = self._photograph(source, polygons_orig_px)
         rng = self._rng
         scale = (
             self.train_long_side / max(source.orig_width, source.orig_height) * rng.uniform(*self.scale_range)
@@ -293,6 +302,19 @@ class TrainTransform:
         polygons = _map_polygons(groups, len(polygons_orig_px), orig_to_input)
         image = torch.from_numpy(region).permute(2, 0, 1)  # (3, h, w) view, no copy
         return region, TransformResult(image, polygons, geometry, self.photometric(), crop_warp)
+
+    def _photograph(
+        self, source: SourceImage, polygons_orig_px: Sequence[Polygon]
+    ) -> tuple[SourceImage, Sequence[Polygon]]:
+        """The source as a photo (``self.photo``), when drawn: its own frame becomes the sample's original
+        (``Geometry`` maps the crop to the photo; the polygons are mapped into it)."""
+        if self.photo is None:
+            return source, polygons_orig_px
+        shot = self.photo(source.image, [np.asarray(p, np.float64) * source.scale for p in polygons_orig_px])
+        if shot is None:
+            return source, polygons_orig_px
+        image, polygons = shot
+        return SourceImage(image, 1.0, image.shape[1], image.shape[0]), polygons
 
 
 def _group_polygons(
