@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from ocr.checkpoints.resume import Resume, resume_from_command_line
 from ocr.checkpoints.world_size import check_world_size
+from ocr.utils.config_rules import check_config_values
 from ocr.utils.run_folder import (
     RUN_RECORD,
     RunLock,
@@ -177,6 +178,7 @@ class RunStartGate(Callback):
         task = _task_config(config)
         with _holding_logs() as held:
             try:
+                check_config_values(task)  # a value that would stop the run late stops it here, in seconds
                 self.claim = claim_run(task)
             except (RunRefusedError, FileNotFoundError, ValueError) as exc:
                 refused: BaseException | None = exc
