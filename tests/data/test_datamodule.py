@@ -21,6 +21,7 @@ from ocr.data.photometric import apply_photometric
 from ocr.data.stream import TrainStream
 from ocr.machine.hardware import pick
 from ocr.types import BATCH_TENSOR_KEYS, TARGET_KEYS, Batch
+from ocr.utils.errors import InputNotFoundError
 from tests.helpers.receipt_fixtures import (
     block_words,
     make_root,
@@ -235,12 +236,26 @@ def test_an_empty_train_split_fails_naming_split_and_file(tmp_path: Path) -> Non
     make_root(tmp_path)
     write_split(tmp_path, "train", {})
     with pytest.raises(
-        ValueError, match=r"train\.json: train split 'train' <data\.train_split=train> has no usable"
+        InputNotFoundError, match=r"train\.json: train split 'train' <data\.train_split=train> has no usable"
     ):
         _module(tmp_path).setup("fit")
     write_split(tmp_path, "train", {"ghost_0.png": block_words(), "ghost_1.png": block_words()}, create=False)
-    with pytest.raises(ValueError, match=r"2 listed, 2 missing, 0 unreadable\); training needs at least one"):
+    with pytest.raises(
+        InputNotFoundError, match=r"2 listed, 2 missing, 0 unreadable\); training needs at least one"
+    ):
         _module(tmp_path).setup("fit")
+
+
+def test_a_train_split_without_a_labelled_word_is_named_as_such(tmp_path: Path) -> None:
+    """Every epoch used to blame min_text_size and the crop settings, and the run succeeded."""
+    make_root(tmp_path)
+    dont_care = {"points": [[120, 10], [150, 10], [150, 30], [120, 30]], "text": "###"}
+    write_split(tmp_path, "train", {"a.png": [], "b.png": [dont_care]})
+    with pytest.raises(InputNotFoundError) as info:
+        _module(tmp_path).setup("fit")
+    message = str(info.value)
+    assert "train split 'train' <data.train_split=train> has no labelled words: 2 usable images" in message
+    assert "training needs labelled text" in message
 
 
 def test_an_empty_val_split_warns_at_start_and_keeps_the_reason(
