@@ -188,6 +188,17 @@ class TimeBudget(Callback):
         self._validation_started: float | None = None
         self._validation_seconds: float | None = None  # the last validation's wall time
 
+    def cut_summary(self, global_step: int) -> str | None:
+        """The run's end line when the budget trained fewer steps than configured, else None."""
+        configured = self._configured[0]
+        if self.minutes is None or self.plan is None or not 0 <= global_step < configured:
+            return None
+        return (
+            f"time budget: trained {global_step} of {configured} steps in "
+            f"time_budget_minutes={self.minutes:g} (time_budget_minutes=null trains them all; a larger "
+            "budget trains more)"
+        )
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.minutes is None:
             return
