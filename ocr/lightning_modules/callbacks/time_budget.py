@@ -33,6 +33,7 @@ from lightning.pytorch.callbacks import Callback
 
 from ocr.lightning_modules.ranks import decided_on_rank_zero
 from ocr.lightning_modules.schedule import resize_schedules
+from ocr.utils.text import plural
 
 __all__ = [
     "BudgetPlan",
@@ -334,9 +335,9 @@ class TimeBudget(Callback):
                 return BudgetPlan(max_steps, val_every=val_every, seconds_per_step=seconds_per_step)
         plan, epochs, fits = fit_epochs(costs, max_steps, val_every)
         length, cadence = (
-            (f"{epochs} epochs", f"every {plan.val_every} epochs and at the last")
+            (plural(epochs, "epoch"), f"every {plural(plan.val_every, 'epoch')} and at the last")
             if self._validates_by_epochs
-            else (f"{epochs} intervals", f"every {costs.steps_per_epoch} steps")
+            else (plural(epochs, "interval"), f"every {plural(costs.steps_per_epoch, 'step')}")
         )
         log.info(
             "time budget %.1f min: %.2f s/step measured, %.0f s left; training %d steps (%s), validating %s "
