@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from ocr.checkpoints.resume import START_AGAIN, Resume, refuse_file_resume, resume_from_command_line
 from ocr.checkpoints.world_size import check_world_size
+from ocr.machine.distributed import warn_unlaunched_multi_node
 from ocr.utils.config_rules import check_config_values
 from ocr.utils.run_folder import (
     RUN_RECORD,
@@ -191,6 +192,7 @@ class RunStartGate(Callback):
             try:
                 check_config_values(task)  # a value that would stop the run late stops it here, in seconds
                 self.claim = claim_run(task)
+                warn_unlaunched_multi_node(OmegaConf.select(config, "hydra.runtime.choices.hardware"))
             except (RunRefusedError, FileNotFoundError, ValueError) as exc:
                 refused: BaseException | None = exc
             else:

@@ -34,31 +34,50 @@ def check_config_values(cfg: DictConfig) -> None:
     Raises:
         ConfigValueError: one line per value out of range, each naming the key, the value and the range.
     """
-    problems = [problem for rule in RULES for problem in rule(cfg)]
-    if problems:
-        raise ConfigValueError("; ".join(problems))
+    # Values given literally first: resolving a preset's ${hw.pick:...} imports torch to look for a GPU,
+    # seconds that a refusal of a value typed on the command line need not wait for.
+    for literal_only in (True, False):
+        problems = [problem for rule in RULES for problem in rule(_Reader(cfg, literal_only))]
+        if problems:
+            raise ConfigValueError("; ".join(problems))
 
 
-def _get(cfg: DictConfig, key: str) -> Any:
-    try:
-        value = OmegaConf.select(cfg, key, default=_MISSING, throw_on_resolution_failure=True)
-    except OmegaConfBaseException:
-        return _MISSING
-    if isinstance(value, DictConfig | ListConfig):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
+class _Reader:
+    """Reads full keys of a config; ``literal_only`` leaves out values that are interpolations."""
+
+    def __init__(self, cfg: DictConfig, literal_only: bool) -> None:
+        self.cfg, self.literal_only = cfg, literal_only
+
+    def __call__(self, key: str) -> Any:
+        parent_key, _, leaf = key.rpartition(".")
+        try:
+            parent = OmegaConf.select(self.cfg, parent_key) if parent_key else self.cfg
+            # ``leaf in parent`` would resolve an interpolation (to tell a missing value); keys() does not.
+            if not isinstance(parent, DictConfig) or leaf not in parent.keys():
+                return _MISSING
+            if self.literal_only and OmegaConf.is_interpolation(parent, leaf):
+                return _MISSING
+            value = parent[leaf]
+        except OmegaConfBaseException:
+            return _MISSING
+        if isinstance(value, DictConfig | ListConfig):
+            try:
+                return OmegaConf.to_container(value, resolve=not self.literal_only)
+            except OmegaConfBaseException:
+                return _MISSING
+        return value
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _crop_fits_the_scaled_image(cfg: DictConfig) -> list[str]:
+def _crop_fits_the_scaled_image(get: _Reader) -> list[str]:
     """A crop larger than the largest scaled image is mostly fill, and its size is unbounded: a 5000 px
     crop of 128 px images ran out of memory in its first step instead of failing."""
-    crop = _get(cfg, "data.train_transform.crop_size")
-    long_side = _get(cfg, "data.train_transform.train_long_side")
-    scales = _get(cfg, "data.train_transform.scale_range")
+    crop = get("data.train_transform.crop_size")
+    long_side = get("data.train_transform.train_long_side")
+    scales = get("data.train_transform.scale_range")
     if not (_number(crop) and _number(long_side) and isinstance(scales, list) and len(scales) == 2):
         return []
     if not all(_number(s) for s in scales) or long_side <= 0 or max(scales) <= 0:
@@ -73,37 +92,37 @@ def _crop_fits_the_scaled_image(cfg: DictConfig) -> list[str]:
     ]
 
 
-def _pipeline_settings(cfg: DictConfig) -> list[str]:
+def _pipeline_settings(get: _Reader) -> list[str]:
     problems = []
-    kind = _get(cfg, "pipeline.kind")
+    kind = get("pipeline.kind")
     if kind is not _MISSING and kind not in POOL_KINDS:
         problems.append(f"pipeline.kind: expected one of {', '.join(POOL_KINDS)}, got {kind!r}")
-    workers = _get(cfg, "pipeline.workers")
+    workers = get("pipeline.workers")
     if kind != "inline" and _number(workers) and workers < 1:
         problems.append(
             f"pipeline.workers: expected >= 1 (or pipeline.kind=inline, which needs none), got {workers}"
         )
-    pending = _get(cfg, "pipeline.max_pending_batches")
+    pending = get("pipeline.max_pending_batches")
     if _number(pending) and pending < 1:
         problems.append(f"pipeline.max_pending_batches: expected >= 1, got {pending}")
     return problems
 
 
-def _optimizer_signs(cfg: DictConfig) -> list[str]:
+def _optimizer_signs(get: _Reader) -> list[str]:
     problems = [
         f"optimizer.{key}: expected >= 0, got {value}"
         for key in NON_NEGATIVE_OPTIMIZER_KEYS
-        if _number(value := _get(cfg, f"optimizer.{key}")) and value < 0
+        if _number(value := get(f"optimizer.{key}")) and value < 0
     ]
-    betas = _get(cfg, "optimizer.betas")
+    betas = get("optimizer.betas")
     if isinstance(betas, list) and any(not _number(b) or not 0 <= b < 1 for b in betas):
         problems.append(f"optimizer.betas: expected values in [0, 1), got {betas}")
     return problems
 
 
-def _long_side(cfg: DictConfig) -> list[str]:
+def _long_side(get: _Reader) -> list[str]:
     """Export's ``long_side`` has no target to carry its type: ``long_side=abc`` failed in a comparison."""
-    value = _get(cfg, "long_side")
+    value = get("long_side")
     if value is _MISSING or value is None:
         return []
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -111,7 +130,7 @@ def _long_side(cfg: DictConfig) -> list[str]:
     return []
 
 
-RULES: tuple[Callable[[DictConfig], list[str]], ...] = (
+RULES: tuple[Callable[[_Reader], list[str]], ...] = (
     _crop_fits_the_scaled_image,
     _pipeline_settings,
     _optimizer_signs,

@@ -43,7 +43,8 @@ def test_a_crop_beyond_the_training_images_is_refused_before_any_data_loads(tmp_
     assert "Traceback" not in console
     assert "data.train_transform.crop_size: expected <= 384 (the largest scaled training image" in console
     assert not run.exists() and not data_root.exists()  # refused at the run-start gate: nothing written
-    print(f"refused in {seconds:.1f} s")
+    # 7.4 s on 2 cores under a load of 19 (torch is not imported for it: that alone took 25 s there).
+    assert seconds < 20, f"refused after {seconds:.1f} s"
 
 
 @pytest.mark.slow  # two more runner processes
