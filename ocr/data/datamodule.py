@@ -37,7 +37,7 @@ from ocr.data.synthetic.generate import generate_dataset, synthetic_settings
 from ocr.data.transforms import Transform
 from ocr.types import Batch, Sample
 from ocr.utils.config_types import NonNegativeInt, PositiveInt
-from ocr.utils.errors import InputNotFoundError
+from ocr.utils.errors import ConfigValueError, InputNotFoundError
 
 __all__ = ["ReceiptDataModule", "seed_worker"]
 
@@ -252,7 +252,28 @@ class ReceiptDataModule(L.LightningDataModule):
         if self._stream_state is not None:
             self._train_stream.load_state_dict(self._stream_state)
             self._stream_state = None
+        self._check_val_interval(len(self._train_stream))
         return self._train_stream
+
+    def _check_val_interval(self, batches: int) -> None:
+        """Lightning refuses a step interval longer than an epoch when it validates by epochs, as a
+        traceback; the same refusal, in one line with both fixes.
+
+        Raises:
+            ConfigValueError: naming trainer.val_check_interval, the batches per epoch and the fixes.
+        """
+        trainer = self.trainer
+        interval = getattr(trainer, "val_check_interval", None)
+        if trainer is None or isinstance(interval, bool) or not isinstance(interval, int):
+            return
+        if trainer.check_val_every_n_epoch is None or interval <= batches:
+            return
+        raise ConfigValueError(
+            f"trainer.val_check_interval: expected <= {batches} (the training batches per epoch: "
+            f"{len(self.datasets['train'])} images, data.batch_size={self.batch_size}, "
+            f"{trainer.world_size} process(es)), got {interval}; to validate every {interval} steps across "
+            "epochs set trainer.check_val_every_n_epoch=null too"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The train stream's position, saved in checkpoints (exact resume, ``ocr.data.stream``)."""

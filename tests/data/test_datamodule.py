@@ -21,7 +21,7 @@ from ocr.data.photometric import apply_photometric
 from ocr.data.stream import TrainStream
 from ocr.machine.hardware import pick
 from ocr.types import BATCH_TENSOR_KEYS, TARGET_KEYS, Batch
-from ocr.utils.errors import InputNotFoundError
+from ocr.utils.errors import ConfigValueError, InputNotFoundError
 from tests.helpers.receipt_fixtures import (
     block_words,
     make_root,
@@ -303,3 +303,21 @@ def test_train_runner_says_no_validation_ran(
     out = capsys.readouterr().out
     assert f"No validation ran: {root / 'jsons' / 'val.json'}: val split 'val'" in out
     assert "the annotation file lists no image" in out
+
+
+def test_a_validation_interval_longer_than_an_epoch_is_one_line_with_the_fixes(tmp_path: Path) -> None:
+    """trainer.val_check_interval=5 with 2 batches per epoch: Lightning's own error came as a traceback."""
+    module = _module(make_root(tmp_path, num_images=4))  # 4 images of batch 2: 2 batches per epoch
+    module.trainer = SimpleNamespace(  # type: ignore[assignment]  # what the check reads of a Trainer
+        overfit_batches=0, global_rank=0, world_size=1, val_check_interval=5, check_val_every_n_epoch=1
+    )
+    with pytest.raises(ConfigValueError) as info:
+        module.train_dataloader()
+    assert str(info.value).startswith(
+        "trainer.val_check_interval: expected <= 2 (the training batches per epoch"
+    )
+    assert "got 5; to validate every 5 steps across epochs set trainer.check_val_every_n_epoch=null" in str(
+        info.value
+    )
+    module.trainer.check_val_every_n_epoch = None
+    module.train_dataloader()
