@@ -177,7 +177,7 @@ def read_header(path: str | Path) -> DecodedImage:
     return _upright(np.zeros((0, 0, 3), np.uint8), raw_width, raw_height, orientation, 1.0)
 
 
-def _open(path: Path) -> Image.Image:
+def _open(path: Path) -> ImageFile.ImageFile:
     """``Image.open`` without PIL's DecompressionBombWarning (a large scan or photo is no attack here;
     PIL's own error at twice its limit still refuses one), said once per process in our words instead."""
     global _large_image_said
