@@ -186,6 +186,8 @@ class OrderedPool:
 
     def _died(self) -> str:
         """Which worker process died and how, and what to try."""
+        for process in self._processes.values():
+            process.join(timeout=2.0)  # the pool is ending them; their exit codes may not be in yet
         dead = [
             f"pid {pid} ({_exit_reason(process.exitcode)})"
             for pid, process in self._processes.items()

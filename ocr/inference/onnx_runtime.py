@@ -35,6 +35,7 @@ __all__ = [
     "OnnxFileError",
     "OnnxPredictModule",
     "OnnxProbabilityMap",
+    "SIDECAR_FORMAT",
     "import_onnxruntime",
     "onnx_for_inference",
     "onnx_settings",
@@ -42,6 +43,7 @@ __all__ = [
     "sidecar_path",
 ]
 
+SIDECAR_FORMAT = "ocr-dbnet-prob-map"  # the "format" of the sidecar runners/export.py writes
 SIDECAR_KEYS = ("data.eval_transform", "postprocess")  # what prediction takes from the sidecar
 INPUT_NAME = "images"
 OUTPUT_NAME = "prob_map"
@@ -77,8 +79,6 @@ def read_sidecar(model_path: str | Path) -> dict[str, Any]:
         InputNotFoundError: the model or its sidecar is missing (both are written by runners/export.py).
         OnnxFileError: the sidecar is not JSON, or not the record runners/export.py writes.
     """
-    from ocr.inference.onnx_export import SIDECAR_FORMAT  # that module imports this one
-
     model_path = Path(model_path)
     if not model_path.is_file():
         raise InputNotFoundError(

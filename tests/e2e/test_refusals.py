@@ -66,3 +66,18 @@ def test_pipeline_optimizer_and_export_refusals_are_one_line_each(tmp_path: Path
     console = result.stdout + result.stderr
     assert result.returncode == 1 and "Traceback" not in console, console
     assert "long_side: expected null (the checkpoint's) or an int >= 1, got 'abc'" in console
+
+
+@pytest.mark.slow  # the shared tiny training run
+def test_a_resume_of_a_finished_run_is_refused_and_leaves_it_as_it_was(
+    trained_run: tuple[Path, Path],
+) -> None:
+    """It used to test again, rewrite metrics.json with the test keys only, and rewrite .SUCCESS."""
+    run, data_root = trained_run
+    before = {name: (run / name).read_bytes() for name in ("metrics.json", ".SUCCESS")}
+    result, _ = _run("train", f"resume={run}")
+    console = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in console, console
+    assert "nothing to train, the run is at step 3 and trainer.max_steps=3" in console
+    assert f"resume={run} trainer.max_steps=6" in console
+    assert {name: (run / name).read_bytes() for name in before} == before

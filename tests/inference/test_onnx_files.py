@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ocr.inference.onnx_export import SIDECAR_FORMAT
-from ocr.inference.onnx_runtime import OnnxFileError, OnnxProbabilityMap, read_sidecar, sidecar_path
+from ocr.inference.onnx_runtime import (
+    SIDECAR_FORMAT,
+    OnnxFileError,
+    OnnxProbabilityMap,
+    read_sidecar,
+    sidecar_path,
+)
 from ocr.utils.errors import UsageError
 
 pytest.importorskip("onnxruntime")
