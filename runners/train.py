@@ -50,6 +50,7 @@ def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
 
     from ocr.checkpoints.saving import scalar_metrics
     from ocr.lightning_modules.build import build_module
+    from ocr.lightning_modules.callbacks.time_budget import TimeBudget
     from ocr.utils.io import atomic_write_json
 
     check_config_types(cfg)
@@ -89,6 +90,10 @@ def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
         print(f"Best checkpoint: {best or '(none: no validation ran, or checkpointing is off)'}")
         if datamodule.no_validation_reason:
             print(f"No validation ran: {datamodule.no_validation_reason}")
+        budget = next((c for c in callbacks if isinstance(c, TimeBudget)), None)
+        cut = budget.cut_summary(trainer.global_step) if budget is not None else None
+        if cut:  # said at the end too: the plan's warning is minutes up the log
+            print(cut)
         print(f"Run directory: {directory}")
         checkpoint = best or (
             trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else ""

@@ -26,7 +26,9 @@ __all__ = [
     "CONTROL_KEYS",
     "Resume",
     "ResumeRefusedError",
+    "START_AGAIN",
     "find_checkpoint",
+    "refuse_file_resume",
     "resume_from_command_line",
     "resume_run",
 ]
@@ -47,6 +49,11 @@ FIXED_ON_RESUME = {
     "optimizer": "the optimizer's state, its learning rate included, is restored from the checkpoint",
 }
 _ABSENT = object()
+# The one way out for a run folder without a checkpoint, said by a resume and by a new run alike.
+START_AGAIN = (
+    "start the run again in a new folder (leave out hydra.run.dir, or choose another), or delete {run_dir} "
+    "and start it there"
+)
 
 
 class ResumeRefusedError(RunRefusedError, ValueError):
@@ -172,7 +179,7 @@ def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
     if not candidates:
         raise FileNotFoundError(
             f"resume={run_dir}: no checkpoint (*.ckpt) in {folder}; a run killed before or during its "
-            "first checkpoint write has nothing to resume: start it again"
+            f"first checkpoint write has nothing to resume: {START_AGAIN.format(run_dir=run_dir)}"
         )
     steps = {path: _checkpoint_step(path) for path in candidates}
     picked = max(candidates, key=lambda p: (steps[p], p.name == "last.ckpt"))
@@ -274,6 +281,59 @@ def _check_same_run(run_dir: Path, checkpoint_path: Path, run_config: dict[str, 
     )
 
 
+def refuse_file_resume(resume: str | None) -> None:
+    """Refuse ``resume=<a file>`` (a checkpoint given where the run's folder belongs).
+
+    Raises:
+        ResumeRefusedError: naming the file, the run folder it lies in and ``ckpt_path``.
+    """
+    if resume is None or not Path(resume).is_file():
+        return
+    path = Path(resume).resolve()
+    folder = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    raise ResumeRefusedError(
+        f"resume={resume} is a file; resume takes the run's folder: resume={folder} (add ckpt_path={resume} "
+        "to continue from this checkpoint)"
+    )
+
+
+def _refuse_nothing_to_train(
+    cfg: DictConfig, checkpoint: dict[str, Any], checkpoint_path: Path, step: int, run_dir: Path
+) -> None:
+    """Refuse a resume whose length is already reached: it would only test again and rewrite the run's
+    ``metrics.json`` and status (README, "Resume a run").
+
+    Raises:
+        ResumeRefusedError: naming the run's step (or epoch), the length and the override that trains.
+    """
+    max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=-1)
+    max_epochs = OmegaConf.select(cfg, "trainer.max_epochs", default=None)
+    if isinstance(max_steps, int) and max_steps >= 0:
+        if step < max_steps:
+            return
+        reached = f"the run is at step {step} and trainer.max_steps={max_steps}"
+        more = f"trainer.max_steps={max(2 * step, step + 1)}"
+    else:
+        epochs = _completed_epochs(checkpoint)
+        if not isinstance(max_epochs, int) or max_epochs < 0 or epochs is None or epochs < max_epochs:
+            return
+        reached = f"the run has completed {epochs} epoch(s) and trainer.max_epochs={max_epochs}"
+        more = f"trainer.max_epochs={max(2 * epochs, epochs + 1)}"
+    raise ResumeRefusedError(
+        f"resume={run_dir}: nothing to train, {reached} ({checkpoint_path.name}). Train further with a "
+        f"longer run, e.g. resume={run_dir} {more}, or score it without resuming: uv run runners/test.py "
+        f"ckpt={checkpoint_path}"
+    )
+
+
+def _completed_epochs(checkpoint: dict[str, Any]) -> int | None:
+    """Epochs the checkpoint's fit loop had completed (Lightning's loop state), None when not recorded."""
+    try:
+        return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _has_key(cfg: DictConfig, key: str) -> bool:
     parent_key, _, leaf = key.rpartition(".")
     parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
@@ -292,6 +352,7 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
         ValueError: an override that cannot apply to the run's config, or another output directory.
     """
     run_dir = Path(composed.resume).resolve()
+    refuse_file_resume(composed.resume)
     if not run_dir.is_dir():
         raise ResumeRefusedError(f"resume={composed.resume}: no such run directory ({run_dir})")
     output_dir = Path(composed.paths.output_dir).resolve()
@@ -316,6 +377,7 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
             ", ".join(migrated),
         )
     applied = _apply_overrides(cfg, composed, overrides)
+    _refuse_nothing_to_train(cfg, checkpoint, checkpoint_path, step, run_dir)
     with open_dict(cfg):
         for key in CONTROL_KEYS:
             cfg[key] = composed[key]

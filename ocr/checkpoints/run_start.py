@@ -26,8 +26,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from ocr.checkpoints.resume import Resume, resume_from_command_line
+from ocr.checkpoints.resume import START_AGAIN, Resume, refuse_file_resume, resume_from_command_line
 from ocr.checkpoints.world_size import check_world_size
+from ocr.machine.distributed import warn_unlaunched_multi_node
+from ocr.utils.config_rules import check_config_values
 from ocr.utils.run_folder import (
     RUN_RECORD,
     RunLock,
@@ -87,6 +89,10 @@ def _occupant(run_dir: Path) -> str | None:
     return f"run {run_id} ({', '.join(found)})" if run_id else f"a run ({', '.join(found)})"
 
 
+def _has_checkpoint(run_dir: Path) -> bool:
+    return any((run_dir / "checkpoints").glob("*.ckpt")) or any(run_dir.glob("hpc_ckpt_*.ckpt"))
+
+
 def claim_run(cfg: DictConfig) -> RunClaim:
     """Claim the run folder ``cfg.paths.output_dir`` for this process (again: the claim it holds).
 
@@ -106,6 +112,7 @@ def claim_run(cfg: DictConfig) -> RunClaim:
         raise RunRefusedError(
             f"run_id={cfg.run_id}: the run's identity is set by the runner, not the command line"
         )
+    refuse_file_resume(cfg.get("resume"))  # before the lock, which would look for <file>/.lock
     launching = is_launching_process()
     lock = RunLock(run_dir) if launching else None
     if lock is not None:
@@ -116,6 +123,12 @@ def claim_run(cfg: DictConfig) -> RunClaim:
         check_world_size(resume.world_size, resume.config, resume.checkpoint, allow)
     if resume is None and launching:
         occupant = _occupant(run_dir)
+        if occupant is not None and not _has_checkpoint(run_dir):
+            raise RunRefusedError(
+                f"{run_dir} holds {occupant}: a new run never writes into another run's folder, and that run "
+                "has no checkpoint to resume (killed before its first one?): "
+                + START_AGAIN.format(run_dir=run_dir)
+            )
         if occupant is not None:
             raise RunRefusedError(
                 f"{run_dir} holds {occupant}: a new run never writes into another run's folder. Resume it "
@@ -177,7 +190,9 @@ class RunStartGate(Callback):
         task = _task_config(config)
         with _holding_logs() as held:
             try:
+                check_config_values(task)  # a value that would stop the run late stops it here, in seconds
                 self.claim = claim_run(task)
+                warn_unlaunched_multi_node(OmegaConf.select(config, "hydra.runtime.choices.hardware"))
             except (RunRefusedError, FileNotFoundError, ValueError) as exc:
                 refused: BaseException | None = exc
             else:

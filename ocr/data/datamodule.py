@@ -37,6 +37,7 @@ from ocr.data.synthetic.generate import generate_dataset, synthetic_settings
 from ocr.data.transforms import Transform
 from ocr.types import Batch, Sample
 from ocr.utils.config_types import NonNegativeInt, PositiveInt
+from ocr.utils.errors import ConfigValueError, InputNotFoundError
 
 __all__ = ["ReceiptDataModule", "TrainSets", "seed_worker"]
 
@@ -187,8 +188,8 @@ class ReceiptDataModule(L.LightningDataModule):
         """Build the datasets ``stage`` needs (all labelled splits when ``stage`` is None).
 
         Raises:
-            ValueError: the train split has no usable image, or (DDP) an evaluation split has fewer
-                images than the run has ranks.
+            InputNotFoundError: the train split has no usable image, or no labelled word.
+            ValueError: (DDP) an evaluation split has fewer images than the run has ranks.
         """
         names = STAGE_DATASETS.get(stage or "", tuple(self.splits))
         for name in names:
@@ -231,11 +232,19 @@ class ReceiptDataModule(L.LightningDataModule):
 
     def _check_not_empty(self, name: str) -> None:
         dataset = self.datasets[name]
-        if not isinstance(dataset, ReceiptDataset) or len(dataset) > 0:
+        if not isinstance(dataset, ReceiptDataset):
+            return
+        if name == "train" and len(dataset) > 0 and not _has_labelled_word(dataset):
+            raise InputNotFoundError(
+                f"{self._split_name(name)} has no labelled words: {len(dataset)} usable images, none with a "
+                "word to learn (every word list empty, marked ignore/###, or removed by sanitation: "
+                f"{_sanitation(dataset)}); training needs labelled text"
+            )
+        if len(dataset) > 0:
             return
         reason = f"{self._split_name(name)} has no usable image ({_unusable(dataset)})"
         if name == "train":
-            raise ValueError(f"{reason}; training needs at least one")
+            raise InputNotFoundError(f"{reason}; training needs at least one")
         if name == "val":
             self.no_validation_reason = reason
             reason += ": no validation will run, so no val/hmean and no best checkpoint"
@@ -278,7 +287,28 @@ class ReceiptDataModule(L.LightningDataModule):
         if self._stream_state is not None:
             self._train_stream.load_state_dict(self._stream_state)
             self._stream_state = None
+        self._check_val_interval(len(self._train_stream))
         return self._train_stream
+
+    def _check_val_interval(self, batches: int) -> None:
+        """Lightning refuses a step interval longer than an epoch when it validates by epochs, as a
+        traceback; the same refusal, in one line with both fixes.
+
+        Raises:
+            ConfigValueError: naming trainer.val_check_interval, the batches per epoch and the fixes.
+        """
+        trainer = self.trainer
+        interval = getattr(trainer, "val_check_interval", None)
+        if trainer is None or isinstance(interval, bool) or not isinstance(interval, int):
+            return
+        if trainer.check_val_every_n_epoch is None or interval <= batches:
+            return
+        raise ConfigValueError(
+            f"trainer.val_check_interval: expected <= {batches} (the training batches per epoch: "
+            f"{len(self.datasets['train'])} images, data.batch_size={self.batch_size}, "
+            f"{trainer.world_size} process(es)), got {interval}; to validate every {interval} steps across "
+            "epochs set trainer.check_val_every_n_epoch=null too"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The train stream's position, saved in checkpoints (exact resume, ``ocr.data.stream``)."""
@@ -363,6 +393,15 @@ class ReceiptDataModule(L.LightningDataModule):
         """Stop the train stream's workers when fitting ends."""
         if stage == "fit" and self._train_stream is not None:
             self._train_stream.close()
+
+
+def _has_labelled_word(dataset: ReceiptDataset) -> bool:
+    return any(not all(entry.ignore) for entry in dataset.entries if entry.polygons)
+
+
+def _sanitation(dataset: ReceiptDataset) -> str:
+    counts = dataset.report.sanitation
+    return ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if v) or "nothing removed"
 
 
 def _unusable(dataset: ReceiptDataset) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+_large_image_said = False  # the large-image line is logged once per process
 
 EXIF_MODES = ("rotated", "raw", "auto")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -110,7 +112,7 @@ def read_image(path: str | Path, min_long_side: int | None = None) -> DecodedIma
     """
     path = _existing_file(path)
     try:
-        im = Image.open(path)
+        im = _open(path)
     except Image.UnidentifiedImageError:
         raise ImageReadError(f"{path}: unreadable (not a recognised image format)") from None
     except (OSError, Image.DecompressionBombError) as exc:
@@ -165,14 +167,35 @@ def read_header(path: str | Path) -> DecodedImage:
     """
     path = _existing_file(path)
     try:
-        with Image.open(path) as im:
+        with _open(path) as im:
             im.verify()  # must come first; it leaves the file object unusable
-        with Image.open(path) as im:
+        with _open(path) as im:
             raw_width, raw_height = im.size
             orientation = _orientation(im)
     except (OSError, SyntaxError, ValueError, TypeError, Image.DecompressionBombError) as exc:
         raise ImageReadError(f"{path}: unreadable or corrupt ({exc})") from None
     return _upright(np.zeros((0, 0, 3), np.uint8), raw_width, raw_height, orientation, 1.0)
+
+
+def _open(path: Path) -> ImageFile.ImageFile:
+    """``Image.open`` without PIL's DecompressionBombWarning (a large scan or photo is no attack here;
+    PIL's own error at twice its limit still refuses one), said once per process in our words instead."""
+    global _large_image_said
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        im = Image.open(path)
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and im.width * im.height > limit and not _large_image_said:
+        _large_image_said = True
+        log.info(
+            "%s: a large image (%d x %d px, over PIL's %d-pixel warning limit): decoded anyway (images over "
+            "twice the limit are refused as unreadable)",
+            path,
+            im.width,
+            im.height,
+            limit,
+        )
+    return im
 
 
 def _existing_file(path: str | Path) -> Path:

@@ -45,12 +45,15 @@ def source_region(
     frame_per_source: float,
     factor: float,
 ) -> tuple[npt.NDArray[np.uint8], int, npt.NDArray[np.float64]]:
-    """The part of ``image`` the crop window reads (the window always overlaps the image: ``_axis_origin``
-    keeps one inside the other), in whole blocks of the integer area-averaging factor ``k`` nearest
-    ``1 / factor`` (1 unless downscaling). Integer INTER_AREA is far faster than a fractional one (0.7 vs
-    7.8 ms at x0.5 and x0.6 on a receipt) and the warp's bilinear sampling does the rest, a scale in
-    [0.67, 1.5); the mean difference to a fractional INTER_AREA is about 1.5 grey levels
+    """The part of ``image`` the crop window reads, in whole blocks of the integer area-averaging factor
+    ``k`` nearest ``1 / factor`` (1 unless downscaling). Integer INTER_AREA is far faster than a fractional
+    one (0.7 vs 7.8 ms at x0.5 and x0.6 on a receipt) and the warp's bilinear sampling does the rest, a
+    scale in [0.67, 1.5); the mean difference to a fractional INTER_AREA is about 1.5 grey levels
     (docs/benchmarks.md).
+
+    The window can miss the image: ``_axis_origin`` keeps it inside the axis-aligned box of the rotated
+    image, whose corners the image does not cover. The region is then the image's nearest edge pixels,
+    at least one, which the warp maps outside the crop (all fill), never an empty array.
 
     Args:
         image: (H, W, 3) uint8 source.
@@ -65,9 +68,10 @@ def source_region(
     x0, y0, x1, y1 = window
     margin = 2.0 / factor + 2.0  # source px: area support plus the warp's bilinear neighbours
     height, width = image.shape[:2]
-    sx0, sy0 = (max(0, int(np.floor(v / frame_per_source - margin))) for v in (x0, y0))
-    span_x = min(width, int(np.ceil(x1 / frame_per_source + margin))) - sx0
-    span_y = min(height, int(np.ceil(y1 / frame_per_source + margin))) - sy0
+    sx0 = min(width - 1, max(0, int(np.floor(x0 / frame_per_source - margin))))
+    sy0 = min(height - 1, max(0, int(np.floor(y0 / frame_per_source - margin))))
+    span_x = max(1, min(width, int(np.ceil(x1 / frame_per_source + margin))) - sx0)
+    span_y = max(1, min(height, int(np.ceil(y1 / frame_per_source + margin))) - sy0)
     k = min(max(1, round(1.0 / factor)), span_x, span_y)
     # whole k x k blocks, so that OpenCV takes its integer path (a partial block at the image edge is left)
     sx1, sy1 = sx0 + span_x // k * k, sy0 + span_y // k * k

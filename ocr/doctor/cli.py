@@ -23,10 +23,11 @@ from ocr.machine.checks import (
     Status,
     fast_checks,
     format_table,
+    rate_missing_gpu,
     run_checks,
     worst_status,
 )
-from ocr.machine.environment import collect_environment
+from ocr.machine.environment import collect_environment, driver_version
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
 __all__ = ["check_dataloader", "check_smoke_conv", "check_wandb_import", "main", "run_doctor"]
@@ -162,7 +163,9 @@ def run_doctor(
     """Run the fast checks, the launch check (against the planned ``num_nodes``, ``devices`` per node and
     ``data_root`` when given) and, unless ``fast``, the slow ones."""
     launch = functools.partial(check_distributed, num_nodes=num_nodes, devices=devices, data_root=data_root)
-    results = fast_checks(output_dir) + run_checks([("distributed", launch)])
+    results = rate_missing_gpu(fast_checks(output_dir), driver_version()) + run_checks(
+        [("distributed", launch)]
+    )
     if not fast:
         results += run_checks(
             [

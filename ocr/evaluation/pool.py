@@ -13,19 +13,22 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import queue
+import signal
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ocr.evaluation.device_maps import HostMaps
 from ocr.evaluation.host_work import HostWork, ImageJob, ImageMaps, ImageOutcome, init_worker, run_in_worker
+from ocr.utils.errors import ConfigValueError, UsageError
 
-__all__ = ["KINDS", "OrderedPool", "PoolKind"]
+__all__ = ["KINDS", "EvaluationWorkerDiedError", "OrderedPool", "PoolKind"]
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +63,11 @@ class OrderedPool:
 
     def __init__(self, *, work: HostWork, kind: PoolKind, workers: int, max_pending: int) -> None:
         if kind not in KINDS:
-            raise ValueError(f"pipeline.kind: expected one of {KINDS}, got {kind!r}")
+            raise ConfigValueError(f"pipeline.kind: expected one of {KINDS}, got {kind!r}")
         if kind != "inline" and workers < 1:
-            raise ValueError(f"pipeline.workers: expected >= 1 for kind={kind!r}, got {workers}")
+            raise ConfigValueError(f"pipeline.workers: expected >= 1 for kind={kind!r}, got {workers}")
         if max_pending < 1:
-            raise ValueError(f"pipeline.max_pending_batches: expected >= 1, got {max_pending}")
+            raise ConfigValueError(f"pipeline.max_pending_batches: expected >= 1, got {max_pending}")
         self.work, self.kind, self.max_pending = work, kind, max_pending
         self.workers = 0 if kind == "inline" else workers
         self._pending: deque[_Batch] = deque()
@@ -72,6 +75,7 @@ class OrderedPool:
         self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
         self._dispatcher: threading.Thread | None = None
         self.wait_seconds = 0.0  # the calling thread's time blocked on results
+        self._processes: dict[int, multiprocessing.process.BaseProcess] = {}
 
     def _start(self) -> None:
         if self._dispatcher is not None or self.kind == "inline":
@@ -87,6 +91,8 @@ class OrderedPool:
             # Fork the workers now, from this thread, rather than from the dispatcher thread at the first
             # batch (under fork, the first task starts them all).
             self._executor.submit(int).result()
+            # CPython's own table of the workers (private): read to name a worker that dies.
+            self._processes = dict(getattr(self._executor, "_processes", None) or {})
         self._dispatcher = threading.Thread(target=self._dispatch, name="postprocess-dispatch", daemon=True)
         self._dispatcher.start()
 
@@ -145,7 +151,8 @@ class OrderedPool:
         for the oldest while more than ``max_pending`` batches are out (or for all, ``wait_all``).
 
         Raises:
-            ImageWorkError: an image's work failed (named); other errors of the pool as they are.
+            ImageWorkError: an image's work failed (named).
+            EvaluationWorkerDiedError: a worker process died (killed, out of memory), naming it.
         """
         done = []
         while self._pending:
@@ -155,9 +162,12 @@ class OrderedPool:
                 break
             started = time.perf_counter()
             batch.dispatched.wait()
-            if batch.error is not None:
-                raise batch.error
-            outcomes = [outcome for future in batch.futures for outcome in future.result()]
+            try:
+                if batch.error is not None:
+                    raise batch.error
+                outcomes = [outcome for future in batch.futures for outcome in future.result()]
+            except BrokenProcessPool as exc:
+                raise EvaluationWorkerDiedError(self._died()) from exc
             self.wait_seconds += time.perf_counter() - started
             self._pending.popleft()
             done.append(outcomes)
@@ -173,6 +183,36 @@ class OrderedPool:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
         self._pending.clear()
+
+    def _died(self) -> str:
+        """Which worker process died and how, and what to try."""
+        for process in self._processes.values():
+            process.join(timeout=2.0)  # the pool is ending them; their exit codes may not be in yet
+        dead = [
+            f"pid {pid} ({_exit_reason(process.exitcode)})"
+            for pid, process in self._processes.items()
+            if process.exitcode is not None and process.exitcode != -signal.SIGTERM
+        ]  # the pool terminates the others itself (SIGTERM) once one has died
+        which = ", ".join(dead) or f"one of {self.workers} (which one could not be told)"
+        return (
+            f"an evaluation worker process died: {which}; the post-processing pool cannot go on. If memory "
+            "ran out, lower pipeline.workers or pipeline.max_pending_batches, or run the post-processing "
+            "without processes: pipeline.kind=thread or pipeline.kind=inline"
+        )
+
+
+class EvaluationWorkerDiedError(UsageError, RuntimeError):
+    """A post-processing worker process ended while the pool was working (killed, out of memory)."""
+
+
+def _exit_reason(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"killed by {name}" + (", e.g. by the out-of-memory killer" if name == "SIGKILL" else "")
+    return f"exit code {exitcode}"
 
 
 def _done(outcomes: list[ImageOutcome]) -> Future[list[ImageOutcome]]:

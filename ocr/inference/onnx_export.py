@@ -23,7 +23,13 @@ from ocr.data.coding import decode_batch
 from ocr.data.collate import collate_batch
 from ocr.data.dataset import ImageFolderDataset
 from ocr.data.transforms import EvalTransform
-from ocr.inference.onnx_runtime import INPUT_NAME, OUTPUT_NAME, OnnxProbabilityMap, sidecar_path
+from ocr.inference.onnx_runtime import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    SIDECAR_FORMAT,
+    OnnxProbabilityMap,
+    sidecar_path,
+)
 from ocr.types import Batch, Polygon
 from ocr.utils.errors import InputNotFoundError, UsageError
 from ocr.utils.io import atomic_write_bytes, atomic_write_json
@@ -41,7 +47,6 @@ __all__ = [
 
 # Opset 18: what the dynamo exporter targets natively (no version conversion), read by ONNX Runtime >= 1.14.
 OPSET = 18
-SIDECAR_FORMAT = "ocr-dbnet-prob-map"
 
 log = logging.getLogger(__name__)
 

@@ -27,13 +27,15 @@ from ocr.evaluation.pipeline import EvalPipeline, PipelineSettings
 from ocr.lightning_modules.restore import inference_trainer
 from ocr.models.postprocess import DBPostProcessor
 from ocr.types import Batch
-from ocr.utils.errors import ConfigValueError, InputNotFoundError
+from ocr.utils.errors import ConfigValueError, InputNotFoundError, UsageError
 
 __all__ = [
     "INPUT_NAME",
     "OUTPUT_NAME",
+    "OnnxFileError",
     "OnnxPredictModule",
     "OnnxProbabilityMap",
+    "SIDECAR_FORMAT",
     "import_onnxruntime",
     "onnx_for_inference",
     "onnx_settings",
@@ -41,6 +43,8 @@ __all__ = [
     "sidecar_path",
 ]
 
+SIDECAR_FORMAT = "ocr-dbnet-prob-map"  # the "format" of the sidecar runners/export.py writes
+SIDECAR_KEYS = ("data.eval_transform", "postprocess")  # what prediction takes from the sidecar
 INPUT_NAME = "images"
 OUTPUT_NAME = "prob_map"
 
@@ -73,6 +77,7 @@ def read_sidecar(model_path: str | Path) -> dict[str, Any]:
 
     Raises:
         InputNotFoundError: the model or its sidecar is missing (both are written by runners/export.py).
+        OnnxFileError: the sidecar is not JSON, or not the record runners/export.py writes.
     """
     model_path = Path(model_path)
     if not model_path.is_file():
@@ -85,7 +90,33 @@ def read_sidecar(model_path: str | Path) -> dict[str, Any]:
             f"onnx_model={model_path}: its sidecar {path.name} is missing (runners/export.py writes both; "
             "export the checkpoint again)"
         )
-    return json.loads(path.read_text())
+    again = f"export the checkpoint again (runners/export.py writes {model_path.name} and {path.name})"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise OnnxFileError(
+            f"{path}: the ONNX model's sidecar is not readable JSON ({exc}); {again}"
+        ) from None
+    if not isinstance(record, dict) or record.get("format") != SIDECAR_FORMAT:
+        found = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise OnnxFileError(
+            f"{path}: expected the sidecar runners/export.py writes (format {SIDECAR_FORMAT!r}, with "
+            f"data.eval_transform and postprocess), got {found}; {again}"
+        )
+    missing = [key for key in SIDECAR_KEYS if not isinstance(_select(record, key), dict)]
+    if missing:
+        raise OnnxFileError(f"{path}: the sidecar lacks {', '.join(missing)}; {again}")
+    return record
+
+
+def _select(record: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        record = record.get(part) if isinstance(record, dict) else None  # type: ignore[assignment]
+    return record
+
+
+class OnnxFileError(UsageError, ValueError):
+    """An ``.onnx`` model or its sidecar that cannot be used (truncated, not JSON, another tool's)."""
 
 
 class OnnxProbabilityMap:
@@ -105,9 +136,16 @@ class OnnxProbabilityMap:
         # Idle pool threads sleep instead of spinning: the DataLoader workers decode on the same cores.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.model_path = Path(model_path)
-        self.session = ort.InferenceSession(
-            os.fspath(self.model_path), options, providers=["CPUExecutionProvider"]
-        )
+        try:
+            self.session = ort.InferenceSession(
+                os.fspath(self.model_path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's pybind errors share no useful base class
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise OnnxFileError(
+                f"{self.model_path}: ONNX Runtime cannot load this model ({reason}); a truncated or "
+                "foreign file? Export the checkpoint again with runners/export.py"
+            ) from exc
 
     def __call__(self, images: Tensor) -> Tensor:
         """(B, 3, H, W) float32 normalised images, any device -> (B, 1, H, W) float32 probabilities (CPU)."""
@@ -161,6 +199,7 @@ def onnx_settings(cfg: DictConfig) -> None:
         ModuleNotFoundError: ONNX Runtime is not installed (the message says how to install it).
         ConfigValueError: ``onnx_model`` is not set.
         InputNotFoundError: the model or its sidecar is missing.
+        OnnxFileError: the sidecar cannot be used (named).
     """
     import_onnxruntime()
     if cfg.onnx_model is None:

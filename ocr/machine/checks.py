@@ -35,6 +35,7 @@ __all__ = [
     "check_wsl",
     "fast_checks",
     "format_table",
+    "rate_missing_gpu",
     "worst_status",
 ]
 
@@ -282,6 +283,20 @@ def run_checks(checks: Iterable[tuple[str, Callable[[], CheckResult]]]) -> list[
                 )
             )
     return results
+
+
+def rate_missing_gpu(results: list[CheckResult], driver: str | None) -> list[CheckResult]:
+    """On a machine without an NVIDIA driver (``driver`` None) a run trains on the CPU as its hardware
+    preset plans: the "no CUDA GPU visible" warning becomes ok there (the doctor and a run's preflight
+    agree). A GPU machine whose CUDA does not work keeps the warning (its ``cuda_usable`` row says why)."""
+    if driver is not None:
+        return results
+    return [
+        CheckResult("gpu", "ok", "no GPU on this machine: training on the CPU")
+        if r.name == "gpu" and r.status == "warn"
+        else r
+        for r in results
+    ]
 
 
 def fast_checks(output_dir: Path) -> list[CheckResult]:

@@ -12,6 +12,7 @@ callback see the same facts before and after the process group exists:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -27,6 +28,7 @@ __all__ = [
     "num_nodes",
     "devices_per_node",
     "rank_tag",
+    "warn_unlaunched_multi_node",
     "rank_zero_only_value",
     "run_name",
 ]
@@ -37,6 +39,7 @@ RANK_KEYS = {  # global rank, local rank, node rank
     "slurm": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"),
 }
 # What the doctor reports, when set.
+log = logging.getLogger(__name__)
 REPORTED_PREFIXES = ("SLURM_", "TORCHELASTIC_")
 REPORTED_KEYS = (
     "RANK",
@@ -166,6 +169,19 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
             variables=variables,
         )
     return LaunchInfo("none", 1, 0, 0, 0, 1, 1, None, None, variables)
+
+
+def warn_unlaunched_multi_node(hardware: str | None, env: Mapping[str, str] | None = None) -> bool:
+    """Warn when ``hardware=multi_node`` was started without torchrun or SLURM (nor Lightning's own node
+    variables): it then trains as one process on this machine. Returns whether it warned."""
+    if hardware != "multi_node" or launch_info(env).launcher != "none":
+        return False
+    log.warning(
+        "hardware=multi_node, but no torchrun or SLURM launch is found in the environment (no "
+        "TORCHELASTIC_* or SLURM_NTASKS): training as ONE process on this machine. Start each node with "
+        "torchrun or srun (docs/distributed.md), or use hardware=auto for one machine"
+    )
+    return True
 
 
 def rank_tag(rank: int | None, node_rank: int | None) -> str:

@@ -117,7 +117,8 @@ def match_prediction_names(
     (``images/test/x.jpg`` matches ``x.jpg``) when that pairing is one to one, which is logged.
 
     Raises:
-        ValueError: both files name images and not one name matches, showing an example of each.
+        ValueError: both files name images and not one name matches, showing an example of each; or
+            names that match only without folders, not one to one (the clash is named).
     """
     matched = {n: n for n in set(gt_names).intersection(pred_names)}
     gt_left = [n for n in gt_names if n not in matched]
@@ -128,6 +129,19 @@ def match_prediction_names(
         for base, gts in gt_by_base.items()
         if len(gts) == 1 and len(pred_by_base.get(base, ())) == 1
     }
+    clashes = [
+        (gts, preds)
+        for base, gts in gt_by_base.items()
+        if (preds := pred_by_base.get(base, [])) and len(gts) + len(preds) > 2
+    ]
+    if clashes:
+        gts, preds = clashes[0]
+        raise SubmissionError(
+            f"pred={pred_path}: {len(clashes)} image name(s) match only without their folders, and not one "
+            f"to one: e.g. prediction(s) {', '.join(map(repr, preds))} and GT image(s) "
+            f"{', '.join(map(repr, gts))} in gt={gt_path}; give the predictions the ground truth's names, "
+            "folders included"
+        )
     if stripped:
         example = next(iter(stripped.items()))
         log.info(

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from ocr.lightning_modules.callbacks.interrupt import is_interruption
 from ocr.machine.sync import sync_allowed
 from ocr.reporting.curves import write_curves
 from ocr.utils.cuda_fault import is_cuda_fault
@@ -83,8 +84,9 @@ class TrainingCurves(Callback):
                 self._flush()
             except RuntimeError as exc:  # a failed device cannot be read: draw what reached the host
                 self._drop_pending(str(exc))
+        end = "interruption" if is_interruption(exception, trainer) else "failure"
         try:
-            log.info("Training curves up to the failure: %s", write_curves(self.path, self.series))
+            log.info("Training curves up to the %s: %s", end, write_curves(self.path, self.series))
         except (OSError, ValueError) as exc:  # never hide the run's own exception
             log.error("Could not write %s: %s", self.path, exc)
 

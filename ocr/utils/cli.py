@@ -17,6 +17,7 @@ from typing import NoReturn, TypeVar
 
 from omegaconf import DictConfig
 
+from ocr.utils.config_rules import check_config_values
 from ocr.utils.errors import UsageError, find_usage_error
 from ocr.utils.sentinels import failure_written
 
@@ -33,12 +34,14 @@ def report_usage_errors(main: Callable[[DictConfig], T]) -> Callable[[DictConfig
     """Decorate a runner's ``@hydra.main`` function: a :class:`~ocr.utils.errors.UsageError` (also one
     that Hydra's ``instantiate`` wrapped) ends a single run with its message alone on the console and exit
     status 1, instead of Hydra's "Error executing job" and the traceback, which goes to the run's log
-    file (and ``.FAILURE``). Any other exception, every error with ``HYDRA_FULL_ERROR=1``, and a multirun
-    job's error (recorded by the sweep) go on to Hydra as before."""
+    file (and ``.FAILURE``). The config's value ranges are checked first
+    (:func:`~ocr.utils.config_rules.check_config_values`). Any other exception, every error with
+    ``HYDRA_FULL_ERROR=1``, and a multirun job's error (recorded by the sweep) go on to Hydra as before."""
 
     @functools.wraps(main)
     def wrapped(cfg: DictConfig) -> T:
         try:
+            check_config_values(cfg)  # before anything heavy: seconds, not a minute of loading
             return main(cfg)
         except Exception as exc:
             usage = find_usage_error(exc)

@@ -111,7 +111,7 @@ def next_commands(
         f"{launcher}/predict.py {ckpt} {images} overlays=true {data}".rstrip(),
         "# export to ONNX (parity-checked against PyTorch on the run's test images)",
         f"{launcher}/export.py {ckpt}",
-        f"# train on in this run's directory, to {more_training}",
+        f"# train longer in this run's directory, to {more_training}",
         resume_command(run_dir, more_training, runners),
     ]
     return "\n".join(lines)

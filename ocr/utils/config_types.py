@@ -14,6 +14,7 @@ not by torch once the data loader starts; :func:`check_arguments` applies the sa
 from __future__ import annotations
 
 import collections.abc
+import difflib
 import inspect
 import types
 import typing
@@ -25,6 +26,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ocr.utils.config_rules import check_config_values
 from ocr.utils.errors import ConfigValueError, UsageError
 
 __all__ = [
@@ -48,6 +50,9 @@ RETIRED_KEYS = {
     "debug": "fault injection is a callback now: debug=inject callbacks.inject.kind=KIND "
     "[callbacks.inject.step=N] (was +debug.inject=KIND +debug.inject_step=N)",
 }
+
+# Keys of a ``_target_`` node that the project reads itself and removes before instantiating the node.
+READ_BESIDE_TARGET = frozenset({"model.init_from"})  # ocr.lightning_modules.build
 
 
 class ConfigValueTypeError(UsageError, TypeError):
@@ -102,6 +107,10 @@ def check_config_types(cfg: DictConfig) -> None:
     retired = [f"{key}: {replaced}" for key, replaced in RETIRED_KEYS.items() if key in cfg]
     if retired:
         raise ConfigValueError(f"config: no longer read, so refused: {'; '.join(retired)}")
+    check_config_values(cfg)
+    unknown = _unknown_arguments(cfg, "")
+    if unknown:
+        raise ConfigValueError(f"config: {'; '.join(unknown)} (a key added with '+' reaches the constructor)")
     problems = _check_node(cfg, "")
     if not problems:
         return
@@ -172,6 +181,41 @@ def _check_node(node: DictConfig, path: str) -> list[str]:
         elif isinstance(value, DictConfig):
             problems += _check_node(value, full_key)
     return problems
+
+
+def _unknown_arguments(node: DictConfig, path: str) -> list[str]:
+    """Keys of ``_target_`` nodes (at any depth) that their target does not take: a key added with ``+``
+    (Hydra's own hint for a misspelled one, ``+trainer.max_step=4``) would fail inside the constructor."""
+    parameters = _parameters(node)
+    problems = []
+    for key in (str(k) for k in node if not str(k).startswith("_")):
+        full_key = f"{path}.{key}" if path else key
+        if parameters is not None and key not in parameters and full_key not in READ_BESIDE_TARGET:
+            close = difflib.get_close_matches(key, list(parameters), n=1)
+            hint = f", did you mean {path + '.' if path else ''}{close[0]}?" if close else ""
+            problems.append(f"{full_key}: not an argument of {node._target_}{hint}")
+            continue
+        try:
+            value = node[key]
+        except OmegaConfBaseException:
+            continue
+        if isinstance(value, DictConfig) and not OmegaConf.is_interpolation(node, key):
+            problems += _unknown_arguments(value, full_key)
+    return problems
+
+
+def _parameters(node: DictConfig) -> set[str] | None:
+    """The keyword arguments of the node's ``_target_``; None when any is taken (no target, ``**kwargs``,
+    or a target that cannot load: instantiate's error to report)."""
+    if "_target_" not in node:
+        return None
+    try:
+        parameters = inspect.signature(get_object(str(node._target_))).parameters
+    except Exception:  # noqa: BLE001 - see above
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return set(parameters)
 
 
 def _node_hints(node: DictConfig) -> dict[str, Any]:

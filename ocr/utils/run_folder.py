@@ -141,6 +141,11 @@ def _read_owner(path: Path) -> LockOwner | None:
         return LockOwner(**json.loads(path.read_text()))
     except FileNotFoundError:
         return None
+    except NotADirectoryError:
+        raise RunFolderBusyError(
+            f"{path.parent} is a file, not a run folder: the run's folder (hydra.run.dir, or resume=) must "
+            "be a directory"
+        ) from None
     except (OSError, ValueError, TypeError) as exc:
         raise RunFolderBusyError(
             f"{path}: a run-folder lock that names no owner ({type(exc).__name__}: {exc}); if no process "

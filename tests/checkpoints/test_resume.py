@@ -312,3 +312,22 @@ def test_checkpoints_without_a_run_id_belong_to_the_folder_they_lie_in(
             resume_run(composed, [])
     else:
         assert resume_run(composed, []).step == 6
+
+
+@pytest.mark.parametrize("overrides", [[], ["trainer.max_steps=6"]])
+def test_a_resume_with_nothing_to_train_is_refused_with_the_step_and_the_override_that_trains(
+    tmp_path: Path, overrides: list[str]
+) -> None:
+    """It used to test again and rewrite metrics.json with the test keys only, and the run's status."""
+    _save(tmp_path, "last.ckpt", 200)  # the run's trainer.max_steps: it finished
+    composed = _composed(tmp_path)
+    with open_dict(composed):
+        composed.trainer.max_steps = 6 if overrides else 400
+    with pytest.raises(ResumeRefusedError) as refused:
+        resume_run(composed, [*overrides, f"resume={tmp_path}"])
+    limit = 6 if overrides else 200
+    message = str(refused.value)
+    assert f"nothing to train, the run is at step 200 and trainer.max_steps={limit}" in message
+    assert f"resume={tmp_path} trainer.max_steps=400" in message
+    assert "runners/test.py ckpt=" in message
+    resume_run(_composed(tmp_path), ["trainer.max_steps=400", f"resume={tmp_path}"])  # trains: goes on

@@ -12,6 +12,7 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.checkpoints.resume import START_AGAIN, ResumeRefusedError, find_checkpoint
 from ocr.checkpoints.run_start import claim_run
 from ocr.utils.run_folder import LOCK_NAME, RunFolderBusyError, RunRefusedError, read_run_id, write_run_record
 from tests.helpers.paths import REPO_ROOT
@@ -57,7 +58,14 @@ def test_a_new_run_never_writes_into_another_runs_folder(tmp_path: Path, left: s
     with pytest.raises(RunRefusedError) as refused:
         claim_run(_cfg(tmp_path))
     assert f"holds {named}: a new run never writes into another run's folder" in str(refused.value)
-    assert f"resume={tmp_path}" in str(refused.value)
+    if left.endswith(".ckpt"):
+        assert f"resume={tmp_path}" in str(refused.value)
+    else:  # killed before its first checkpoint: the resume would refuse too; both say the same way out
+        assert "has no checkpoint to resume" in str(refused.value)
+        assert START_AGAIN.format(run_dir=tmp_path.resolve()) in str(refused.value)
+        with pytest.raises(FileNotFoundError) as resumed:
+            find_checkpoint(tmp_path.resolve(), None)
+        assert START_AGAIN.format(run_dir=tmp_path.resolve()) in str(resumed.value)
     assert _listing(tmp_path) == before
 
 
@@ -141,3 +149,19 @@ def test_a_busy_folder_refusal_comes_before_the_resume_checks(tmp_path: Path) ->
     (tmp_path / LOCK_NAME).write_text(json.dumps({}))
     with pytest.raises(RunFolderBusyError, match="names no owner"):
         claim_run(_cfg(tmp_path, resume=str(tmp_path)))
+
+
+def test_a_checkpoint_given_as_the_run_folder_is_named_as_a_file(tmp_path: Path) -> None:
+    """resume=<run>/checkpoints/last.ckpt used to blame "a run-folder lock that names no owner"."""
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"weights")
+    with pytest.raises(ResumeRefusedError) as refused:
+        claim_run(_cfg(checkpoint, resume=str(checkpoint)))
+    message = str(refused.value)
+    assert (
+        f"resume={checkpoint} is a file; resume takes the run's folder: resume={tmp_path / 'run'}" in message
+    )
+    assert f"ckpt_path={checkpoint}" in message
+    with pytest.raises(RunFolderBusyError, match=f"{checkpoint} is a file, not a run folder"):
+        claim_run(_cfg(checkpoint))  # hydra.run.dir=<a file>

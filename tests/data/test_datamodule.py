@@ -21,6 +21,7 @@ from ocr.data.photometric import apply_photometric
 from ocr.data.stream import TrainStream
 from ocr.machine.hardware import pick
 from ocr.types import BATCH_TENSOR_KEYS, TARGET_KEYS, Batch
+from ocr.utils.errors import ConfigValueError, InputNotFoundError
 from tests.helpers.receipt_fixtures import (
     block_words,
     make_root,
@@ -235,12 +236,26 @@ def test_an_empty_train_split_fails_naming_split_and_file(tmp_path: Path) -> Non
     make_root(tmp_path)
     write_split(tmp_path, "train", {})
     with pytest.raises(
-        ValueError, match=r"train\.json: train split 'train' <data\.train_split=train> has no usable"
+        InputNotFoundError, match=r"train\.json: train split 'train' <data\.train_split=train> has no usable"
     ):
         _module(tmp_path).setup("fit")
     write_split(tmp_path, "train", {"ghost_0.png": block_words(), "ghost_1.png": block_words()}, create=False)
-    with pytest.raises(ValueError, match=r"2 listed, 2 missing, 0 unreadable\); training needs at least one"):
+    with pytest.raises(
+        InputNotFoundError, match=r"2 listed, 2 missing, 0 unreadable\); training needs at least one"
+    ):
         _module(tmp_path).setup("fit")
+
+
+def test_a_train_split_without_a_labelled_word_is_named_as_such(tmp_path: Path) -> None:
+    """Every epoch used to blame min_text_size and the crop settings, and the run succeeded."""
+    make_root(tmp_path)
+    dont_care = {"points": [[120, 10], [150, 10], [150, 30], [120, 30]], "text": "###"}
+    write_split(tmp_path, "train", {"a.png": [], "b.png": [dont_care]})
+    with pytest.raises(InputNotFoundError) as info:
+        _module(tmp_path).setup("fit")
+    message = str(info.value)
+    assert "train split 'train' <data.train_split=train> has no labelled words: 2 usable images" in message
+    assert "training needs labelled text" in message
 
 
 def test_an_empty_val_split_warns_at_start_and_keeps_the_reason(
@@ -288,3 +303,21 @@ def test_train_runner_says_no_validation_ran(
     out = capsys.readouterr().out
     assert f"No validation ran: {root / 'jsons' / 'val.json'}: val split 'val'" in out
     assert "the annotation file lists no image" in out
+
+
+def test_a_validation_interval_longer_than_an_epoch_is_one_line_with_the_fixes(tmp_path: Path) -> None:
+    """trainer.val_check_interval=5 with 2 batches per epoch: Lightning's own error came as a traceback."""
+    module = _module(make_root(tmp_path, num_images=4))  # 4 images of batch 2: 2 batches per epoch
+    module.trainer = SimpleNamespace(  # type: ignore[assignment]  # what the check reads of a Trainer
+        overfit_batches=0, global_rank=0, world_size=1, val_check_interval=5, check_val_every_n_epoch=1
+    )
+    with pytest.raises(ConfigValueError) as info:
+        module.train_dataloader()
+    assert str(info.value).startswith(
+        "trainer.val_check_interval: expected <= 2 (the training batches per epoch"
+    )
+    assert "got 5; to validate every 5 steps across epochs set trainer.check_val_every_n_epoch=null" in str(
+        info.value
+    )
+    module.trainer.check_val_every_n_epoch = None
+    module.train_dataloader()

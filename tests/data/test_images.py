@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+import warnings
 from pathlib import Path
 
 import cv2
@@ -7,11 +9,13 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
+from ocr.data import images
 from ocr.data.images import (
     DecodedImage,
     ImageReadError,
     list_images,
     orientation_matrix,
+    read_header,
     read_image,
     resolve_frame,
 )
@@ -249,3 +253,21 @@ def test_list_images_is_recursive_sorted_and_case_insensitive(tmp_path):
         (tmp_path / name).write_bytes(b"")
     (tmp_path / "folder.jpg").mkdir()
     assert list_images(tmp_path) == ["b.PNG", "sub/a.jpg", "sub/c.JpEg"]
+
+
+def test_a_large_image_is_said_once_in_our_words_not_as_pils_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 300)  # 20 x 20 = 400 px: PIL warns (errors above 600)
+    monkeypatch.setattr(images, "_large_image_said", False)
+    path = tmp_path / "big.png"
+    Image.new("RGB", (20, 20), (255, 255, 255)).save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with caplog.at_level(logging.INFO, logger="ocr.data.images"):
+            read_image(path)
+            read_header(path)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: a large image (20 x 20 px, over PIL's 300-pixel warning limit): decoded anyway "
+        "(images over twice the limit are refused as unreadable)"
+    ]

@@ -11,7 +11,7 @@ import torch
 from ocr.doctor.cli import check_dataloader, main
 from ocr.doctor.distributed import check_distributed
 from ocr.machine import checks
-from ocr.machine.checks import CheckResult, fast_checks, format_table, worst_status
+from ocr.machine.checks import CheckResult, fast_checks, format_table, rate_missing_gpu, worst_status
 from tests.helpers.launch_env import TORCHRUN_NODE1
 
 
@@ -26,6 +26,10 @@ def test_fast_checks_cover_everything(tmp_path: Path) -> None:
 def test_no_gpu_is_a_clean_warning(tmp_path: Path) -> None:
     gpu = next(r for r in fast_checks(tmp_path) if r.name == "gpu")
     assert gpu.status == "warn" and "no CUDA GPU visible" in gpu.detail
+    # Without an NVIDIA driver it is a CPU machine: ok, as a run's preflight rates it (issue 30).
+    [rated] = rate_missing_gpu([gpu], driver=None)
+    assert rated.status == "ok" and rated.detail == "no GPU on this machine: training on the CPU"
+    assert rate_missing_gpu([gpu], driver="550.54") == [gpu]
 
 
 def test_cpu_capability_beyond_cpu_flags_fails(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,10 +13,11 @@ import torch
 
 from ocr.evaluation.device_maps import HostMaps, maps_to_host
 from ocr.evaluation.host_work import HostWork, ImageJob, ImageMaps, ImageOutcome
-from ocr.evaluation.pool import OrderedPool
+from ocr.evaluation.pool import EvaluationWorkerDiedError, OrderedPool
 from ocr.geometry import letterbox_geometry
 from ocr.models.postprocess import DBPostProcessor
 from ocr.types import Prediction
+from ocr.utils.errors import ConfigValueError
 
 CONTEXT = multiprocessing.get_context("fork")  # what the pool forks its workers with on Linux
 GEOMETRY, _ = letterbox_geometry(16, 16, 16)
@@ -125,3 +126,44 @@ def test_not_one_job_per_image_is_refused() -> None:
     maps, jobs = _batch("a", "b")
     with pytest.raises(ValueError, match="expected 2 jobs \\(one per image\\), got 1"):
         pool.submit(maps, jobs[:1])
+
+
+class DyingWork(HostWork):
+    """Host work whose worker process kills itself on the image named ``die``."""
+
+    def __init__(self) -> None:
+        super().__init__(postprocess=POSTPROCESS, cleval=None, tables={})
+
+    def __call__(self, job: ImageJob, maps: ImageMaps) -> ImageOutcome:
+        if job.image_id == "die":
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        return ImageOutcome(job, Prediction(image_id=job.image_id, polygons=[], scores=[]), None, None, 0.0)
+
+
+def test_a_worker_killed_mid_work_is_named_with_the_pool_kinds_to_try() -> None:
+    """A raw BrokenProcessPool said neither that an evaluation worker died nor what to try."""
+    pool = OrderedPool(work=DyingWork(), kind="process", workers=2, max_pending=4)
+    try:
+        pool.submit(*_batch("ok", "die"))
+        with pytest.raises(EvaluationWorkerDiedError) as info:
+            pool.collect(wait_all=True)
+    finally:
+        pool.close()
+    message = str(info.value)
+    assert message.startswith("an evaluation worker process died: pid ")
+    assert "killed by SIGKILL" in message and "pipeline.kind=thread or pipeline.kind=inline" in message
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"kind": "fork", "workers": 1}, "pipeline.kind"),
+        ({"kind": "process", "workers": 0}, "pipeline.workers"),
+    ],
+)
+def test_bad_pool_settings_are_config_errors(settings: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigValueError, match=key):
+        OrderedPool(work=DyingWork(), max_pending=1, **settings)

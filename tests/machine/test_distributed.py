@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from ocr.machine import distributed
-from ocr.machine.distributed import MultiProcessRunDirError, launch_info, rank_tag, run_name
+from ocr.machine.distributed import (
+    MultiProcessRunDirError,
+    launch_info,
+    rank_tag,
+    run_name,
+    warn_unlaunched_multi_node,
+)
 from tests.helpers.launch_env import SRUN_NODE1, TORCHRUN_NODE1
 
 
@@ -88,3 +96,14 @@ def test_several_nodes_without_a_shared_name_are_refused() -> None:
         run_name("x", static)
     with pytest.raises(MultiProcessRunDirError, match="rank None of 1 on node 1"):
         run_name("x", {"NODE_RANK": "1", "MASTER_ADDR": "node0"})
+
+
+def test_multi_node_without_a_launcher_says_it_trains_as_one_process(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="ocr.machine.distributed"):
+        assert warn_unlaunched_multi_node("multi_node", env={})
+        assert not warn_unlaunched_multi_node("multi_node", env=TORCHRUN_NODE1)
+        assert not warn_unlaunched_multi_node("auto", env={})
+    [record] = caplog.records
+    assert "training as ONE process on this machine" in record.getMessage()

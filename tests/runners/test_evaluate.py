@@ -112,6 +112,19 @@ def test_evaluate_fails_when_no_prediction_name_matches(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+def test_evaluate_names_two_predictions_that_match_one_gt_image_only_without_folders(tmp_path: Path) -> None:
+    """a/x.jpg and b/x.jpg both became x.jpg: the GT image was then scored as missed, without a word."""
+    word = _one_word_gt(tmp_path, ["x.jpg", "y.jpg"])
+    write_submission_csv(tmp_path / "sub.csv", {"a/x.jpg": [word], "b/x.jpg": [word], "y.jpg": [word]})
+    proc = _run(tmp_path, "gt=gt.json", "pred=sub.csv")
+    assert proc.returncode == 1
+    assert (
+        "pred=sub.csv: 1 image name(s) match only without their folders, and not one to one: e.g. "
+        "prediction(s) 'a/x.jpg', 'b/x.jpg' and GT image(s) 'x.jpg' in gt=gt.json"
+    ) in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
 def test_evaluate_runs_with_the_default_run_dir_and_without_torch(tmp_path: Path) -> None:
     """No ``hydra.run.dir=``: the default run dir uses ``${first_set:}``, which evaluate must register."""
     _one_word_gt(tmp_path, ["a.jpg"])

@@ -38,7 +38,7 @@ def test_doctor_without_gpu_says_so(tmp_path: Path) -> None:
     result = _run(["doctor"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no NVIDIA GPU visible" in result.stderr
-    assert "no CUDA GPU visible" in result.stdout and "verdict: warn" in result.stdout
+    assert "no GPU on this machine: training on the CPU" in result.stdout  # ok, as the run's preflight
     (report,) = (tmp_path / "debug").glob("*-doctor/doctor.json")
     checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
     assert checks["smoke_conv"]["status"] == "ok" and "cpu bf16" in checks["smoke_conv"]["detail"]

@@ -66,6 +66,7 @@ def test_next_commands_carry_the_runs_data_options(tmp_path: Path) -> None:
     assert lines[3].startswith(f"uv run runners/predict.py ckpt={NEW} image_dir=path/to/images overlays=true")
     assert lines[5] == f"uv run runners/export.py ckpt={NEW}"
     assert lines[7] == f"uv run runners/train.py resume={tmp_path} trainer.max_steps=40"
+    assert lines[6] == "# train longer in this run's directory, to trainer.max_steps=40"
 
 
 def test_next_commands_leave_out_what_the_checkpoint_carries(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from ocr.lightning_modules.callbacks.rundir import crash_dir, resolve_run_dir
 from ocr.machine.environment import collect_environment
 from ocr.models.loss.checks import LOGIT_NAMES, LossInputError, device_message
 from ocr.utils.cuda_fault import is_cuda_fault
+from ocr.utils.errors import find_usage_error
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 __all__ = [
@@ -237,7 +238,9 @@ class CrashBundle(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if is_interruption(exception, trainer):  # a stop by Ctrl-C or SIGTERM is no crash
+        # A stop by Ctrl-C or SIGTERM is no crash, nor is an error about what the run was given (its
+        # message names the key or file; there is nothing to replay).
+        if is_interruption(exception, trainer) or find_usage_error(exception) is not None:
             return
         run_dir = resolve_run_dir(self.dirpath, trainer)
         batch = failed_cpu_batch(trainer, exception)

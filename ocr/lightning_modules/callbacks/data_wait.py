@@ -26,6 +26,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 
 from ocr.data.stream import LoaderWait
+from ocr.utils.text import plural
 
 __all__ = ["DataWait", "WaitWindow", "loader_wait"]
 
@@ -143,7 +144,7 @@ class DataWait(Callback):
         later = firsts[1:]
         first = f"first batch of an epoch: {firsts[0]:.2f} s at the start" if firsts else "no epoch started"
         if later:
-            first += f", {sum(later) / len(later):.3f} s on average after ({len(later)} epochs)"
+            first += f", {sum(later) / len(later):.3f} s on average after ({plural(len(later), 'epoch')})"
         if share < self.input_bound_share:
             log.info("data wait: %.0f %% of training step time waiting for data; %s", 100 * share, first)
             return

@@ -6,8 +6,8 @@ DDP rank 0 broadcasts it at the next step, so all ranks stop together), and its 
 ``SIGTERMException`` at the next step boundary, or between validation batches. This callback turns the
 first Ctrl-C into the same stop by calling that handler, so a Ctrl-C in the middle of an optimizer step
 never leaves a half-updated state; a second Ctrl-C raises ``KeyboardInterrupt`` at once (no checkpoint:
-the state may be mid-step), as does the stall watchdog's interrupt, which is a failure. SLURM's
-``SIGUSR1`` requeue of Lightning's ``SLURMEnvironment`` is left alone.
+the state may be mid-step), as does a second SIGTERM and the stall watchdog's interrupt, which is a
+failure. SLURM's ``SIGUSR1`` requeue of Lightning's ``SLURMEnvironment`` is left alone.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ __all__ = ["EXIT_CODES", "GracefulInterrupt", "is_interruption"]
 
 log = logging.getLogger(__name__)
 
+SIGNAL_CONNECTOR_LOGGER = "lightning.pytorch.trainer.connectors.signal_connector"
 # As a shell reports a process a signal ended: 128 + the signal number.
 EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
 
@@ -58,7 +59,9 @@ class GracefulInterrupt(Callback):
     def __init__(self, *, run_dir: str) -> None:
         self.run_dir = Path(run_dir)
         self.ctrl_c = False
+        self.second_signal: str | None = None  # the signal that stopped the run at once
         self._previous_handler: Any = None  # SIGINT's handler before fit, restored after it
+        self._previous_sigterm: Any = None  # Lightning's SIGTERM handler, called by ours the first time
         self._trainer: L.Trainer | None = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -70,31 +73,61 @@ class GracefulInterrupt(Callback):
         main = threading.current_thread() is threading.main_thread()
         if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+        if main and callable(signal.getsignal(signal.SIGTERM)):
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._trainer = None
         if self._previous_handler is not None:
             signal.signal(signal.SIGINT, self._previous_handler)
             self._previous_handler = None
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+    def _stopping(self) -> bool:
+        return self.ctrl_c or (self._trainer is not None and self._trainer.received_sigterm)
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        sigterm_handler = signal.getsignal(signal.SIGTERM)
+        sigterm_handler = self._previous_sigterm or signal.getsignal(signal.SIGTERM)  # Lightning's
         stalled = self._trainer is not None and _stalled(self._trainer)
-        if self.ctrl_c or stalled or not callable(sigterm_handler):
+        if self._stopping() or stalled or not callable(sigterm_handler):
+            self.second_signal = "Ctrl-C"
             raise KeyboardInterrupt
         self.ctrl_c = True
         log.warning(
             "Ctrl-C: stopping after the current step and saving last.ckpt (Ctrl-C again stops at once, "
             "without saving)"
         )
-        sigterm_handler(signal.SIGTERM, frame)
+        # Lightning's handler logs "Received SIGTERM", which is not what the user sent.
+        connector_log = logging.getLogger(SIGNAL_CONNECTOR_LOGGER)
+        disabled, connector_log.disabled = connector_log.disabled, True
+        try:
+            sigterm_handler(signal.SIGTERM, frame)
+        finally:
+            connector_log.disabled = disabled
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """A first SIGTERM is Lightning's graceful stop; a second one stops at once (as Ctrl-C does)."""
+        if self._stopping():
+            self.second_signal = "SIGTERM"
+            log.warning("SIGTERM again: stopping at once, without saving")
+            raise KeyboardInterrupt
+        log.warning(
+            "SIGTERM: stopping after the current step and saving last.ckpt (SIGTERM or Ctrl-C again stops "
+            "at once, without saving)"
+        )
+        self._previous_sigterm(signum, frame)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         if not is_interruption(exception, trainer):
             return
-        cause = "Ctrl-C" if self.ctrl_c or isinstance(exception, KeyboardInterrupt) else "SIGTERM"
+        if self.second_signal == "SIGTERM":
+            cause = "SIGTERM"
+        else:
+            cause = "Ctrl-C" if self.ctrl_c or isinstance(exception, KeyboardInterrupt) else "SIGTERM"
         saved = None
         checkpoint = trainer.checkpoint_callback
         # Only a stop Lightning raised between steps leaves a whole state to save.

@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import Callback
 
 from ocr.checkpoints.saving import estimate_checkpoint_bytes
 from ocr.lightning_modules.callbacks.rundir import resolve_run_dir
-from ocr.machine.checks import CheckResult, fast_checks, format_table, worst_status
+from ocr.machine.checks import CheckResult, fast_checks, format_table, rate_missing_gpu, worst_status
 from ocr.machine.environment import driver_version
 from ocr.utils.errors import UsageError
 from ocr.utils.io import atomic_write_json, format_mib, free_bytes
@@ -23,20 +23,6 @@ log = logging.getLogger(__name__)
 
 class PreflightError(UsageError, RuntimeError):
     """A preflight check failed and ``fail_on_error`` is set."""
-
-
-def _cpu_machine_as_planned(results: list[CheckResult]) -> list[CheckResult]:
-    """On a machine without an NVIDIA driver the run trains on the CPU as its hardware preset planned: the
-    doctor's "no CUDA GPU visible" warning is no problem of this run. A GPU machine whose CUDA does not
-    work keeps the warning (its ``cuda_usable`` row says why)."""
-    if driver_version() is not None:
-        return results
-    return [
-        CheckResult("gpu", "ok", "no GPU on this machine: training on the CPU")
-        if r.name == "gpu" and r.status == "warn"
-        else r
-        for r in results
-    ]
 
 
 def check_checkpoint_space(checkpoint_dir: Path, checkpoint_bytes: int) -> CheckResult:
@@ -77,7 +63,8 @@ class Preflight(Callback):
         # The generic disk row is replaced by one that knows this model's checkpoint size.
         checkpoint_dir = Path(getattr(trainer.checkpoint_callback, "dirpath", None) or run_dir)
         disk = check_checkpoint_space(checkpoint_dir, estimate_checkpoint_bytes(pl_module))
-        self.results = _cpu_machine_as_planned([r for r in fast_checks(run_dir) if r.name != "disk"] + [disk])
+        checks = [r for r in fast_checks(run_dir) if r.name != "disk"] + [disk]
+        self.results = rate_missing_gpu(checks, driver_version())
         verdict = worst_status(self.results)
         table = format_table(self.results)
         if verdict == "ok":

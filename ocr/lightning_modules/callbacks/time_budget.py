@@ -33,6 +33,7 @@ from lightning.pytorch.callbacks import Callback
 
 from ocr.lightning_modules.ranks import decided_on_rank_zero
 from ocr.lightning_modules.schedule import resize_schedules
+from ocr.utils.text import plural
 
 __all__ = [
     "BudgetPlan",
@@ -188,6 +189,17 @@ class TimeBudget(Callback):
         self._validation_started: float | None = None
         self._validation_seconds: float | None = None  # the last validation's wall time
 
+    def cut_summary(self, global_step: int) -> str | None:
+        """The run's end line when the budget trained fewer steps than configured, else None."""
+        configured = self._configured[0]
+        if self.minutes is None or self.plan is None or not 0 <= global_step < configured:
+            return None
+        return (
+            f"time budget: trained {global_step} of {configured} steps in "
+            f"time_budget_minutes={self.minutes:g} (time_budget_minutes=null trains them all; a larger "
+            "budget trains more)"
+        )
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.minutes is None:
             return
@@ -323,9 +335,9 @@ class TimeBudget(Callback):
                 return BudgetPlan(max_steps, val_every=val_every, seconds_per_step=seconds_per_step)
         plan, epochs, fits = fit_epochs(costs, max_steps, val_every)
         length, cadence = (
-            (f"{epochs} epochs", f"every {plan.val_every} epochs and at the last")
+            (plural(epochs, "epoch"), f"every {plural(plan.val_every, 'epoch')} and at the last")
             if self._validates_by_epochs
-            else (f"{epochs} intervals", f"every {costs.steps_per_epoch} steps")
+            else (plural(epochs, "interval"), f"every {plural(costs.steps_per_epoch, 'step')}")
         )
         log.info(
             "time budget %.1f min: %.2f s/step measured, %.0f s left; training %d steps (%s), validating %s "

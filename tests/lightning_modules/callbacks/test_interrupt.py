@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +103,24 @@ def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path: Path) -> None:
     status = (tmp_path / ".INTERRUPTED").read_text()
     assert "interrupted by Ctrl-C at step 6; no checkpoint written now. Resume from the latest" in status
     assert not (tmp_path / ".FAILURE").exists() and interrupted_exit_code(tmp_path) == 130
+
+
+def test_a_second_sigterm_stops_at_once_without_saving(tmp_path: Path) -> None:
+    """The graceful stop waits for the step to end; a second SIGTERM does not wait (the README's Ctrl-C)."""
+    with pytest.raises(SystemExit):
+        _fit(tmp_path, _Signalled((signal.SIGTERM, signal.SIGTERM), step=6))
+    assert _saved_step(tmp_path / "checkpoints" / "last.ckpt") == 4
+    status = (tmp_path / ".INTERRUPTED").read_text()
+    assert "interrupted by SIGTERM at step 6; no checkpoint written now" in status
+    assert not (tmp_path / ".FAILURE").exists() and interrupted_exit_code(tmp_path) == 143
+
+
+def test_a_ctrl_c_is_not_logged_as_a_sigterm(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO), pytest.raises(SystemExit):
+        _fit(tmp_path, _Signalled((signal.SIGINT,), step=6))
+    assert "Ctrl-C: stopping after the current step" in caplog.text
+    assert "Received SIGTERM" not in caplog.text
+    assert "Training curves up to the failure" not in caplog.text
 
 
 def test_a_validation_cut_by_a_signal_runs_again_in_full_on_resume(tmp_path: Path) -> None:

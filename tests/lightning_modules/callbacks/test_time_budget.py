@@ -144,6 +144,10 @@ def test_budget_sets_steps_schedule_and_validation(tmp_path: Path, clock: Simple
     assert any("training 16 steps (4 epochs)" in r.getMessage() for r in caplog.records)
     [cut] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "training 16 of the configured 200 steps" in cut.getMessage()
+    assert callback.cut_summary(trainer.global_step) == (
+        "time budget: trained 16 of 200 steps in time_budget_minutes=1 (time_budget_minutes=null trains them "
+        "all; a larger budget trains more)"
+    )
 
 
 def test_validation_every_n_steps_is_planned_in_whole_intervals(
@@ -301,7 +305,7 @@ def test_a_run_that_fits_keeps_its_configured_steps(tmp_path: Path, clock: Simpl
     callback = TimeBudget(minutes=5.0, test_after_fit=True, measure_steps=2, skip_steps=1)
     trainer = _fit(tmp_path, callback, _ScheduledTiny(clock), max_steps=10)
     assert callback.plan == BudgetPlan(10, val_every=1, seconds_per_step=1.0)
-    assert trainer.global_step == 10
+    assert trainer.global_step == 10 and callback.cut_summary(10) is None
 
 
 def test_a_budget_never_adds_steps(tmp_path: Path, clock: SimpleNamespace) -> None:
