@@ -20,6 +20,8 @@ STATE_DICT_SUFFIXES = (".pth", ".pt", ".safetensors")
 # Key names shown in a log line or an error.
 _SHOWN = 5
 _PREFIX = "net."
+# The parts after the encoder: another decoder family may change their shapes (e.g. the head's input).
+_AFTER_ENCODER = ("decoder.", "head.")
 
 
 def network_weights(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -34,12 +36,15 @@ def load_init_weights(net: nn.Module, init_from: str | Path) -> None:
     (``.pth``/``.pt``/``.safetensors``, keys with or without the module's ``net.`` prefix).
 
     Tensors the file lacks keep their initial weights and tensors the network lacks are ignored; both
-    are logged with their counts and first names.
+    are logged with their counts and first names. A tensor of another shape stops the run, except when
+    the file's decoder is another family than the network's (:func:`_drop_other_family_tensors`): then
+    its decoder and head tensors of other shapes keep their initial weights and are logged too.
 
     Raises:
         FileNotFoundError: naming ``model.init_from`` and the path when it is not a file.
         ValueError: another suffix, a tensor whose shape differs from the network's (each named, with
-            both shapes), or a file that shares no tensor name with the network.
+            both shapes) in the encoder, or anywhere when the decoders are of one family, or a file that
+            shares no tensor name with the network.
     """
     path = Path(init_from).expanduser()
     if not path.is_file():
@@ -59,6 +64,7 @@ def load_init_weights(net: nn.Module, init_from: str | Path) -> None:
         )
     weights = network_weights(state)
     own = net.state_dict()
+    weights, fresh = _drop_other_family_tensors(weights, own)
     mismatched = [
         f"{key}: {tuple(value.shape)} in the file, {tuple(own[key].shape)} in the model"
         for key, value in weights.items()
@@ -76,12 +82,19 @@ def load_init_weights(net: nn.Module, init_from: str | Path) -> None:
             f"{sorted(weights)[:2]})"
         )
     # Counted here: BatchNorm's loader hides an absent num_batches_tracked from missing_keys.
-    missing = [key for key in own if key not in weights]
+    missing = [key for key in own if key not in weights and key not in fresh]
     unexpected = [key for key in weights if key not in own]
     net.load_state_dict(weights, strict=False)
-    log.info(
-        "Loaded %d of %d network tensors from %s <model.init_from>", len(own) - len(missing), len(own), path
-    )
+    loaded = len(own) - len(missing) - len(fresh)
+    log.info("Loaded %d of %d network tensors from %s <model.init_from>", loaded, len(own), path)
+    if fresh:
+        log.warning(
+            "model.init_from=%s: the file's decoder is another family (its tensor names differ from the "
+            "network's); %d decoder/head tensors of other shapes keep their initial weights: %s",
+            init_from,
+            len(fresh),
+            _first(fresh),
+        )
     if missing:
         log.warning(
             "model.init_from=%s: %d network tensors are not in the file and keep their initial weights: %s",
@@ -96,6 +109,27 @@ def load_init_weights(net: nn.Module, init_from: str | Path) -> None:
             len(unexpected),
             _first(unexpected),
         )
+
+
+def _drop_other_family_tensors(
+    weights: dict[str, Tensor], own: Mapping[str, Tensor]
+) -> tuple[dict[str, Tensor], list[str]]:
+    """``weights`` without the decoder/head tensors whose shape differs from ``own``'s when the file's
+    decoder is another family, and those tensors' names (sorted as the network's).
+
+    The decoder families are compared by their sets of tensor names (``decoder.*``). The same set means
+    the same decoder at other settings (a width, a config mistake: every shape mismatch stops the run).
+    Another set means another decoder (an r18-FPN checkpoint into DBNet++ or PAN, or back), whose shapes
+    may differ in the decoder and in the head it feeds. The encoder must fit either way."""
+    decoder_names = {key for key in weights if key.startswith("decoder.")}
+    if decoder_names == {key for key in own if key.startswith("decoder.")}:
+        return weights, []
+    fresh = [
+        key
+        for key in own
+        if key.startswith(_AFTER_ENCODER) and key in weights and weights[key].shape != own[key].shape
+    ]
+    return {key: value for key, value in weights.items() if key not in fresh}, fresh
 
 
 def _first(keys: list[str]) -> str:

@@ -143,3 +143,82 @@ def test_a_stored_config_without_the_key_still_builds(compose_cfg: Compose, tmp_
     assert isinstance(container, dict)
     del container["model"]["init_from"]
     assert isinstance(build_net_and_loss(OmegaConf.create(container))[0], nn.Module)
+
+
+def _fresh_and_loaded(
+    name: str, path: Path, caplog: pytest.LogCaptureFixture
+) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """(a fresh build's tensors, the tensors after loading ``path``) of ``model=name``, same seed."""
+    extra = (f"model={name}",)
+    torch.manual_seed(0)
+    fresh = _net(None, extra=extra).state_dict()
+    torch.manual_seed(0)
+    with caplog.at_level(logging.INFO, logger="ocr.checkpoints.init_from"):
+        loaded = _net(path, extra=extra).state_dict()
+    return fresh, loaded
+
+
+def test_dbnetpp_takes_every_tensor_of_an_fpn_checkpoint_and_starts_the_attention_fresh(
+    source: dict[str, Tensor], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "fpn.pt"
+    torch.save(source, path)
+    fresh, loaded = _fresh_and_loaded("dbnetpp_resnet18", path, caplog)
+    new = sorted(key for key in loaded if f"net.{key}" not in source)
+    assert new and all(key.startswith(("decoder.asf_conv.", "decoder.attention.")) for key in new)
+    for key, value in loaded.items():
+        expected = fresh[key] if key in new else source[f"net.{key}"]
+        torch.testing.assert_close(value, expected, rtol=0, atol=0, msg=key)
+    assert f"{len(new)} network tensors are not in the file and keep their initial weights" in caplog.text
+    assert f"Loaded {len(loaded) - len(new)} of {len(loaded)} network tensors" in caplog.text
+    assert "another family" not in caplog.text and "not in the network" not in caplog.text
+
+
+def test_pan_takes_the_encoder_of_an_fpn_checkpoint_and_logs_what_starts_fresh(
+    source: dict[str, Tensor], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another decoder family: the head's tensors of other shapes (its input is 4 x 16 channels, not 16)
+    start fresh instead of stopping the run; the encoder loads whole."""
+    path = tmp_path / "fpn.pth"
+    torch.save(source, path)
+    fresh, loaded = _fresh_and_loaded("dbnet_resnet18_pan", path, caplog)
+    other_shape = [k for k in loaded if f"net.{k}" in source and source[f"net.{k}"].shape != loaded[k].shape]
+    assert other_shape and all(key.startswith("head.") for key in other_shape)
+    for key, value in loaded.items():
+        if key.startswith("encoder."):
+            torch.testing.assert_close(value, source[f"net.{key}"], rtol=0, atol=0, msg=key)
+        elif key.startswith("decoder.") or key in other_shape:
+            torch.testing.assert_close(value, fresh[key], rtol=0, atol=0, msg=key)
+    assert (
+        f"the file's decoder is another family (its tensor names differ from the network's); "
+        f"{len(other_shape)} decoder/head tensors of other shapes keep their initial weights: "
+        f"{other_shape[0]}"
+    ) in caplog.text
+    decoder = [key for key in loaded if key.startswith("decoder.")]
+    assert f"{len(decoder)} network tensors are not in the file" in caplog.text
+    fpn_decoder = [key for key in source if key.startswith("net.decoder.")]
+    assert f"{len(fpn_decoder)} tensors of the file are not in the network and are ignored" in caplog.text
+    assert f"Loaded {len(loaded) - len(decoder) - len(other_shape)} of {len(loaded)}" in caplog.text
+
+
+def test_another_decoder_family_still_needs_an_encoder_that_fits(
+    source: dict[str, Tensor], tmp_path: Path
+) -> None:
+    state = dict(source)
+    state["net.encoder.body.conv1.weight"] = torch.zeros(8, 3, 7, 7)
+    path = tmp_path / "other_encoder.pth"
+    torch.save(state, path)
+    with pytest.raises(
+        ValueError, match=r"1 tensor\(s\) do not fit.*encoder\.body\.conv1\.weight: \(8, 3, 7, 7\)"
+    ):
+        _net(path, extra=("model=dbnet_resnet18_pan",))
+
+
+def test_the_same_decoder_family_at_another_width_is_refused(tmp_path: Path) -> None:
+    wider = build_module(compose_config("train", [*TINY_MODEL, "model=dbnet_resnet18_pan"]))
+    path = tmp_path / "pan16.pth"
+    torch.save(wider.state_dict(), path)
+    with pytest.raises(
+        ValueError, match=r"tensor\(s\) do not fit .*decoder\.reduce\.0\.0\.weight: \(16, 64, 1, 1\)"
+    ):
+        _net(path, extra=("model=dbnet_resnet18_pan", "model.decoder.channels=8"))

@@ -1,0 +1,119 @@
+"""Network cost of model configs side by side: parameters, GFLOPs and CPU latency at one input size,
+PyTorch and ONNX Runtime, batch 1, the models interleaved round by round so load on a shared machine
+falls on all of them alike.
+
+    uv run python scripts/benchmark_models.py                                  # r18-FPN, DBNet++, PAN
+    uv run python scripts/benchmark_models.py --models dbnet_resnet18_fpn dbnet_resnet18_pan \
+        dbnet_resnet18_pan,model.decoder.channels=32 --size 640
+
+Each model is built by the one builder (``model=<name> hardware=<--hardware>``, random weights: latency
+does not depend on them) and exported by ``ocr.inference.onnx_export.export_onnx`` (the graph
+runners/export.py writes; the probability map only). The input is a (1, 3, size, size) letterbox, as
+prediction feeds a long side of ``size``. GFLOPs count multiply and add as two (``torch.utils.flop_counter``)
+over the whole network's forward (both head branches; the export keeps the probability branch). Prints a
+Markdown table: median ms per image over ``--rounds`` and the ratio to the first model's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from ocr.inference.onnx_export import ProbabilityMapNet, export_onnx
+from ocr.inference.onnx_runtime import OnnxProbabilityMap
+from ocr.lightning_modules.build import build_net_and_loss
+from ocr.utils import runner
+
+DEFAULT_MODELS = ("dbnet_resnet18_fpn", "dbnetpp_resnet18", "dbnet_resnet18_pan")
+
+
+def build(spec: str, hardware: str) -> nn.Module:
+    """The network of ``spec`` = ``<model config>[,<override>...]`` (random weights, eval mode, float32 on
+    the CPU), e.g. ``dbnet_resnet18_pan,model.decoder.channels=32``."""
+    name, *overrides = spec.split(",")
+    cfg = runner.compose_config("train", [f"model={name}", f"hardware={hardware}", *overrides])
+    return build_net_and_loss(cfg, weights_free=True)[0].eval()
+
+
+def gflops(net: nn.Module, images: torch.Tensor) -> float:
+    """Forward GFLOPs of ``net`` on ``images`` (multiply-add = 2)."""
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        net(images)
+    return counter.get_total_flops() / 1e9
+
+
+def time_ms(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return (time.perf_counter() - start) * 1000.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(DEFAULT_MODELS),
+        help="model configs, each optionally with ',<override>...'",
+    )
+    parser.add_argument("--size", type=int, default=1024, help="input side (a long side letterboxed square)")
+    parser.add_argument("--rounds", type=int, default=10, help="timed rounds (each runs every model once)")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads, PyTorch and ONNX Runtime")
+    parser.add_argument("--hardware", default="cpu", help="hardware preset whose decoder width is built")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    images = torch.randn(1, 3, args.size, args.size)
+    nets = {name: build(name, args.hardware) for name in args.models}
+    rows: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        sessions = {}
+        for name, net in nets.items():
+            model_path = export_onnx(net, Path(tmp) / f"model{len(sessions)}.onnx", sample_size=128)
+            sessions[name] = OnnxProbabilityMap(model_path, threads=args.threads)
+            rows[name] = {
+                "params_m": sum(p.numel() for p in net.parameters()) / 1e6,
+                "decoder_m": sum(p.numel() for p in net.decoder.parameters()) / 1e6,
+                "head_m": sum(p.numel() for p in net.head.parameters()) / 1e6,
+                "gflops": gflops(net, images),
+            }
+        wrappers = {name: ProbabilityMapNet(net).eval() for name, net in nets.items()}
+        times: dict[str, dict[str, list[float]]] = {name: {"torch": [], "onnx": []} for name in nets}
+        with torch.no_grad():
+            for name in nets:  # warm-up
+                wrappers[name](images)
+                sessions[name](images)
+            for _ in range(args.rounds):
+                for name in nets:
+                    times[name]["torch"].append(time_ms(lambda n=name: wrappers[n](images)))
+                    times[name]["onnx"].append(time_ms(lambda n=name: sessions[n](images)))
+    first = args.models[0]
+    median = {name: {k: statistics.median(v) for k, v in t.items()} for name, t in times.items()}
+    print(
+        f"input 1x3x{args.size}x{args.size}, {args.threads} thread(s), {args.rounds} interleaved rounds, "
+        f"hardware={args.hardware}; ratios to {first}\n"
+    )
+    header = "| model | params (M) | decoder (M) | head (M) | GFLOPs | PyTorch ms | ratio | ONNX Runtime ms | ratio |"
+    print(header)
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, row in rows.items():
+        m = median[name]
+        print(
+            f"| {name} | {row['params_m']:.2f} | {row['decoder_m']:.3f} | {row['head_m']:.3f} | "
+            f"{row['gflops']:.1f} | {m['torch']:.0f} | {m['torch'] / median[first]['torch']:.2f} | "
+            f"{m['onnx']:.0f} | {m['onnx'] / median[first]['onnx']:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
