@@ -177,7 +177,7 @@ def _quantize(
         "calibration": {
             "images": len(inputs),
             "split": calibration.split,
-            "image_dir": str(split_dir),
+            "image_dir": str(split_dir.resolve()),
             "method": calibration.method,
         },
     }
