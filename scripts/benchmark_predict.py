@@ -147,6 +147,17 @@ def peer_python(given: Path | None) -> Path | None:
     return given
 
 
+def gt_of(gt: Path, names: list[str], work: Path) -> Path:
+    """``gt`` restricted to the images timed (``--num-images``), so that an image not predicted does not
+    count as one with no detections."""
+    from ocr.data.annotations import load_annotations, save_annotations
+
+    records = load_annotations(gt)
+    if set(records) <= set(names):
+        return gt
+    return save_annotations(work / "gt_timed.json", {n: records[n] for n in names if n in records})
+
+
 def score(gt: Path, predictions: dict[str, list[Any]], directory: Path) -> dict[str, float]:
     """CLEval hmean of ``predictions`` (polygons per image name) in both modes, by runners/evaluate.py on
     the submission CSV written to ``directory``."""
@@ -491,9 +502,10 @@ def main(argv: Sequence[str] | None = None) -> str:
             if peer is not None:
                 peer.close()
         if gt is not None:
+            timed_gt = gt_of(gt, names, work)
             for number, row in enumerate(rows):
-                row.hmean = score(gt, row.predictions(), work / f"score_{number}")
-        table = markdown_table(rows, peer, gt, work)
+                row.hmean = score(timed_gt, row.predictions(), work / f"score_{number}")
+        table = markdown_table(rows, peer, None if gt is None else gt_of(gt, names, work), work)
         if args.json is not None:
             write_json(args.json, rows, peer, names, gt)
     log.info("%s", table)

@@ -52,14 +52,24 @@ def test_the_peer_is_timed_between_our_passes_and_scored_like_ours(
     monkeypatch.setenv(module.PEER_ENV, str(_fake_peer_python(tmp_path)))
     out = tmp_path / "bench.json"
     overrides = [o for o in tiny_run if not o.startswith("data.eval_transform.long_side=")]
-    args = ["--images", str(root / "images" / "test"), "--long-side", "64", "--batches", "2"]
+    # 1 of the 2 images timed: the other must not be scored as an image without detections.
+    args = [
+        "--images",
+        str(root / "images" / "test"),
+        "--num-images",
+        "1",
+        "--long-side",
+        "64",
+        "--batches",
+        "2",
+    ]
     args += ["--backends", "torch", "--passes", "2", "--workers", "0", "--json", str(out)]
     table = module.main([*args, *overrides])
     record = json.loads(out.read_text())
     assert record["gt"] == str((root / "jsons" / "test.json").resolve())  # found beside the images
     peer = record["peer"]
     assert len(peer["img_per_s"]) == 2 and peer["info"]["ready"]
-    # The fake finds every GT word exactly: a perfect score in both modes, by runners/evaluate.py.
+    # The fake finds every GT word of the timed image exactly: a perfect score in both modes.
     assert peer["info"]["hmean"] == {"upstream": 1.0, "competition": 1.0}
     (row,) = record["rows"]
     assert len(row["img_per_s"]) == 2 and 0.0 < row["network_share"] < 1.0
