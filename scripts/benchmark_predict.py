@@ -14,6 +14,19 @@ used (its maps hold almost no text, so post-processing costs less than with a tr
 backend exports the checkpoint first (runners/export.py, parity checked on the same images). On CUDA
 the PyTorch backend uses ``hardware=auto`` (bf16 autocast where the GPU has it, channels_last).
 
+Rows are backends x models x batch sizes x long sides x variants (``--variant NAME="overrides"``, e.g. an
+input-size rule), all prepared first and then timed in turn, one pass of each row per round, so that a
+shared machine's load falls on every row alike. ``--onnx-model`` times exported models (fp32 or int8) as
+they are instead of exporting ``--ckpt``. With ``--gt`` (by default ``<images>/../../jsons/<split>.json``
+where it exists) each row's predictions of its last pass are scored with runners/evaluate.py in both CLEval
+modes. ``--json`` writes every row (img/s per pass, the network's share of the wall time, hmean, model
+size) and the machine.
+
+The peer (``--peer-python /path/to/venv/bin/python`` or ``RAPIDOCR_PYTHON``): rapidocr's detector, installed
+in its own virtual environment (never a dependency of this project), runs scripts/peer_rapidocr.py in that
+Python on the same images; its passes are interleaved with ours (one after each round), its detections are
+written as a submission CSV and scored like ours.
+
 Emulation (``--emulate-ms``, PyTorch backend): the checkpoint's network computes each batch's maps once;
 then ``trainer.predict`` runs the predict module with the network replaced by a fixed device time per
 batch (a sleep, during which the host is free, as while a GPU computes) that returns those maps, on
@@ -28,9 +41,13 @@ once in this thread gives the post-processing time per image, and the emulated p
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -39,6 +56,7 @@ from typing import Any, NamedTuple
 from unittest import mock
 
 import lightning as L
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
@@ -56,6 +74,9 @@ from ocr.utils import runner
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "sroie-compact" / "images" / "test"
+PEER_SCRIPT = REPO / "scripts" / "peer_rapidocr.py"
+PEER_ENV = "RAPIDOCR_PYTHON"
+MODES = ("upstream", "competition")
 
 log = logging.getLogger("benchmark_predict")
 
@@ -68,6 +89,157 @@ def random_checkpoint(path: Path, overrides: Sequence[str]) -> Path:
         {"state_dict": module.state_dict(), "ocr_config": OmegaConf.to_container(cfg, resolve=True)}, path
     )
     return path
+
+
+class Peer:
+    """The peer detector's worker (scripts/peer_rapidocr.py in the peer's Python), warmed up on start.
+
+    Raises:
+        RuntimeError: the worker exited or answered something else than JSON (its stderr is ours).
+    """
+
+    def __init__(self, python: Path, images: list[Path], work: Path) -> None:
+        listing = work / "peer_images.txt"
+        listing.write_text("".join(f"{path}\n" for path in images))
+        self.python = python
+        self.process = subprocess.Popen(
+            [os.fspath(python), os.fspath(PEER_SCRIPT), os.fspath(listing)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.info = self._answer()
+        self.rates: list[float] = []
+        self.polygons: dict[str, list[list[float]]] = {}
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            code = self.process.wait()
+            raise RuntimeError(
+                f"peer {self.python} {PEER_SCRIPT.name} exited with code {code} (stderr above)"
+            )
+        return json.loads(line)
+
+    def run_pass(self) -> float:
+        """One timed pass over the images; keeps its detections; returns its images/s."""
+        assert self.process.stdin is not None
+        self.process.stdin.write("pass\n")
+        self.process.stdin.flush()
+        answer = self._answer()
+        self.polygons = answer["polygons"]
+        return answer["images"] / answer["seconds"]
+
+    def close(self) -> None:
+        if self.process.poll() is None and self.process.stdin is not None:
+            self.process.stdin.write("quit\n")
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def peer_python(given: Path | None) -> Path | None:
+    """The peer's Python: ``--peer-python``, else ``$RAPIDOCR_PYTHON``, else None (no peer column)."""
+    if given is None and os.environ.get(PEER_ENV):
+        given = Path(os.environ[PEER_ENV])
+    if given is not None and not given.is_file():
+        raise FileNotFoundError(f"--peer-python / {PEER_ENV}: {given} is not a Python executable")
+    return given
+
+
+def gt_of(gt: Path, names: list[str], work: Path) -> Path:
+    """``gt`` restricted to the images timed (``--num-images``), so that an image not predicted does not
+    count as one with no detections."""
+    from ocr.data.annotations import load_annotations, save_annotations
+
+    records = load_annotations(gt)
+    if set(records) <= set(names):
+        return gt
+    return save_annotations(work / "gt_timed.json", {n: records[n] for n in names if n in records})
+
+
+def score(gt: Path, predictions: dict[str, list[Any]], directory: Path) -> dict[str, float]:
+    """CLEval hmean of ``predictions`` (polygons per image name) in both modes, by runners/evaluate.py on
+    the submission CSV written to ``directory``."""
+    from ocr.utils.submission import write_submission_csv
+
+    csv = write_submission_csv(directory / "submission.csv", predictions)
+    evaluate = runner.load_runner("evaluate").evaluate
+    hmeans = {}
+    for mode in MODES:
+        overrides = [f"gt={gt}", f"pred={csv}", f"mode={mode}", f"out_dir={directory / mode}"]
+        hmeans[mode] = float(evaluate(runner.compose_config("evaluate", overrides, directory))["hmean"])
+    return hmeans
+
+
+class Row:
+    """One timed configuration of ours: what it is, what predicts (``prepared``: data module, module,
+    trainer), and what was measured (a plain class: scripts load without a package, where dataclasses
+    cannot resolve their annotations)."""
+
+    def __init__(
+        self,
+        backend: str,
+        model: str,
+        device: str,
+        batch: int,
+        long_side: int,
+        variant: str,
+        cfg: DictConfig,
+        size_mib: float,
+        prepared: tuple[Any, Any, Any],
+    ) -> None:
+        self.backend, self.model, self.device, self.batch = backend, model, device, batch
+        self.long_side, self.variant, self.cfg, self.size_mib = long_side, variant, cfg, size_mib
+        self.prepared = prepared
+        self.rates: list[float] = []
+        self.network_share = 0.0
+        self.hmean: dict[str, float] = {}
+
+    def run_pass(self, warmup_batches: int | None) -> float:
+        """One pass (``warmup_batches``: a warm-up over that many batches, untimed); returns images/s."""
+        datamodule, module, trainer = self.prepared
+        trainer.limit_predict_batches = warmup_batches or 1.0
+        start = time.perf_counter()
+        trainer.predict(module, datamodule=datamodule, return_predictions=False)
+        if torch.cuda.is_available() and self.cfg.trainer.accelerator != "cpu":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        trainer.limit_predict_batches = 1.0
+        self.network_share = module.pipeline.times.network_share()
+        return len(datamodule.datasets["predict"]) / seconds
+
+    def predictions(self) -> dict[str, list[Any]]:
+        """Polygons per image of the last pass."""
+        return {p["image_id"]: p["polygons"] for p in self.prepared[1].pipeline.predictions}
+
+    def markdown(self) -> str:
+        hmean = " / ".join(f"{self.hmean[m]:.4f}" for m in MODES) if self.hmean else "-"
+        return (
+            f"| {self.backend} | {self.model} | {self.device} | {self.batch} | {self.long_side} | "
+            f"{self.variant or '-'} | {self.images} | {', '.join(f'{r:.2f}' for r in self.rates)} "
+            f"| {self.network_share:.0%} | {hmean} | {self.size_mib:.1f} |"
+        )
+
+    @property
+    def images(self) -> int:
+        return len(self.prepared[0].datasets["predict"])
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "model": self.model,
+            "device": self.device,
+            "batch": self.batch,
+            "long_side": self.long_side,
+            "variant": self.variant,
+            "images": self.images,
+            "img_per_s": self.rates,
+            "img_per_s_median": statistics.median(self.rates) if self.rates else None,
+            "network_share": self.network_share,
+            "hmean": self.hmean,
+            "model_mib": self.size_mib,
+        }
 
 
 def time_predict(cfg: DictConfig, passes: int) -> list[float]:
@@ -235,12 +407,35 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("--ckpt", type=Path, default=None, help="checkpoint; default: random r18-FPN")
     parser.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="folder of images to predict")
     parser.add_argument("--num-images", type=int, default=32, help="first N images (sorted) of --images")
-    parser.add_argument("--long-side", type=int, default=1024)
+    parser.add_argument("--long-side", default="1024", help="comma-separated long sides (one row each)")
     parser.add_argument("--batches", default="8,1", help="comma-separated batch sizes")
     parser.add_argument("--backends", default="torch,onnx", help="comma-separated: torch, onnx")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--passes", type=int, default=2, help="timed passes after one warm-up pass")
+    parser.add_argument(
+        "--warmup-batches", type=int, default=None, help="the warm-up pass's batches (default: all)"
+    )
     parser.add_argument("--workers", type=int, default=None, help="data.num_workers; default: the config's")
+    parser.add_argument(
+        "--onnx-model",
+        type=Path,
+        action="append",
+        default=[],
+        help="an exported model to time as it is (repeatable); default: export --ckpt",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help='NAME="override ..." rows with these predict overrides (repeatable); default: one, none',
+    )
+    parser.add_argument(
+        "--gt", type=Path, default=None, help="annotations of --images to score each row and the peer"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write every row and the machine here")
+    parser.add_argument(
+        "--peer-python", type=Path, default=None, help=f"the peer's Python (rapidocr); else ${PEER_ENV}"
+    )
     parser.add_argument(
         "--emulate-ms", type=float, default=None, help="emulate a network of this device time per batch (ms)"
     )
@@ -262,6 +457,13 @@ def main(argv: Sequence[str] | None = None) -> str:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    long_sides = [int(side) for side in str(args.long_side).split(",")]
+    args.long_side = long_sides[0]
+    python = peer_python(args.peer_python)
+    gt = args.gt
+    if gt is None:
+        default_gt = args.images.resolve().parents[1] / "jsons" / f"{args.images.name}.json"
+        gt = default_gt if default_gt.is_file() else None
 
     with tempfile.TemporaryDirectory(prefix="benchmark_predict_") as tmp:
         work = Path(tmp)
@@ -271,47 +473,169 @@ def main(argv: Sequence[str] | None = None) -> str:
         for name in names:
             (images / name).symlink_to(args.images.resolve() / name)
         hardware = "hardware=cpu" if args.device == "cpu" else "hardware=auto"
-        data = [f"data.eval_transform.long_side={args.long_side}", f"data.root={work / 'unused'}"]
+        data = [f"data.root={work / 'unused'}"]
         if args.workers is not None:
             data += [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
-        ckpt = args.ckpt or random_checkpoint(work / "random.ckpt", [hardware, *args.overrides])
+        backends = args.backends.split(",")
+        if args.ckpt is None and args.onnx_model and "torch" not in backends:
+            ckpt: Path | str = "unused"  # predict's ckpt key is required; the ONNX backend never reads it
+        else:
+            ckpt = args.ckpt or random_checkpoint(work / "random.ckpt", [hardware, *args.overrides])
         if args.emulate_ms is not None:
             sources = [str(args.images.resolve() / name) for name in names]
-            fixed = [hardware, *data, f"ckpt={ckpt}", f"image_dir={images}"]
-            return emulated_rows(args, fixed, work, sources)
-        rows = ["| backend | device | batch | long side | images | img/s per pass |", "| --- " * 6 + "|"]
-        for backend in args.backends.split(","):
-            model = []
-            if backend == "onnx":
-                # Random weights find no text: their export is checked on the probability maps alone.
-                parity = [f"parity.image_dir={images}"] + (
-                    ["parity.min_polygons=0"] if args.ckpt is None else []
-                )
-                export_cfg = runner.compose_config(
-                    "export", [f"ckpt={ckpt}", f"long_side={args.long_side}", *parity], work / "export"
-                )
-                model = [f"onnx_model={runner.load_runner('export').export(export_cfg)['model']}"]
-            for batch in (int(b) for b in args.batches.split(",")):
-                overrides = [
-                    hardware,
-                    *data,
-                    f"data.eval_batch_size={batch}",
-                    f"backend={backend}",
-                    f"ckpt={ckpt}",
-                    f"image_dir={images}",
-                    *model,
-                    *args.overrides,
-                ]
-                cfg = runner.compose_config("predict", overrides, work / f"{backend}_{batch}")
-                rates = time_predict(cfg, args.passes)
-                device = "cpu" if backend == "onnx" else args.device
-                per_pass = ", ".join(f"{r:.2f}" for r in rates)
-                rows.append(
-                    f"| {backend} | {device} | {batch} | {args.long_side} | {len(names)} | {per_pass} |"
-                )
-                log.info("%s", rows[-1])  # each row as soon as it is measured
-    table = "\n".join(rows)
+            fixed = [hardware, *data, f"data.eval_transform.long_side={args.long_side}", f"ckpt={ckpt}"]
+            return emulated_rows(args, [*fixed, f"image_dir={images}"], work, sources)
+        variants = [tuple(v.split("=", 1)) if "=" in v else (v, "") for v in args.variant] or [("", "")]
+        rows = build_rows(args, backends, long_sides, variants, [hardware, *data], ckpt, images, work)
+        peer = None if python is None else Peer(python, [images / n for n in names], work)
+        try:
+            for index in range(args.passes + 1):
+                for row in rows:
+                    rate = row.run_pass(args.warmup_batches if index == 0 else None)
+                    if index > 0:
+                        row.rates.append(rate)
+                # The peer warmed up on start (one call); its passes follow each timed round of ours.
+                if peer is not None and index > 0:
+                    peer.rates.append(peer.run_pass())
+                    log.info("peer pass %d: %.2f img/s", index, peer.rates[-1])
+        finally:
+            if peer is not None:
+                peer.close()
+        if gt is not None:
+            timed_gt = gt_of(gt, names, work)
+            for number, row in enumerate(rows):
+                row.hmean = score(timed_gt, row.predictions(), work / f"score_{number}")
+        table = markdown_table(rows, peer, None if gt is None else gt_of(gt, names, work), work)
+        if args.json is not None:
+            write_json(args.json, rows, peer, names, gt)
+    log.info("%s", table)
     return table
+
+
+def build_rows(
+    args: argparse.Namespace,
+    backends: list[str],
+    long_sides: list[int],
+    variants: list[tuple[str, ...]],
+    common: list[str],
+    ckpt: Path | str,
+    images: Path,
+    work: Path,
+) -> list[Row]:
+    """Every row's config, prepared (data module, module, trainer) and sized."""
+    from ocr.inference.onnx_runtime import read_sidecar
+
+    rows = []
+    for backend in backends:
+        models: list[Path | None] = [None]
+        if backend == "onnx":
+            models = list(args.onnx_model) or [export_for_benchmark(args, ckpt, images, work)]
+        for model in models:
+            for batch in (int(b) for b in args.batches.split(",")):
+                for long_side in long_sides:
+                    for name, extra in variants:
+                        overrides = [
+                            *common,
+                            f"data.eval_transform.long_side={long_side}",
+                            f"data.eval_batch_size={batch}",
+                            f"backend={backend}",
+                            f"ckpt={ckpt}",
+                            f"image_dir={images}",
+                            *([f"onnx_model={model}"] if model is not None else []),
+                            *args.overrides,
+                            *extra.split(),
+                        ]
+                        label = f"{backend}_{len(rows)}"
+                        cfg = runner.compose_config("predict", overrides, work / label)
+                        prepared = runner.load_runner("predict").prepare(cfg)
+                        if model is None:
+                            size = sum(p.numel() * p.element_size() for p in prepared[1].net.parameters())
+                            title = Path(str(ckpt)).name
+                        else:
+                            size = model.stat().st_size
+                            quantized = (read_sidecar(model).get("quantization") or {}).get("type", "fp32")
+                            title = f"{model.parent.name}/{model.name} ({quantized})"
+                        device = "cpu" if backend == "onnx" else args.device
+                        rows.append(
+                            Row(backend, title, device, batch, long_side, name, cfg, size / 2**20, prepared)
+                        )
+    return rows
+
+
+def export_for_benchmark(args: argparse.Namespace, ckpt: Path | str, images: Path, work: Path) -> Path:
+    """``ckpt`` exported by runners/export.py at the first long side, parity checked on the images."""
+    # Random weights find no text: their export is checked on the probability maps alone.
+    parity = [f"parity.image_dir={images}"] + (["parity.min_polygons=0"] if args.ckpt is None else [])
+    export_cfg = runner.compose_config(
+        "export", [f"ckpt={ckpt}", f"long_side={args.long_side}", *parity], work / "export"
+    )
+    return Path(runner.load_runner("export").export(export_cfg)["model"])
+
+
+def markdown_table(rows: list[Row], peer: Peer | None, gt: Path | None, work: Path) -> str:
+    """The rows, the peer's last (scored when ``gt`` is given), and each row's ratio to the peer."""
+    lines = [
+        "| backend | model | device | batch | long side | variant | images | img/s per pass | network share "
+        "| hmean upstream / competition | model MiB | x peer |",
+        "| --- " * 12 + "|",
+    ]
+    peer_rate = statistics.median(peer.rates) if peer is not None and peer.rates else None
+    for row in rows:
+        ratio = f"{statistics.median(row.rates) / peer_rate:.2f}" if peer_rate and row.rates else "-"
+        lines.append(f"{row.markdown()} {ratio} |")
+    if peer is not None:
+        hmean = "-"
+        if gt is not None:
+            polygons = {
+                name: [np.asarray(flat, dtype=np.float64).reshape(-1, 2) for flat in found]
+                for name, found in peer.polygons.items()
+            }
+            peer.info["hmean"] = score(gt, polygons, work / "score_peer")
+            hmean = " / ".join(f"{peer.info['hmean'][m]:.4f}" for m in MODES)
+        lines.append(
+            f"| peer: rapidocr {peer.info.get('rapidocr')} (det only) | - | cpu | 1 | its own rule | - "
+            f"| {len(peer.polygons)} | {', '.join(f'{r:.2f}' for r in peer.rates)} | - | {hmean} | - | 1.00 |"
+        )
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    """The CPU model, core count and load, for the JSON."""
+    model = platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "load_average": list(os.getloadavg()),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+    }
+
+
+def write_json(path: Path, rows: list[Row], peer: Peer | None, names: list[str], gt: Path | None) -> None:
+    """Every row, the peer and the machine, for later tables."""
+    from ocr.utils.io import atomic_write_json
+
+    record = {
+        "machine": machine(),
+        "images": len(names),
+        "gt": str(gt) if gt is not None else None,
+        "rows": [row.record() for row in rows],
+        "peer": None
+        if peer is None
+        else {
+            "info": peer.info,
+            "img_per_s": peer.rates,
+            "img_per_s_median": statistics.median(peer.rates) if peer.rates else None,
+        },
+    }
+    atomic_write_json(path, record)
+    log.info("wrote %s", path)
 
 
 def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path, sources: list[str]) -> str:

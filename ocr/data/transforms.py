@@ -91,9 +91,14 @@ def to_chw_tensor(image: npt.NDArray[np.uint8]) -> Tensor:
     return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))
 
 
+RESIZE_RULES = ("long", "short")
+
+
 class EvalTransform:
     """Letterbox: aspect-preserving resize of the original to ``long_side``, padded bottom/right to a
-    square, or (``pad_multiple``) only to the next multiple of ``pad_multiple`` px on each side."""
+    square, or (``pad_multiple``) only to the next multiple of ``pad_multiple`` px on each side. With
+    ``resize="short"`` the input follows the image: its short side is scaled to ``short_side``, its long
+    side to at most ``long_side``."""
 
     def __init__(
         self,
@@ -103,6 +108,8 @@ class EvalTransform:
         std: Sequence[float],
         fill: int,
         pad_multiple: PositiveInt | None,
+        resize: str = "long",
+        short_side: PositiveInt | None = None,
     ) -> None:
         """Build the eval transform.
 
@@ -114,11 +121,24 @@ class EvalTransform:
             pad_multiple: None pads to the ``long_side`` square; an int pads each side only up to its next
                 multiple (a receipt at 1024 x 450 computes 1024 x 480 instead of 1024 x 1024). Eval
                 batches then group images of one input size (``ocr.data.eval_batches``).
+            resize: ``long``: the long side is scaled to ``long_side``; ``short``: the short side to
+                ``short_side`` (up or down), the long side then capped at ``long_side`` (a photo of 3000 x
+                4000 px at ``short_side=736`` is scaled to 736 x 981, computed at 768 x 992 with
+                ``pad_multiple=32`` and the one-pixel decode margin; a long receipt
+                keeps its text height as long as ``long_side`` allows). Use it with ``pad_multiple``: without,
+                every input is still the ``long_side`` square.
+            short_side: the short side's target with ``resize="short"``.
         """
         if long_side <= 0:
             raise ValueError(f"long_side: expected a positive int, got {long_side!r}")
         if pad_multiple is not None and pad_multiple <= 0:
             raise ValueError(f"pad_multiple: expected null or a positive int, got {pad_multiple!r}")
+        if resize not in RESIZE_RULES:
+            raise ValueError(f"resize: expected one of {RESIZE_RULES}, got {resize!r}")
+        if resize == "short" and (short_side is None or short_side <= 0):
+            raise ValueError(f"short_side: expected a positive int with resize=short, got {short_side!r}")
+        self.resize = resize
+        self.short_side = short_side
         self.long_side = int(long_side)
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
@@ -130,18 +150,26 @@ class EvalTransform:
         """Long side the source image needs (decode/cache at this size when the original is larger)."""
         return self.long_side
 
+    def image_long_side(self, orig_width: int, orig_height: int) -> int:
+        """The long side (px) this original is scaled to: ``long_side``, or under ``resize="short"`` what
+        brings its short side to ``short_side``, at most ``long_side``."""
+        if self.resize == "long" or self.short_side is None:
+            return self.long_side
+        long, short = max(orig_width, orig_height), max(1, min(orig_width, orig_height))
+        return max(1, min(self.long_side, round(long * self.short_side / short)))
+
     def input_size(self, orig_width: int, orig_height: int) -> tuple[int, int]:
         """(height, width) of the network input for an original of this size (EXIF-upright px)."""
-        side = self.long_side
         if self.pad_multiple is None:
-            return side, side
+            return self.long_side, self.long_side
+        side = self.image_long_side(orig_width, orig_height)
         scale = side / max(orig_width, orig_height)
         # A JPEG decoded at reduced scale (originals larger than the input) can come out a pixel larger
         # than size * scale (partial DCT blocks are rounded up): one more keeps it whole, as the square did.
         margin = 1 if scale < 1.0 else 0
         multiple = self.pad_multiple
         return tuple(  # type: ignore[return-value]
-            min(side, -(-(math.ceil(extent * scale - 1e-9) + margin) // multiple) * multiple)
+            min(self.long_side, -(-(math.ceil(extent * scale - 1e-9) + margin) // multiple) * multiple)
             for extent in (orig_height, orig_width)
         )
 
@@ -149,7 +177,7 @@ class EvalTransform:
         self, source: SourceImage, polygons_orig_px: Sequence[Polygon], ignore: Sequence[bool]
     ) -> TransformResult:
         """Letterbox ``source`` and map ``polygons_orig_px`` into input px (``ignore`` is not needed)."""
-        side = self.long_side
+        side = self.image_long_side(source.orig_width, source.orig_height)
         geometry, scale = letterbox_geometry(source.orig_width, source.orig_height, side)
         height, width = self.input_size(source.orig_width, source.orig_height)
         resized = resize_by(source.image, scale / source.scale)[:height, :width]

@@ -73,8 +73,14 @@ class StageTimes:
     postprocess: float = 0.0
     waited: float = 0.0
 
+    def network_share(self, writing: float | None = None) -> float:
+        """The network's share of the wall time (and of ``writing``, when given): 0..1, 0 when none passed."""
+        total = self.wall + (writing or 0.0)
+        return self.network / total if total > 0 else 0.0
+
     def summary(self, stage: str, workers: str, writing: float | None = None) -> str:
-        """One line for the end of a run: images/s and the time of each stage."""
+        """One line for the end of a run: images/s, the network's share of the time, and the time of each
+        stage."""
         total = self.wall + (writing or 0.0)
         rate = self.images / total if total > 0 else 0.0
         parts = [
@@ -84,7 +90,10 @@ class StageTimes:
         ]
         if writing is not None:
             parts.append(f"writing {writing:.1f} s")
-        return f"{stage}: {self.images} images in {total:.1f} s, {rate:.2f} img/s | " + ", ".join(parts)
+        share = f"network {self.network_share(writing):.0%} of the time"
+        return f"{stage}: {self.images} images in {total:.1f} s, {rate:.2f} img/s, {share} | " + ", ".join(
+            parts
+        )
 
 
 class EvalPipeline:

@@ -221,11 +221,16 @@ def write_sidecar(
     checkpoint: str,
     parity: ParityReport,
     opset: int,
+    quantization: Mapping[str, Any] | None = None,
+    accuracy: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``<model>.onnx.json``: the input rule, normalisation, post-process settings the parity check
     ran with, the source checkpoint and the parity figures. ``data.eval_transform`` has the layout of a
-    run config's, so prediction compares it to its own data settings the same way."""
-    record = {
+    run config's, so prediction compares it to its own data settings the same way. A quantised model
+    records how (``quantization``: type, format, calibration) and its CLEval check against the fp32
+    network (``parity.accuracy``); ``parity``'s map figures are then the fp32 export's, before
+    quantisation."""
+    record: dict[str, Any] = {
         "format": SIDECAR_FORMAT,
         "opset": opset,
         "input": {
@@ -244,7 +249,9 @@ def write_sidecar(
         },
         "postprocess": dict(postprocess),
         "source": {"checkpoint": checkpoint},
-        "parity": {**asdict(parity), "ok": parity.ok},
+        "quantization": dict(quantization) if quantization is not None else None,
+        "parity": {**asdict(parity), "ok": parity.ok}
+        | ({"accuracy": dict(accuracy)} if accuracy is not None else {}),
         "torch": torch.__version__,
     }
     return atomic_write_json(sidecar_path(model_path), record)

@@ -240,3 +240,28 @@ def test_downscaling_only_the_cropped_region_matches_resizing_the_whole_image() 
         assert np.percentile(np.abs(got - former), 99) <= 32  # only the sharp edge differs this much
         checked += 1
     assert checked >= 10
+
+
+def test_the_short_side_rule_follows_the_image_and_caps_the_long_side() -> None:
+    """resize=short: a 3000 x 4000 photo is scaled to 736 x 981 and computed at 768 x 992 (rounded up to
+    32 after the one-pixel margin of a reduced decode); a long receipt 400 x 2000 would need a 3680 px long
+    side: it is capped at long_side."""
+    transform = EvalTransform(
+        long_side=1280, mean=MEAN, std=STD, fill=0, pad_multiple=32, resize="short", short_side=736
+    )
+    assert transform.image_long_side(3000, 4000) == 981
+    assert transform.input_size(3000, 4000) == (992, 768)  # (height, width)
+    assert transform.image_long_side(400, 2000) == 1280
+    assert transform.input_size(400, 2000) == (1280, 288)  # 256 + the margin, rounded up
+    source = SourceImage(np.zeros((400, 300, 3), np.uint8), 1.0, 300, 400)
+    polygon = np.array([[30, 40], [90, 40], [90, 60], [30, 60]], np.float32)
+    result = EvalTransform(
+        long_side=2000, mean=MEAN, std=STD, fill=0, pad_multiple=32, resize="short", short_side=600
+    )(source, [polygon], [False])
+    assert tuple(result.image.shape) == (3, 800, 608)  # 300 x 400 scaled x2 (upscaled), padded to 32
+    assert np.allclose(result.polygons[0], polygon * 2.0)
+    assert np.allclose(to_original(result.polygons, result.geometry)[0], polygon)
+    with pytest.raises(ValueError, match="short_side: expected a positive int with resize=short"):
+        EvalTransform(long_side=64, mean=MEAN, std=STD, fill=0, pad_multiple=32, resize="short")
+    with pytest.raises(ValueError, match="resize: expected one of"):
+        EvalTransform(long_side=64, mean=MEAN, std=STD, fill=0, pad_multiple=32, resize="min")

@@ -29,7 +29,8 @@ Runner = Callable[[str], ModuleType]
 SCORES = ("test/precision", "test/recall", "test/hmean")
 # The runners' closing line: images/s and where the time went.
 TIMES = (
-    r"^{stage}: {images} images in [\d.]+ s, [\d.]+ img/s \| data [\d.]+ s, network [\d.]+ s, "
+    r"^{stage}: {images} images in [\d.]+ s, [\d.]+ img/s, network \d+% of the time \| "
+    r"data [\d.]+ s, network [\d.]+ s, "
     r"post-processing [\d.]+ s in .+ \(main thread waited [\d.]+ s\), writing [\d.]+ s$"
 )
 

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow  # five runner calls and an export: about a minute
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
 CLOSING = (
-    r"^{stage}: 3 images in [\d.]+ s, [\d.]+ img/s \| data [\d.]+ s, network [\d.]+ s, "
+    r"^{stage}: 3 images in [\d.]+ s, [\d.]+ img/s, network \d+% of the time \| "
+    r"data [\d.]+ s, network [\d.]+ s, "
     r"post-processing [\d.]+ s in 1 worker thread \(main thread waited [\d.]+ s\)"
 )
 
