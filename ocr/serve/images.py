@@ -16,13 +16,12 @@ from pathlib import Path
 from PIL import Image
 
 from ocr.data.images import IMAGE_SUFFIXES, ImageReadError, read_header
-from ocr.types import Polygon
+from ocr.evaluation.host_work import GroundTruth
 from ocr.utils.errors import UsageError
 from ocr.utils.io import atomic_write_bytes
 
 __all__ = [
     "MAX_UPLOAD_BYTES",
-    "GroundTruth",
     "ServedImage",
     "UploadError",
     "image_key",
@@ -35,15 +34,6 @@ MAX_UPLOAD_BYTES = 64 * 2**20
 
 class UploadError(UsageError, ValueError):
     """An uploaded file the app cannot use; the message names it and says why."""
-
-
-@dataclass(frozen=True)
-class GroundTruth:
-    """The labels of a split image, in original px."""
-
-    polygons: list[Polygon]
-    ignore: list[bool]
-    texts: list[str | None]
 
 
 @dataclass(frozen=True)

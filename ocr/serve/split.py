@@ -15,7 +15,8 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from ocr.serve.images import GroundTruth, ServedImage
+from ocr.evaluation.host_work import GroundTruth
+from ocr.serve.images import ServedImage
 from ocr.serve.state import ServeState
 
 __all__ = ["SplitBrowser"]
