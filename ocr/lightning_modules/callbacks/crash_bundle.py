@@ -239,8 +239,11 @@ class CrashBundle(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         # A stop by Ctrl-C or SIGTERM is no crash, nor is an error about what the run was given (its
-        # message names the key or file; there is nothing to replay).
-        if is_interruption(exception, trainer) or find_usage_error(exception) is not None:
+        # message names the key or file; there is nothing to replay), except the loss's: its batch and
+        # weights are what replay starts from.
+        usage = find_usage_error(exception)
+        replayable = isinstance(usage, (LossInputError, NonFiniteLossError))
+        if is_interruption(exception, trainer) or (usage is not None and not replayable):
             return
         run_dir = resolve_run_dir(self.dirpath, trainer)
         batch = failed_cpu_batch(trainer, exception)
