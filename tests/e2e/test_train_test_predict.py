@@ -160,7 +160,14 @@ def test_resume_continues_from_the_saved_step_with_the_run_config(
     shutil.copytree(data_root, changed)
     annotation = next((changed / "jsons").glob("train*.json"))
     annotation.write_text(annotation.read_text() + "\n")
-    refused_cmd = [sys.executable, "runners/train.py", f"resume={copy}", f"data.root={changed}"]
+    # trainer.max_steps: a resume with nothing to train is refused before the data are looked at
+    refused_cmd = [
+        sys.executable,
+        "runners/train.py",
+        f"resume={copy}",
+        f"data.root={changed}",
+        "trainer.max_steps=6",
+    ]
     refused = subprocess.run(refused_cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert refused.returncode != 0 and "data fingerprint" in refused.stderr + refused.stdout
     assert (copy / ".SUCCESS").is_file() and not (copy / ".FAILURE").exists()
