@@ -29,7 +29,7 @@ from ocr.reporting.analysis import ScoreAnalysis
 from ocr.utils.io import atomic_write_bytes, atomic_write_text
 from ocr.utils.visualize import colorize_map
 
-__all__ = ["REPORT_NAME", "image_card", "write_report"]
+__all__ = ["REPORT_NAME", "image_card", "with_overlay_script", "write_report"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ REPORT_NAME = "report.html"
 FILES_DIR = "report_files"
 THUMB_LONG_SIDE = 1000
 JPEG_QUALITY = 80
+OVERLAY_PLACEHOLDER = "/*__OVERLAY_JS__*/"
 
 
 def write_report(
@@ -92,13 +93,24 @@ def write_report(
         }
     if analysis is not None:
         data["analysis"] = {k: v for k, v in analysis.to_dict().items() if k != "images"}
-    template = files("ocr.reporting").joinpath("report_template.html").read_text(encoding="utf-8")
+    template = with_overlay_script(
+        files("ocr.reporting").joinpath("report_template.html").read_text(encoding="utf-8")
+    )
     # "</" inside the JSON would end the <script> element early.
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     page = template.replace("__TITLE__", html.escape(title)).replace("__REPORT_DATA__", payload)
     path = atomic_write_text(directory / REPORT_NAME, page)
     log.info("Wrote %s (%d images)", path, len(cards))
     return path
+
+
+def with_overlay_script(page: str) -> str:
+    """``page`` with ``overlay.js`` (labels, ``el``, ``pct``, ``polygon``) inlined at its placeholder, so
+    report.html and the serve page draw boxes with one script."""
+    script = files("ocr.reporting").joinpath("overlay.js").read_text(encoding="utf-8")
+    if OVERLAY_PLACEHOLDER not in page:
+        raise ValueError(f"expected the placeholder {OVERLAY_PLACEHOLDER} in the page")
+    return page.replace(OVERLAY_PLACEHOLDER, script)
 
 
 def image_card(

@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from ocr.data.scan import load_source
+from ocr.reporting.html import with_overlay_script
 from ocr.serve.commands import reproduce_commands
 from ocr.serve.models import CONTROL_KEYS, ServedModel
 from ocr.serve.split import SplitBrowser
@@ -42,7 +43,7 @@ def outcome_colours() -> str:
 
 def _page() -> str:
     page = files("ocr.serve").joinpath("page.html").read_text(encoding="utf-8")
-    return page.replace("/*__OUTCOME_COLOURS__*/", outcome_colours())
+    return with_overlay_script(page.replace("/*__OUTCOME_COLOURS__*/", outcome_colours()))
 
 
 def _model_info(model: ServedModel) -> dict[str, Any]:
