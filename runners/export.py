@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 def export(cfg: DictConfig) -> dict[str, str]:
     """Export ``cfg.ckpt``; returns the paths written (model, sidecar)."""
     from ocr.checkpoints.reading import load_checkpoint
-    from ocr.data.transforms import EvalTransform
     from ocr.inference.onnx_export import ParityError, check_parity, export_onnx, parity_batch, write_sidecar
     from ocr.lightning_modules.restore import CHECKPOINT_SOURCE, module_from_loaded
 
@@ -62,13 +61,7 @@ def export(cfg: DictConfig) -> dict[str, str]:
     postprocess = instantiate(cfg.postprocess)
     module = module_from_loaded(checkpoint, cfg.ckpt, None)
     data = OmegaConf.create(run_config).data
-    transform = EvalTransform(
-        long_side=export_long_side(cfg.long_side, data.eval_transform.long_side),
-        mean=data.eval_transform.mean,
-        std=data.eval_transform.std,
-        fill=data.eval_transform.fill,
-        pad_multiple=None,  # the parity batch stacks several images: one square size
-    )
+    transform = _transform(cfg, data, pad_multiple=None)  # the parity batch stacks images: one square size
     image_dir = cfg.parity.image_dir or str(Path(data.root) / "images" / data.test_split)
     output = Path(cfg.output)
     fp32_path = output if cfg.quantize is None else output.with_name(f".{output.name}.fp32.onnx")
@@ -82,9 +75,7 @@ def export(cfg: DictConfig) -> dict[str, str]:
         polygon_tol_px=cfg.parity.polygon_tol_px,
         min_polygons=cfg.parity.min_polygons,
     )
-    if report.problem is not None:
-        model_path.unlink()
-        raise ParityError(f"{model_path}: {report.problem}, model removed: {report.summary()}")
+    _refuse(report, model_path, ParityError)
     log.info("Parity: %s", report.summary())
     quantization = accuracy = None
     if cfg.quantize == "int8":
@@ -116,7 +107,6 @@ def _quantize(
     Raises:
         AccuracyError: the int8 model loses more than ``parity.max_hmean_drop`` (it is removed).
     """
-    from ocr.data.transforms import EvalTransform
     from ocr.inference.onnx_runtime import INPUT_NAME
     from ocr.inference.quantize import (
         AccuracyError,
@@ -131,13 +121,7 @@ def _quantize(
     )
     root = Path(cfg.data_root or data.root)
     # Calibration and scoring see the inputs prediction makes: the checkpoint's padding rule, one image each.
-    transform = EvalTransform(
-        long_side=export_long_side(cfg.long_side, data.eval_transform.long_side),
-        mean=data.eval_transform.mean,
-        std=data.eval_transform.std,
-        fill=data.eval_transform.fill,
-        pad_multiple=data.eval_transform.pad_multiple,
-    )
+    transform = _transform(cfg, data, pad_multiple=data.eval_transform.pad_multiple)
     split_dir = root / "images" / data[f"{calibration.split}_split"]
     try:
         inputs = calibration_inputs(split_dir, transform, calibration.num_images)
@@ -163,9 +147,7 @@ def _quantize(
         max_hmean_drop=cfg.parity.max_hmean_drop,
         num_images=cfg.parity.accuracy_images,
     )
-    if report.problem is not None:
-        output.unlink()
-        raise AccuracyError(f"{output}: {report.problem}, model removed: {report.summary()}")
+    _refuse(report, output, AccuracyError)
     log.info("int8 accuracy: %s", report.summary())
     quantization = {
         "type": "int8",
@@ -182,6 +164,26 @@ def _quantize(
         },
     }
     return quantization, {**report.record(), "summary": report.summary()}
+
+
+def _transform(cfg: DictConfig, data: DictConfig, pad_multiple: int | None) -> Any:
+    """The checkpoint's evaluation transform at the export's long side."""
+    from ocr.data.transforms import EvalTransform
+
+    return EvalTransform(
+        long_side=export_long_side(cfg.long_side, data.eval_transform.long_side),
+        mean=data.eval_transform.mean,
+        std=data.eval_transform.std,
+        fill=data.eval_transform.fill,
+        pad_multiple=pad_multiple,
+    )
+
+
+def _refuse(report: Any, model_path: Path, error: type[Exception]) -> None:
+    """Remove ``model_path`` and raise ``error`` with the figures when the check ``report`` failed."""
+    if report.problem is not None:
+        model_path.unlink()
+        raise error(f"{model_path}: {report.problem}, model removed: {report.summary()}")
 
 
 @hydra.main(config_path="../configs", config_name="export", version_base="1.3")

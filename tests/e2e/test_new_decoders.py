@@ -16,18 +16,14 @@ from omegaconf import DictConfig
 
 from ocr.inference.onnx_runtime import sidecar_path
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.tiny_budget import tiny_budget
 
 pytestmark = pytest.mark.slow  # two tiny runs per model, a resume and an export: about a minute on 2 cores
 
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
 STEPS = 2
-TINY_BUDGET = [
-    f"trainer.max_steps={STEPS}",
-    "trainer.check_val_every_n_epoch=null",
-    f"trainer.val_check_interval={STEPS}",
-    "logger=csv",
-]
+TINY_BUDGET = tiny_budget(STEPS)
 
 
 @pytest.mark.parametrize("name", ["dbnetpp_resnet18", "dbnet_resnet18_pan"])

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from ocr.lightning_modules.restore import module_from_checkpoint
 from ocr.lightning_modules.schedule import warmup_decay_factor
 from tests.helpers.receipt_fixtures import make_root
+from tests.helpers.tiny_budget import tiny_budget
 
 pytestmark = pytest.mark.slow  # two tiny training runs and a test run, a minute or more on 2 cores
 
@@ -24,14 +25,7 @@ Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
 STEPS = 2
 # Validation by steps, as the pretrain recipe does, at the end of these tiny runs.
-TINY_BUDGET = [
-    f"trainer.max_steps={STEPS}",
-    "trainer.check_val_every_n_epoch=null",
-    f"trainer.val_check_interval={STEPS}",
-    "trainer.log_every_n_steps=1",
-    "test_after_fit=false",
-    "logger=csv",
-]
+TINY_BUDGET = [*tiny_budget(STEPS), "trainer.log_every_n_steps=1", "test_after_fit=false"]
 
 
 def _best(run: Path) -> Path:
