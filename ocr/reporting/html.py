@@ -105,8 +105,8 @@ def write_report(
 
 
 def with_overlay_script(page: str) -> str:
-    """``page`` with ``overlay.js`` (labels, ``el``, ``pct``, ``polygon``) inlined at its placeholder, so
-    report.html and the serve page draw boxes with one script."""
+    """``page`` with ``overlay.js`` (labels, ``el``, ``pct``, the polygons' SVG) inlined at its
+    placeholder, so report.html and the serve page draw boxes with one script."""
     script = files("ocr.reporting").joinpath("overlay.js").read_text(encoding="utf-8")
     if OVERLAY_PLACEHOLDER not in page:
         raise ValueError(f"expected the placeholder {OVERLAY_PLACEHOLDER} in the page")

@@ -1,5 +1,5 @@
   // Shared by report.html and the serve page (inlined into each at this spot): outcome labels and the
-  // SVG polygon of one ground-truth box or detection.
+  // SVG of a card's ground-truth boxes and detections, coloured by outcome.
   var SVG = "http://www.w3.org/2000/svg";
   var LABELS = { matched: "matched", split: "split", merged: "merged", missed: "missed",
                  false_positive: "false positive", ignored: "ignored", unlabelled: "prediction" };
@@ -22,4 +22,17 @@
     t.textContent = title;
     p.appendChild(t);
     return p;
+  };
+  var overlay = function (card) {
+    var svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("viewBox", "0 0 " + card.size[0] + " " + card.size[1]);
+    svg.setAttribute("preserveAspectRatio", "none");
+    (card.gt || []).forEach(function (flat, i) {
+      svg.appendChild(polygon(flat, "gt", card.gt_outcome[i], "GT: " + LABELS[card.gt_outcome[i]]));
+    });
+    card.det.forEach(function (flat, i) {
+      var label = "detection: " + LABELS[card.det_outcome[i]] + ", score " + card.scores[i];
+      svg.appendChild(polygon(flat, "det", card.det_outcome[i], label));
+    });
+    return svg;
   };
