@@ -103,7 +103,10 @@ def main() -> None:
         f"input 1x3x{args.size}x{args.size}, {args.threads} thread(s), {args.rounds} interleaved rounds, "
         f"hardware={args.hardware}; ratios to {first}\n"
     )
-    header = "| model | params (M) | decoder (M) | head (M) | GFLOPs | PyTorch ms | ratio | ONNX Runtime ms | ratio |"
+    header = (
+        "| model | params (M) | decoder (M) | head (M) | GFLOPs "
+        "| PyTorch ms | ratio | ONNX Runtime ms | ratio |"
+    )
     print(header)
     print("|---|---|---|---|---|---|---|---|---|")
     for name, row in rows.items():

@@ -178,6 +178,7 @@ def test_receipts_finetune_needs_its_init_weights(compose: Compose) -> None:
     assert cfg.model.init_from == "/p.ckpt" and cfg.data.train_transform.crop_size == 320  # CPU recipe
     assert cfg.time_budget_minutes == 28
     assert cfg.optimizer.lr < compose("train", []).optimizer.lr
-    assert cfg.data.eval_transform.long_side == 1024 and cfg.metric.mode == "competition"
+    assert cfg.data.eval_transform.long_side == 1280 and cfg.metric.mode == "competition"
+    assert (cfg.postprocess.box_thresh, cfg.postprocess.unclip_ratio) == (0.4, 2.0)  # picked on val
     with pytest.raises(MissingMandatoryValue, match="data.root"):
         _ = compose("train", ["experiment=receipts_finetune", "model.init_from=/p.ckpt"]).data.root
