@@ -26,6 +26,7 @@ __all__ = [
     "DBPostProcessor",
     "ProbMap",
     "boxes_from_bitmap",
+    "extend_box_ends",
     "unclip_polygon",
     "score_polygon",
     "min_area_box",
@@ -97,6 +98,21 @@ def min_area_box(polygon: Polygon) -> tuple[Polygon, float]:
     return np.roll(corners, -first, axis=0).astype(np.float32), float(min(rect[1]))
 
 
+def extend_box_ends(box: Polygon, extend_ends: float) -> Polygon:
+    """Move both ends of a rectangle's long side out by ``extend_ends`` times its short side.
+
+    The isotropic unclip gives back a text line's height but not all of its length: the network's kernel
+    fades before a line's first and last glyphs (thin ``1``, ``:``, ``-``), and the score counts those
+    characters. Returns the (4, 2) float32 rectangle, corners clockwise from top-left.
+    """
+    if extend_ends == 0:
+        return box
+    (cx, cy), (width, height), angle = cv2.minAreaRect(box.astype(np.float32).reshape(-1, 1, 2))
+    grow = 2.0 * extend_ends * min(width, height)
+    size = (width + grow, height) if width >= height else (width, height + grow)
+    return min_area_box(cv2.boxPoints(((cx, cy), size, angle)))[0]
+
+
 def _candidate(contour: MatLike, output: OutputMode) -> Polygon | None:
     """The polygon to score for one (N, 1, 2) int32 contour of ``cv2.findContours``: the contour itself
     (box) or its simplification (polygon), as (K, 2) float32."""
@@ -116,6 +132,7 @@ def boxes_from_bitmap(
     max_candidates: int,
     min_size: float,
     output: OutputMode,
+    extend_ends: float = 0.0,
 ) -> tuple[list[Polygon], list[float]]:
     """Text regions of one image in input px.
 
@@ -127,6 +144,7 @@ def boxes_from_bitmap(
         max_candidates: contours considered, largest area first.
         min_size: minimum shorter side (input px) of a candidate's min-area rectangle, before unclip.
         output: ``box`` (4-point min-area rectangle of the expanded region) or ``polygon``.
+        extend_ends: box output only: see :func:`extend_box_ends`.
 
     Returns:
         Polygons (K, 2) float32 in input px and their scores.
@@ -147,7 +165,9 @@ def boxes_from_bitmap(
         expanded = unclip_polygon(candidate, unclip_ratio)
         if expanded is None or len(expanded) < 3:
             continue
-        polygons.append(min_area_box(expanded)[0] if output == "box" else expanded)
+        polygons.append(
+            extend_box_ends(min_area_box(expanded)[0], extend_ends) if output == "box" else expanded
+        )
         scores.append(score)
     return polygons, scores
 
@@ -167,6 +187,7 @@ class DBPostProcessor:
         max_candidates: contours considered per image, largest first.
         min_size: minimum shorter side (input px) of a candidate before unclip.
         output: ``box`` or ``polygon``.
+        extend_ends: box output: each end of a box's long side moves out by this many short sides.
     """
 
     def __init__(
@@ -178,9 +199,15 @@ class DBPostProcessor:
         max_candidates: PositiveInt,
         min_size: NonNegativeFloat,
         output: OutputMode,
+        extend_ends: NonNegativeFloat = 0.0,  # the default reads exports whose sidecar predates it
     ) -> None:
         if output not in OUTPUT_MODES:
             raise ConfigValueError(f"postprocess.output: expected one of {OUTPUT_MODES}, got {output!r}")
+        if extend_ends and output != "box":
+            raise ConfigValueError(
+                f"postprocess.extend_ends: applies to output=box only, got {extend_ends} "
+                f"with output={output!r}"
+            )
         # The bounds are the annotations above; a config is checked against them when it is read.
         check_arguments(
             DBPostProcessor,
@@ -190,6 +217,7 @@ class DBPostProcessor:
             unclip_ratio=unclip_ratio,
             max_candidates=max_candidates,
             min_size=min_size,
+            extend_ends=extend_ends,
         )
         self.thresh = thresh
         self.box_thresh = box_thresh
@@ -197,6 +225,7 @@ class DBPostProcessor:
         self.max_candidates = max_candidates
         self.min_size = min_size
         self.output: OutputMode = output
+        self.extend_ends = extend_ends
 
     def __call__(self, prob_map: Tensor, geometry: list[Geometry]) -> list[tuple[list[Polygon], list[float]]]:
         """Per image: polygons (K, 2) float32 in original px, clipped to the image, and their scores,
@@ -239,5 +268,6 @@ class DBPostProcessor:
             max_candidates=self.max_candidates,
             min_size=self.min_size,
             output=self.output,
+            extend_ends=self.extend_ends,
         )
         return [_clip_to_image(p, geometry) for p in to_original(polygons_px, geometry)], scores

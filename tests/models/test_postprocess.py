@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -11,6 +12,7 @@ from shapely.geometry import box as shapely_box
 from ocr.models.postprocess import (
     DBPostProcessor,
     boxes_from_bitmap,
+    extend_box_ends,
     min_area_box,
     score_polygon,
     unclip_polygon,
@@ -140,12 +142,44 @@ def test_invalid_arguments():
         ("thresh", -0.1, "a value in [0.0, 1.0]"),
         ("max_candidates", 0, ">= 1"),
         ("min_size", -1, ">= 0.0"),
+        ("extend_ends", -0.2, ">= 0.0"),
     ],
 )
 def test_every_value_out_of_its_range_is_named(key, value, expected):
     message = rf"^postprocess\.{key}: expected {re.escape(expected)}, got {value}$"
     with pytest.raises(ValueError, match=message):
         make_processor(**{key: value})
+
+
+def test_extend_ends_lengthens_the_long_side_only():
+    prob = prob_with([(30, 20, 69, 29, 0.9), (60, 70, 99, 89, 0.8)])[0, 0].numpy()
+    args = {"box_thresh": 0.5, "unclip_ratio": 1.5, "max_candidates": 10, "min_size": 3, "output": "box"}
+    plain, _ = boxes_from_bitmap(prob, prob > 0.3, **args)
+    extended, _ = boxes_from_bitmap(prob, prob > 0.3, extend_ends=0.25, **args)
+    assert len(plain) == 2
+    for before, after in zip(plain, extended, strict=True):
+        (cx, cy), (w, h), _ = cv2.minAreaRect(before)
+        long_side, short_side = max(w, h), min(w, h)
+        (cx2, cy2), (w2, h2), _ = cv2.minAreaRect(after)
+        assert (cx2, cy2) == pytest.approx((cx, cy), abs=1e-3)
+        assert max(w2, h2) == pytest.approx(long_side + 0.5 * short_side, abs=1e-3)
+        assert min(w2, h2) == pytest.approx(short_side, abs=1e-3)
+        np.testing.assert_array_equal(np.argsort(after.sum(axis=1))[0], 0)  # still from the top-left
+
+
+def test_extend_box_ends_follows_a_tilted_box_and_zero_is_identity():
+    tilted = cv2.boxPoints(((50.0, 40.0), (40.0, 10.0), 30.0)).astype(np.float32)
+    box = min_area_box(tilted)[0]
+    assert extend_box_ends(box, 0.0) is box
+    longer = extend_box_ends(box, 0.5)
+    (_, _), (w, h), angle = cv2.minAreaRect(longer)
+    assert sorted((w, h)) == pytest.approx([10.0, 50.0], abs=1e-3)
+    assert ShapelyPolygon(longer).buffer(1e-3).contains(ShapelyPolygon(box))
+
+
+def test_extend_ends_is_refused_for_polygon_output():
+    with pytest.raises(ValueError, match=r"postprocess.extend_ends: applies to output=box only, got 0.2"):
+        make_processor(output="polygon", extend_ends=0.2)
 
 
 def test_unclip_polygon_offsets_by_area_ratio_over_perimeter():
