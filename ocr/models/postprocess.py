@@ -110,7 +110,7 @@ def extend_box_ends(box: Polygon, extend_ends: float) -> Polygon:
     (cx, cy), (width, height), angle = cv2.minAreaRect(box.astype(np.float32).reshape(-1, 1, 2))
     grow = 2.0 * extend_ends * min(width, height)
     size = (width + grow, height) if width >= height else (width, height + grow)
-    return min_area_box(cv2.boxPoints(((cx, cy), size, angle)))[0]
+    return min_area_box(cv2.boxPoints(((cx, cy), size, angle)).astype(np.float32))[0]
 
 
 def _candidate(contour: MatLike, output: OutputMode) -> Polygon | None:
