@@ -176,7 +176,7 @@ def test_receipts_finetune_needs_its_init_weights(compose: Compose) -> None:
     assert isinstance(build_net_and_loss(cfg, weights_free=True)[0], DBNet)
     cfg = compose("train", ["experiment=receipts_finetune", "data.root=/receipts", "model.init_from=/p.ckpt"])
     assert cfg.model.init_from == "/p.ckpt" and cfg.data.train_transform.crop_size == 320  # CPU recipe
-    assert cfg.time_budget_minutes == 28
+    assert (cfg.time_budget_minutes, cfg.trainer.max_steps) == (28, 500)  # 200 steps underfit
     assert cfg.optimizer.lr == compose("train", []).optimizer.lr  # 3e-4 underfit in 200 steps
     assert cfg.data.eval_transform.long_side == 1280 and cfg.metric.mode == "competition"
     assert (cfg.postprocess.box_thresh, cfg.postprocess.unclip_ratio) == (0.4, 2.0)  # picked on val
