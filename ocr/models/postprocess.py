@@ -26,7 +26,6 @@ __all__ = [
     "DBPostProcessor",
     "ProbMap",
     "boxes_from_bitmap",
-    "extend_box_ends",
     "unclip_polygon",
     "score_polygon",
     "min_area_box",
@@ -87,30 +86,23 @@ def unclip_polygon(polygon: Polygon, unclip_ratio: float) -> Polygon | None:
     return (np.asarray(largest, dtype=np.float64) / CLIPPER_SCALE).astype(np.float32).reshape(-1, 2)
 
 
-def min_area_box(polygon: Polygon) -> tuple[Polygon, float]:
-    """Minimum-area rectangle of ``polygon``: (4, 2) float32 corners clockwise from top-left, short side."""
-    rect = cv2.minAreaRect(polygon.astype(np.float32).reshape(-1, 1, 2))
-    corners = cv2.boxPoints(rect)  # (4, 2)
+def min_area_box(polygon: Polygon, extend_ends: float = 0.0) -> tuple[Polygon, float]:
+    """Minimum-area rectangle of ``polygon``: (4, 2) float32 corners clockwise from top-left, short side.
+
+    ``extend_ends`` moves both ends of the long side out by that many short sides: the isotropic unclip
+    gives back a text line's height but not all of its length, since the network's kernel fades before a
+    line's first and last glyphs (thin ``1``, ``:``, ``-``), and the score counts those characters.
+    """
+    center_xy, (width, height), angle = cv2.minAreaRect(polygon.astype(np.float32).reshape(-1, 1, 2))
+    short = min(width, height)
+    grow = 2.0 * extend_ends * short
+    size = (width + grow, height) if width >= height else (width, height + grow)
+    corners = cv2.boxPoints((center_xy, size, angle))  # (4, 2)
     center = corners.mean(axis=0)
     angles = np.arctan2(corners[:, 1] - center[1], corners[:, 0] - center[0])
     corners = corners[np.argsort(angles)]  # clockwise on screen, since y points down
     first = int(np.argmin(corners.sum(axis=1)))
-    return np.roll(corners, -first, axis=0).astype(np.float32), float(min(rect[1]))
-
-
-def extend_box_ends(box: Polygon, extend_ends: float) -> Polygon:
-    """Move both ends of a rectangle's long side out by ``extend_ends`` times its short side.
-
-    The isotropic unclip gives back a text line's height but not all of its length: the network's kernel
-    fades before a line's first and last glyphs (thin ``1``, ``:``, ``-``), and the score counts those
-    characters. Returns the (4, 2) float32 rectangle, corners clockwise from top-left.
-    """
-    if extend_ends == 0:
-        return box
-    (cx, cy), (width, height), angle = cv2.minAreaRect(box.astype(np.float32).reshape(-1, 1, 2))
-    grow = 2.0 * extend_ends * min(width, height)
-    size = (width + grow, height) if width >= height else (width, height + grow)
-    return min_area_box(cv2.boxPoints(((cx, cy), size, angle)).astype(np.float32))[0]
+    return np.roll(corners, -first, axis=0).astype(np.float32), float(short)
 
 
 def _candidate(contour: MatLike, output: OutputMode) -> Polygon | None:
@@ -144,7 +136,7 @@ def boxes_from_bitmap(
         max_candidates: contours considered, largest area first.
         min_size: minimum shorter side (input px) of a candidate's min-area rectangle, before unclip.
         output: ``box`` (4-point min-area rectangle of the expanded region) or ``polygon``.
-        extend_ends: box output only: see :func:`extend_box_ends`.
+        extend_ends: box output only: see :func:`min_area_box`.
 
     Returns:
         Polygons (K, 2) float32 in input px and their scores.
@@ -165,9 +157,7 @@ def boxes_from_bitmap(
         expanded = unclip_polygon(candidate, unclip_ratio)
         if expanded is None or len(expanded) < 3:
             continue
-        polygons.append(
-            extend_box_ends(min_area_box(expanded)[0], extend_ends) if output == "box" else expanded
-        )
+        polygons.append(min_area_box(expanded, extend_ends)[0] if output == "box" else expanded)
         scores.append(score)
     return polygons, scores
 

@@ -12,7 +12,6 @@ from shapely.geometry import box as shapely_box
 from ocr.models.postprocess import (
     DBPostProcessor,
     boxes_from_bitmap,
-    extend_box_ends,
     min_area_box,
     score_polygon,
     unclip_polygon,
@@ -167,14 +166,15 @@ def test_extend_ends_lengthens_the_long_side_only():
         np.testing.assert_array_equal(np.argsort(after.sum(axis=1))[0], 0)  # still from the top-left
 
 
-def test_extend_box_ends_follows_a_tilted_box_and_zero_is_identity():
+def test_min_area_box_extends_the_ends_of_a_tilted_box():
     tilted = cv2.boxPoints(((50.0, 40.0), (40.0, 10.0), 30.0)).astype(np.float32)
-    box = min_area_box(tilted)[0]
-    assert extend_box_ends(box, 0.0) is box
-    longer = extend_box_ends(box, 0.5)
+    box, short_side = min_area_box(tilted)
+    longer, longer_short_side = min_area_box(tilted, extend_ends=0.5)
     (_, _), (w, h), angle = cv2.minAreaRect(longer)
     assert sorted((w, h)) == pytest.approx([10.0, 50.0], abs=1e-3)
+    assert short_side == longer_short_side == pytest.approx(10.0, abs=1e-3)
     assert ShapelyPolygon(longer).buffer(1e-3).contains(ShapelyPolygon(box))
+    assert int(np.argmin(longer.sum(axis=1))) == 0  # still from the top-left
 
 
 def test_extend_ends_is_refused_for_polygon_output():
