@@ -14,26 +14,24 @@ import json
 import logging
 from pathlib import Path
 
-import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers  # torch-free at import; hydra.run.dir uses ${first_set:}
 from ocr.metrics.files import evaluate_files, worst_images, write_image_results
-from ocr.utils.cli import report_usage_errors
-from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
+from ocr.run.entry import entry, quiet_third_party
 
 register_resolvers()
 quiet_third_party()
 log = logging.getLogger(__name__)
 
 
-@task_wrapper
+@entry("evaluate", lightning=False)
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Score ``cfg.pred`` against ``cfg.gt``; returns the summary printed as JSON."""
     options = instantiate(cfg.metric)
     names, result = evaluate_files(cfg.gt, cfg.pred, options, cfg.min_polygon_size)
-    directory = Path(cfg.out_dir) if cfg.out_dir is not None else run_dir(cfg)
+    directory = Path(cfg.out_dir if cfg.out_dir is not None else cfg.paths.output_dir)
     csv_path = write_image_results(directory / "cleval_per_image.csv", names, result.images)
     for name, image in worst_images(names, result.images, cfg.worst):
         log.info(
@@ -58,12 +56,5 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     return summary
 
 
-@hydra.main(config_path="../configs", config_name="evaluate", version_base="1.3")
-@report_usage_errors
-def main(cfg: DictConfig) -> None:
-    """Hydra entry point."""
-    evaluate(cfg)
-
-
 if __name__ == "__main__":
-    main()
+    evaluate.main()

@@ -21,17 +21,14 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.checkpoints.inference_settings import apply_stored_settings, export_long_side, stored_setting_keys
 from ocr.machine.hardware import register_resolvers
-from ocr.utils.cli import lightning_runner
+from ocr.run.entry import entry, quiet_third_party, save_config
 from ocr.utils.commands import accept_unquoted_paths
-from ocr.utils.config_types import check_config_types
 from ocr.utils.errors import ConfigValueError
-from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
 quiet_third_party()
@@ -41,19 +38,18 @@ QUANTIZE = (None, "int8")
 log = logging.getLogger(__name__)
 
 
-@task_wrapper
+@entry("export")
 def export(cfg: DictConfig) -> dict[str, str]:
     """Export ``cfg.ckpt``; returns the paths written (model, sidecar)."""
     from ocr.checkpoints.reading import load_checkpoint
     from ocr.inference.onnx_export import ParityError, check_parity, export_onnx, parity_batch, write_sidecar
     from ocr.lightning_modules.restore import CHECKPOINT_SOURCE, module_from_loaded
 
-    check_config_types(cfg)
     if cfg.format not in FORMATS:
         raise ConfigValueError(f"format: expected one of {FORMATS}, got {cfg.format!r}")
     if cfg.quantize not in QUANTIZE:
         raise ConfigValueError(f"quantize: expected null or 'int8', got {cfg.quantize!r}")
-    directory = run_dir(cfg)
+    directory = Path(cfg.paths.output_dir)
     checkpoint = load_checkpoint(cfg.ckpt)
     run_config = checkpoint["ocr_config"]
     apply_stored_settings(cfg, run_config, stored_setting_keys(cfg), CHECKPOINT_SOURCE)
@@ -186,12 +182,6 @@ def _refuse(report: Any, model_path: Path, error: type[Exception]) -> None:
         raise error(f"{model_path}: {report.problem}, model removed: {report.summary()}")
 
 
-@hydra.main(config_path="../configs", config_name="export", version_base="1.3")
-@lightning_runner
-def main(cfg: DictConfig) -> None:
-    export(cfg)
-
-
 if __name__ == "__main__":
     sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
-    main()
+    export.main()

@@ -19,14 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
-from ocr.utils.cli import lightning_runner
+from ocr.run.entry import entry, load_runner, quiet_third_party, save_config
 from ocr.utils.commands import accept_unquoted_paths
-from ocr.utils.config_types import check_config_types
-from ocr.utils.runner import load_runner, quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
 quiet_third_party()
@@ -45,7 +42,7 @@ def keep_every_candidate(cfg: DictConfig) -> None:
     cfg.postprocess.box_thresh = 0.0
 
 
-@task_wrapper
+@entry("pseudo_label")
 def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
     """Predict ``image_dir`` and write the pseudo-labelled dataset; returns the summary (empty on ranks
     other than 0)."""
@@ -55,9 +52,8 @@ def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
     from ocr.lightning_modules.prediction_io import gather_predictions
     from ocr.utils.io import atomic_write_json
 
-    check_config_types(cfg)
     thresholds = PseudoThresholds(float(cfg.pseudo.text_score), float(cfg.pseudo.ignore_score))
-    directory = run_dir(cfg)
+    directory = Path(cfg.paths.output_dir)
     datamodule, module, trainer = load_runner("predict").prepare(cfg, keep_every_candidate)
     save_config(cfg, directory)
     trainer.predict(module, datamodule=datamodule, return_predictions=False)
@@ -103,12 +99,6 @@ def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-@hydra.main(config_path="../configs", config_name="pseudo_label", version_base="1.3")
-@lightning_runner
-def main(cfg: DictConfig) -> None:
-    pseudo_label(cfg)
-
-
 if __name__ == "__main__":
     sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
-    main()
+    pseudo_label.main()

@@ -9,7 +9,7 @@ reference the crash bundle saves),
 out-of-bounds ``index_select`` on the batch's device: on CUDA a device-side assert that
 compute-sanitizer reports with the kernel name; on the CPU an IndexError from the same op) and
 ``cuda_fault`` (raises the error a device-side assert raises, ``torch.AcceleratorError``, on any device
-and without a failing kernel: how a CPU run tests the CUDA fault path, ``ocr.utils.fault_exit``).
+and without a failing kernel: how a CPU run tests the CUDA fault path, ``ocr.run.faults``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
+from ocr.run.watchdog import StallWatchdog
 
 __all__ = [
     "FAULT_KINDS",

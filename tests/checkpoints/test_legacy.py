@@ -28,7 +28,7 @@ OLD_RUN_CONFIG = Path(__file__).parent / "fixtures" / "old_run_config.yaml"
 @pytest.fixture(scope="module")
 def old_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, torch.Tensor]]:
     """A checkpoint with the old run config and the weights of a module built from today's configs."""
-    from ocr.utils.runner import compose_config
+    from ocr.run.config import compose_config
 
     old = yaml.safe_load(OLD_RUN_CONFIG.read_text())
     assert old["metric"]["_target_"] == "ocr.metrics.metric.CLEvalMetric"

@@ -20,7 +20,7 @@ from ocr.debug.gpu_proof_checks import (
     verdict,
 )
 from ocr.debug.sanitizer import EXIT_NOT_FOUND
-from ocr.utils.fault_exit import EXIT_CUDA_FAULT, closing_line
+from ocr.run.faults import EXIT_CUDA_FAULT, closing_line
 from tests.helpers.sanitizer_reports import ASSERT  # a memcheck report of PyTorch's index bounds assert
 
 

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import DictConfig
 
 from ocr.lightning_modules.callbacks import preflight
-from ocr.lightning_modules.callbacks.preflight import PreflightError
+from ocr.run.guard import PreflightError
 from ocr.utils.io import DiskFullError
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores

@@ -20,10 +20,9 @@ from ocr.checkpoints.resume import find_checkpoint
 from ocr.data.annotations import load_annotations
 from ocr.data.dataset import ImageFolderDataset
 from ocr.lightning_modules.prediction_io import require_images
-from ocr.utils.cli import report_usage_errors
+from ocr.run.entry import report_usage_errors, run_dir
+from ocr.run.folder import OutputDirCheck
 from ocr.utils.errors import CheckpointError, find_usage_error
-from ocr.utils.output_dir import OutputDirCheck
-from ocr.utils.runner import run_dir
 from tests.helpers.receipt_fixtures import eval_transform
 
 Compose = Callable[[str, list[str], Path], DictConfig]

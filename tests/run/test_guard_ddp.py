@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 from ocr.debug.inject import CUDA_FAULT_MESSAGE
-from ocr.lightning_modules.callbacks.cuda_fault import CudaFaultExit
-from ocr.utils.fault_exit import EXIT_CUDA_FAULT, EXIT_PEER_FAULT
+from ocr.run.faults import EXIT_CUDA_FAULT, EXIT_PEER_FAULT
+from ocr.run.guard import Guard
 from tests.helpers.triage_tiny import TinyModule, tiny_loader
 
 RANKS_TIMEOUT_S = 120
@@ -58,7 +58,7 @@ def _rank(rank: int, faulty_rank: int, out: str) -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
         limit_val_batches=0,
-        callbacks=[CudaFaultExit(run_dir=out)],
+        callbacks=[Guard.for_inference(out)],
     )
     trainer.fit(FaultOnRank(faulty_rank), train_dataloaders=tiny_loader(num=64))
 
@@ -90,6 +90,6 @@ def test_the_other_rank_stops_too_and_says_why(faulty_rank: int, tmp_path: Path)
     assert max(ended.values()) - fault["detected_unix_s"] < 10
     said = (tmp_path / f"rank{healthy}.log").read_text().strip().splitlines()
     why = f"CUDA FAULT on rank {faulty_rank} (device-side assert in training, global step 2"
-    assert said[-1].startswith(f"[ocr.utils.peer_fault][ERROR] - {why}") or why in said[-1], said[-3:]
+    assert said[-1].startswith(f"[ocr.run.peers][ERROR] - {why}") or why in said[-1], said[-3:]
     assert f"This rank ({healthy}) stops too, with exit code {EXIT_PEER_FAULT}" in said[-1]
     assert "AcceleratorError" in (tmp_path / ".FAILURE").read_text()  # written by the faulting rank

@@ -4,7 +4,8 @@ marked ``.INTERRUPTED`` and the command that resumes it.
 Lightning's own SIGTERM handling is the one path: its handler sets ``trainer.received_sigterm`` (and under
 DDP rank 0 broadcasts it at the next step, so all ranks stop together), and its loops raise
 ``SIGTERMException`` at the next step boundary, or between validation batches. This callback turns the
-first Ctrl-C into the same stop by calling that handler, so a Ctrl-C in the middle of an optimizer step
+first Ctrl-C into the same stop by calling that handler (the guard callback, ``ocr.run.guard``, installs it
+at train start), so a Ctrl-C in the middle of an optimizer step
 never leaves a half-updated state; a second Ctrl-C raises ``KeyboardInterrupt`` at once (no checkpoint:
 the state may be mid-step), as does a second SIGTERM and the stall watchdog's interrupt, which is a
 failure. SLURM's ``SIGUSR1`` requeue of Lightning's ``SLURMEnvironment`` is left alone.
@@ -20,15 +21,14 @@ from types import FrameType
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ocr.checkpoints.saving import RunCheckpoint
-from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
+from ocr.run.folder import write_interrupted
+from ocr.run.watchdog import StallWatchdog
 from ocr.utils.commands import resume_command
-from ocr.utils.sentinels import write_interrupted
 
-__all__ = ["EXIT_CODES", "GracefulInterrupt", "is_interruption"]
+__all__ = ["EXIT_CODES", "Interrupts", "is_interruption"]
 
 log = logging.getLogger(__name__)
 
@@ -48,23 +48,24 @@ def _stalled(trainer: L.Trainer) -> bool:
     return any(isinstance(c, StallWatchdog) and c.interrupted_for_stall for c in callbacks)
 
 
-class GracefulInterrupt(Callback):
-    """On a stop by a signal, saves ``last.ckpt`` (through the run's ``RunCheckpoint``) and writes
-    ``.INTERRUPTED`` with the resume command, which it also logs.
+class Interrupts:
+    """The signal handlers of a fit; on a stop by a signal, saves ``last.ckpt`` (through the run's
+    ``RunCheckpoint``) and writes ``.INTERRUPTED`` with the resume command, which it also logs.
 
     Args:
         run_dir: the run directory (``resume=`` takes it).
     """
 
-    def __init__(self, *, run_dir: str) -> None:
-        self.run_dir = Path(run_dir)
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
         self.ctrl_c = False
         self.second_signal: str | None = None  # the signal that stopped the run at once
         self._previous_handler: Any = None  # SIGINT's handler before fit, restored after it
         self._previous_sigterm: Any = None  # Lightning's SIGTERM handler, called by ours the first time
         self._trainer: L.Trainer | None = None
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def install(self, trainer: L.Trainer) -> None:
+        """At train start, after Lightning registered its handlers (after on_fit_start)."""
         # After Lightning registered its handlers (after on_fit_start): it restores SIGINT's original at
         # its teardown, also when fit ends with an exception (when callbacks' teardown is not called).
         self._trainer = trainer
@@ -76,7 +77,8 @@ class GracefulInterrupt(Callback):
         if main and callable(signal.getsignal(signal.SIGTERM)):
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
 
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+    def restore(self) -> None:
+        """The handlers of before the fit."""
         self._trainer = None
         if self._previous_handler is not None:
             signal.signal(signal.SIGINT, self._previous_handler)
@@ -119,11 +121,8 @@ class GracefulInterrupt(Callback):
         )
         self._previous_sigterm(signum, frame)
 
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
-        if not is_interruption(exception, trainer):
-            return
+    def record(self, trainer: L.Trainer, exception: BaseException) -> None:
+        """For a stop by a signal: ``last.ckpt`` when the state is whole, ``.INTERRUPTED`` on rank 0."""
         if self.second_signal == "SIGTERM":
             cause = "SIGTERM"
         else:

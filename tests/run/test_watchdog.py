@@ -8,10 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from ocr.debug.inject import FaultInjector
-from ocr.lightning_modules.callbacks.watchdog import EXIT_CODE_STALL, STALL_KEY, StallWatchdog
-from ocr.utils.peer_fault import announce_fault
+from ocr.run.config import check_config
+from ocr.run.faults import EXIT_STALL
+from ocr.run.peers import announce_fault
+from ocr.run.watchdog import STALL_KEY, StallWatchdog
+from ocr.utils.errors import ConfigValueError
 from tests.helpers.exits import fake_exits
 from tests.helpers.triage_tiny import fit_tiny
 
@@ -71,7 +75,7 @@ def test_fires_on_injected_stall_during_fit(tmp_path: Path) -> None:
     # A slow start-up may earn its own dump first; the stalled step's dump shows the sleeping frame.
     dumps = [p.read_text() for p in sorted(tmp_path.glob("stall-*.txt"))]
     assert any("last progress: train step 1" in d and "apply_fault" in d for d in dumps), dumps
-    assert watchdog._thread is None  # stopped at teardown
+    assert watchdog._poller.stopped  # stopped at teardown
 
 
 def test_exit_on_stall_interrupts_main_thread_and_tells_the_other_ranks(
@@ -103,9 +107,13 @@ def test_exit_on_stall_restores_an_ignored_sigint(tmp_path: Path) -> None:
         signal.signal(signal.SIGINT, previous)
 
 
-def test_rejects_bad_timeout() -> None:
-    with pytest.raises(ValueError, match="timeout_s"):
-        StallWatchdog(timeout_s=0, repeat=True, exit_on_stall=False, dirpath=None)
+def test_a_bad_timeout_is_refused_by_the_config_check() -> None:
+    node = {"_target_": "ocr.run.watchdog.StallWatchdog", "timeout_s": 0, "repeat": True}
+    cfg = OmegaConf.create(
+        {"callbacks": {"stall_watchdog": {**node, "exit_on_stall": False, "dirpath": None}}}
+    )
+    with pytest.raises(ConfigValueError, match=r"callbacks.stall_watchdog.timeout_s: expected > 0.0, got 0"):
+        check_config(cfg)
 
 
 def test_the_other_ranks_stop_at_once_naming_the_stalled_one(
@@ -128,7 +136,7 @@ def test_the_other_ranks_stop_at_once_naming_the_stalled_one(
         assert exits.event.wait(20)
     finally:
         watchdog.stop()
-    assert exits.codes == [EXIT_CODE_STALL]
+    assert exits.codes == [EXIT_STALL]
     said = caplog.records[-1].getMessage()
     assert said.startswith("Stall on rank 3 (node 1): no step for 600 s, last progress: train step 41")
-    assert f"This rank stops too, with exit code {EXIT_CODE_STALL}" in said
+    assert f"This rank stops too, with exit code {EXIT_STALL}" in said

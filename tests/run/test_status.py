@@ -1,4 +1,5 @@
-"""Run-status sentinels: written into directories that do not exist yet; stale ones removed; wandb tagged."""
+"""Run-status sentinels (ocr.run.folder, written by the guard): into directories that do not exist yet; stale
+ones removed; wandb tagged."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ from types import SimpleNamespace
 
 from lightning.pytorch.loggers import WandbLogger
 
-from ocr.lightning_modules.callbacks.run_status import RunStatus
-from ocr.utils.sentinels import write_failure, write_success
+from ocr.run.folder import write_failure, write_success
+from ocr.run.guard import Guard
 
 
 class StubWandbLogger(WandbLogger):
-    """Lightning's WandbLogger type (RunStatus checks isinstance) with a stand-in run: no wandb needed."""
+    """Lightning's WandbLogger type (the guard checks isinstance) with a stand-in run: no wandb needed."""
 
     def __init__(self) -> None:  # Lightning's __init__ would set up wandb
         self.run = SimpleNamespace(tags=("receipts",))
@@ -24,8 +25,16 @@ class StubWandbLogger(WandbLogger):
 
 def _trainer(**kwargs: object) -> SimpleNamespace:
     return SimpleNamespace(
-        **{"is_global_zero": True, "interrupted": False, "current_epoch": 2, "global_step": 40, **kwargs}
+        **{"is_global_zero": True, "interrupted": False, "current_epoch": 2, "global_step": 40, **kwargs},
+        world_size=1,
+        global_rank=0,
+        node_rank=0,
+        callbacks=[],
     )
+
+
+def RunStatus(run_dir: str) -> Guard:  # noqa: N802 - the guard's status part, as these tests use it
+    return Guard(run_dir=run_dir, check_every_n_steps=50, check_grads=False, fail_on_preflight=False)
 
 
 def test_failure_report_lands_in_a_missing_directory(tmp_path: Path) -> None:

@@ -4,11 +4,11 @@
 transfer: compact tensors and the ``BatchCoding`` that decodes them, see ``ocr.data.coding``),
 ``config.yaml``, ``environment.json``, ``traceback.txt``, ``state.json`` (step, epoch, exception, last
 good checkpoint) and ``rng.pt``; on a CUDA out-of-memory error also ``memory.txt`` with
-``torch.cuda.memory_summary()`` and a suggestion; on a CUDA fault ``CudaFaultExit`` adds ``fault.json``
+``torch.cuda.memory_summary()`` and a suggestion; on a CUDA fault the guard adds ``fault.json``
 (kind, stage, step, image ids, when it was seen); after a divergence (non-finite loss or logits) also
 ``weights.pt``, the network as it was when the run stopped (:func:`save_divergence_weights`). Nothing is
-copied back from the GPU, and after a CUDA fault (``ocr.utils.cuda_fault``) the device is not queried at
-all: the context is dead and every CUDA call may fail or block.
+copied back from the GPU, and after a CUDA fault the device is not queried at all: the context is dead
+and every CUDA call may fail or block. Each rank writes its own folder (:func:`crash_dir`).
 """
 
 from __future__ import annotations
@@ -22,21 +22,19 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.seed import _collect_rng_states
-from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 
-from ocr.lightning_modules.callbacks.interrupt import is_interruption
-from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteLossError
-from ocr.lightning_modules.callbacks.rundir import crash_dir, resolve_run_dir
+from ocr.machine.distributed import rank_tag
 from ocr.machine.environment import collect_environment
 from ocr.models.loss.checks import LOGIT_NAMES, LossInputError, device_message
-from ocr.utils.cuda_fault import is_cuda_fault
-from ocr.utils.errors import find_usage_error
+from ocr.run.faults import is_cuda_fault
+from ocr.run.nonfinite import NonFiniteLossError
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 __all__ = [
     "WEIGHTS_FILE",
-    "CrashBundle",
+    "crash_dir",
+    "failed_cpu_batch",
     "last_checkpoint_path",
     "save_divergence_weights",
     "write_crash_bundle",
@@ -45,6 +43,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WEIGHTS_FILE = "weights.pt"
+
+
+def crash_dir(run_dir: Path, rank: int, node_rank: int) -> Path:
+    """``<run dir>/crash`` on global rank 0, ``<run dir>/crash-node<n>-rank<k>`` on the others: a fault on
+    GPU 1 must not depend on rank 0 to be recorded, and ranks sharing the folder must not overwrite."""
+    tag = rank_tag(rank, node_rank)
+    return run_dir / (f"crash-{tag}" if tag else "crash")
 
 
 def last_checkpoint_path(trainer: L.Trainer) -> str | None:
@@ -211,57 +216,3 @@ def _is_divergence(exception: BaseException) -> bool:
     return isinstance(exception, LossInputError) and any(
         device_message(name) in str(exception) for name in LOGIT_NAMES
     )
-
-
-class CrashBundle(Callback):
-    """Writes a crash bundle into ``<run dir>/crash/`` when fit/validate/test raises.
-
-    Args:
-        dirpath: run directory; ``None`` uses ``trainer.default_root_dir``.
-    """
-
-    def __init__(self, *, dirpath: str | None) -> None:
-        self.dirpath = dirpath
-        self._environment: dict[str, Any] | None = None
-        self._batch_idx: int | None = None
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # Taken up front: after a CUDA fault the device can no longer be queried.
-        if self._environment is None:
-            self._environment = collect_environment(query_cuda=True)
-
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._batch_idx = batch_idx
-
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
-        # A stop by Ctrl-C or SIGTERM is no crash, nor is an error about what the run was given (its
-        # message names the key or file; there is nothing to replay), except the loss's: its batch and
-        # weights are what replay starts from.
-        usage = find_usage_error(exception)
-        replayable = isinstance(usage, (LossInputError, NonFiniteLossError))
-        if is_interruption(exception, trainer) or (usage is not None and not replayable):
-            return
-        run_dir = resolve_run_dir(self.dirpath, trainer)
-        batch = failed_cpu_batch(trainer, exception)
-        try:
-            crash = write_crash_bundle(
-                run_dir,
-                trainer,
-                pl_module,
-                exception,
-                self._environment,
-                batch=batch,
-                batch_idx=self._batch_idx,
-            )
-        except Exception:
-            # The original exception matters more than a failed bundle: log and let it propagate.
-            log.exception(
-                "Could not write the crash bundle into %s",
-                crash_dir(run_dir, trainer.global_rank, trainer.node_rank),
-            )
-            return
-        log.error("Crash bundle written to %s; replay it with: scripts/debug_cuda.sh replay %s", crash, crash)

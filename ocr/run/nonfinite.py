@@ -5,8 +5,9 @@ there with ``torch.where`` against a device-side step counter. The host reads th
 ``check_every_n_steps`` steps and at epoch end, so the default mode costs a few tiny kernels per step.
 On CUDA the loss's own value checks (finite logits, targets in [0, 1]) feed the same flag: they make the
 loss NaN instead of firing a device-side assert, which would poison the CUDA context before this guard
-could read its flag. On a hit the guard writes ``nonfinite.json`` into the rank's crash folder and
-raises :class:`NonFiniteLossError`, which Lightning routes through ``on_exception`` to the crash bundle.
+could read its flag. On a hit it writes ``nonfinite.json`` into the rank's crash folder and
+raises :class:`NonFiniteLossError`, which Lightning routes through the guard's ``on_exception`` to the
+crash bundle. The guard callback (``ocr.run.guard``) calls the hooks of :class:`NonFiniteCheck`.
 Every checkpoint save checks too, before the state is written, so ``last.ckpt`` (which resume and the
 crash bundle use) never holds weights from after the first NaN.
 Under DDP the check takes the minimum over ranks (one collective per check), so all ranks stop together;
@@ -17,21 +18,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 from torch import Tensor
-from torch.optim import Optimizer
 
-from ocr.lightning_modules.callbacks.rundir import crash_dir, resolve_run_dir
 from ocr.machine.sync import sync_allowed
-from ocr.utils.cuda_fault import is_cuda_fault
+from ocr.run.faults import is_cuda_fault
 from ocr.utils.errors import UsageError
 from ocr.utils.io import atomic_write_json
 
-__all__ = ["NonFiniteGuard", "NonFiniteLossError"]
+__all__ = ["NonFiniteCheck", "NonFiniteLossError"]
 
 log = logging.getLogger(__name__)
 
@@ -50,38 +47,32 @@ class NonFiniteLossError(UsageError, FloatingPointError):
             "on a GPU this includes non-finite logits and targets outside [0, 1] (rerun with "
             "loss.strict=true to name the tensor and images). The crash bundle holds the last batch; for "
             "the exact batch of the first bad step rerun with "
-            "callbacks.nonfinite_guard.check_every_n_steps=1; replay with "
+            "callbacks.guard.check_every_n_steps=1; replay with "
             "scripts/debug_cuda.sh replay <run dir>/crash"
         )
 
 
-class NonFiniteGuard(Callback):
+class NonFiniteCheck:
     """Raises :class:`NonFiniteLossError` when a training loss (or gradient) is NaN/Inf.
 
     Args:
         check_every_n_steps: read the device flag every N training steps (1 = exact but syncs every step).
         check_grads: also check the total gradient norm before each optimizer step (ignored under
             fp16 mixed precision, where the grad scaler skips inf/NaN steps on purpose).
+        crash: the rank's crash folder (``nonfinite.json``).
     """
 
-    def __init__(self, *, check_every_n_steps: int, check_grads: bool) -> None:
-        if check_every_n_steps < 1:
-            raise ValueError(f"check_every_n_steps: expected >= 1, got {check_every_n_steps}")
+    def __init__(self, *, check_every_n_steps: int, check_grads: bool, crash: Path) -> None:
         self.check_every_n_steps = check_every_n_steps
         self.check_grads = check_grads
         self._step: Tensor | None = None  # device-side global step of the batch in flight
         self._first_bad: dict[str, Tensor] = {}  # what -> device scalar, -1 while all finite
         self._host_step = 0
-        self._crash_dir: Path | None = None
+        self.crash = crash
         self._trainer: L.Trainer | None = None
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+    def batch_started(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._trainer = trainer
-        self._crash_dir = crash_dir(resolve_run_dir(None, trainer), trainer.global_rank, trainer.node_rank)
-
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
         self._host_step = trainer.global_step
         if self._step is None:
             # One host->device copy at the first step; afterwards the counter advances on the device.
@@ -94,13 +85,11 @@ class NonFiniteGuard(Callback):
             first = torch.full_like(self._step, -1)
         self._first_bad[what] = torch.where(~finite & (first < 0), self._step, first)
 
-    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
+    def before_backward(self, loss: Tensor) -> None:
         if self._step is not None:
             self._record("loss", torch.isfinite(loss.detach()).all())
 
-    def on_before_optimizer_step(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Optimizer
-    ) -> None:
+    def before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._step is None:
             return
         if self.check_grads and not str(trainer.precision).startswith("16"):
@@ -112,27 +101,15 @@ class NonFiniteGuard(Callback):
         # gradient accumulation.
         self._step += 1
 
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def batch_ended(self) -> None:
         if (self._host_step + 1) % self.check_every_n_steps == 0:
-            self.check(self._host_step)
+            self.check()
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.check(self._host_step)
-
-    def on_save_checkpoint(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        # Called by Trainer.save_checkpoint on every rank (Lightning requires all ranks to save), so the
-        # cross-rank minimum in check() is reached by all of them at the same step.
-        self.check(self._host_step)
-
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def fit_ended(self) -> None:
         self._step = None
         self._first_bad = {}
 
-    def check(self, checked_at: int) -> None:
+    def check(self) -> None:
         """Read the device flags (one sync), write ``nonfinite.json`` and raise on a hit.
 
         Raises:
@@ -143,8 +120,8 @@ class NonFiniteGuard(Callback):
             bad = self._first_bad_steps(across_ranks=True)
         if bad:
             step, what = bad[0]
-            self._write_record(bad, checked_at)
-            raise NonFiniteLossError(step=step, what=what, checked_at=checked_at)
+            self._write_record(bad, self._host_step)
+            raise NonFiniteLossError(step=step, what=what, checked_at=self._host_step)
 
     def _first_bad_steps(self, across_ranks: bool) -> list[tuple[int, str]]:
         """``(first bad step, tensor name)`` pairs, earliest first (one host-device sync).
@@ -166,10 +143,8 @@ class NonFiniteGuard(Callback):
         bad = [(int(step), name) for step, name in pairs if step >= 0]
         return sorted(bad, key=lambda pair: (pair[0], pair[1] != "loss"))  # the loss before its gradients
 
-    def _write_record(self, bad: list[tuple[int, str]], checked_at: int | None) -> Path | None:
-        if self._crash_dir is None:
-            return None
-        path = self._crash_dir / "nonfinite.json"
+    def _write_record(self, bad: list[tuple[int, str]], checked_at: int | None) -> Path:
+        path = self.crash / "nonfinite.json"
         record = {
             "first_bad": [{"step": step, "what": what} for step, what in bad],
             "detected_at_step": checked_at,
@@ -178,9 +153,7 @@ class NonFiniteGuard(Callback):
         }
         return atomic_write_json(path, record)
 
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, exception: BaseException) -> None:
         # Another error (e.g. an injected fault a step later) may hide an earlier NaN: record it beside
         # the crash bundle. Never touch the device after a CUDA fault, and no collective here: the other
         # ranks may not be at this point.

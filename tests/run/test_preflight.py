@@ -1,5 +1,5 @@
-"""Preflight at a training start: a CPU machine training on the CPU is not warned about its missing GPU;
-a GPU machine whose CUDA does not work still is."""
+"""The guard's preflight at a training start: a CPU machine training on the CPU is not warned about its
+missing GPU; a GPU machine whose CUDA does not work still is."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ocr.lightning_modules.callbacks import preflight
-from ocr.lightning_modules.callbacks.preflight import Preflight
 from ocr.machine.checks import CheckResult
+from ocr.run import guard as preflight
+from ocr.run.guard import Guard
 from tests.helpers.triage_tiny import fit_tiny
 
 NO_GPU = CheckResult(
@@ -39,9 +39,11 @@ def test_the_missing_gpu_is_a_warning_only_where_a_gpu_should_be(
 ) -> None:
     monkeypatch.setattr(preflight, "fast_checks", lambda run_dir: [NO_GPU, row])
     monkeypatch.setattr(preflight, "driver_version", lambda: driver)
-    callback = Preflight(dirpath=str(tmp_path), fail_on_error=False)
+    callback = Guard(
+        run_dir=str(tmp_path), check_every_n_steps=50, check_grads=False, fail_on_preflight=False
+    )
     with caplog.at_level(logging.INFO, logger=preflight.__name__):
         fit_tiny(tmp_path, [callback], max_steps=1)
-    gpu = next(r for r in callback.results if r.name == "gpu")
+    gpu = next(r for r in callback.preflight if r.name == "gpu")
     assert (gpu.status == "warn") is warned
     assert ("Preflight checks found problems" in caplog.text) is warned

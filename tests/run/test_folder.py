@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from ocr.utils.run_folder import (
+from ocr.run.folder import (
     LOCK_NAME,
     LockOwner,
     RunFolderBusyError,
     RunLock,
     is_launching_process,
-    new_run_id,
     read_run_id,
     write_run_record,
 )
@@ -28,7 +27,7 @@ from tests.helpers.paths import REPO_ROOT
 
 # A process that owns the folder given as its argument until it is killed.
 HOLD = (
-    "import sys, time; from ocr.utils.run_folder import RunLock; RunLock(sys.argv[1]).acquire(); "
+    "import sys, time; from ocr.run.folder import RunLock; RunLock(sys.argv[1]).acquire(); "
     "print('held', flush=True); time.sleep(600)"
 )
 
@@ -71,7 +70,7 @@ def test_the_lock_of_a_killed_process_is_taken_over_with_a_warning(
     owner_process.send_signal(signal.SIGKILL)
     owner_process.wait()
     lock = RunLock(tmp_path / "run")
-    with caplog.at_level(logging.WARNING, logger="ocr.utils.run_folder"):
+    with caplog.at_level(logging.WARNING, logger="ocr.run.folder"):
         lock.acquire()
     assert f"taking over the lock of pid {owner_process.pid}" in caplog.text
     assert f"process {owner_process.pid} is not running" in caplog.text
@@ -148,7 +147,7 @@ def test_only_the_launching_process_of_a_distributed_run_owns_the_folder(
 
 def test_the_run_record_holds_the_identity(tmp_path: Path) -> None:
     assert read_run_id(tmp_path) is None
-    run_id = new_run_id()
+    run_id = "a1b2c3d4e5f6"
     write_run_record(tmp_path, run_id)
     assert read_run_id(tmp_path) == run_id
     (tmp_path / "run.json").write_text("[]")

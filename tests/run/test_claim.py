@@ -1,4 +1,5 @@
-"""A run's start: refusals write nothing into the run folder (nor Hydra's files); one owner per folder."""
+"""A run's start: the folder is claimed once, refusals write nothing into it (nor Hydra's files); one owner
+per folder, for every runner."""
 
 from __future__ import annotations
 
@@ -13,10 +14,18 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.checkpoints.resume import START_AGAIN, ResumeRefusedError, find_checkpoint
-from ocr.checkpoints.run_start import claim_run
-from ocr.utils.run_folder import LOCK_NAME, RunFolderBusyError, RunRefusedError, read_run_id, write_run_record
+from ocr.run.folder import (
+    LOCK_NAME,
+    RunClaim,
+    RunFolderBusyError,
+    claim_run,
+    read_run_id,
+    run_config,
+    write_run_record,
+)
+from ocr.utils.errors import RunRefusedError
 from tests.helpers.paths import REPO_ROOT
-from tests.utils.test_run_folder import HOLD, _listing
+from tests.run.test_folder import HOLD, _listing
 
 
 def _cfg(run: Path, **changes: object) -> DictConfig:
@@ -27,6 +36,10 @@ def _cfg(run: Path, **changes: object) -> DictConfig:
     return cfg
 
 
+def _claim(cfg: DictConfig) -> RunClaim:
+    return claim_run(cfg, training=True, check=lambda config: None)
+
+
 def _train_cli(*overrides: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "WANDB_MODE": "offline"}
     command = [sys.executable, "runners/train.py", *overrides]
@@ -35,11 +48,22 @@ def _train_cli(*overrides: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_new_run_claims_its_folder_once_and_gives_it_up(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    with claim_run(_cfg(run)) as claim:
-        assert claim_run(_cfg(run)) is claim  # the Hydra callback's claim, taken again by the task
-        assert read_run_id(run) == claim.run_id and claim.run_config(_cfg(run)).run_id == claim.run_id
-        assert json.loads((run / LOCK_NAME).read_text())["pid"] == os.getpid()
+    checked: list[DictConfig] = []
+    claim = claim_run(_cfg(run), training=True, check=checked.append)
+    assert len(checked) == 1
+    assert read_run_id(run) == claim.run_id and run_config(_cfg(run), claim).run_id == claim.run_id
+    assert json.loads((run / LOCK_NAME).read_text())["pid"] == os.getpid()
+    claim.release()
     assert not (run / LOCK_NAME).exists()
+
+
+def test_a_refused_config_check_writes_nothing(tmp_path: Path) -> None:
+    def refuse(config: DictConfig) -> None:
+        raise ValueError("data.batch_size: expected >= 1, got 0")
+
+    with pytest.raises(ValueError, match="data.batch_size"):
+        claim_run(_cfg(tmp_path / "run"), training=True, check=refuse)
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(
@@ -56,7 +80,7 @@ def test_a_new_run_never_writes_into_another_runs_folder(tmp_path: Path, left: s
     (tmp_path / left).write_text(json.dumps({"run_id": "a1b2c3"}))
     before = _listing(tmp_path)
     with pytest.raises(RunRefusedError) as refused:
-        claim_run(_cfg(tmp_path))
+        _claim(_cfg(tmp_path))
     assert f"holds {named}: a new run never writes into another run's folder" in str(refused.value)
     if left.endswith(".ckpt"):
         assert f"resume={tmp_path}" in str(refused.value)
@@ -76,14 +100,14 @@ def test_the_ranks_a_distributed_launch_starts_inherit_the_folder(
     write_run_record(tmp_path, "a1b2c3")
     (tmp_path / LOCK_NAME).write_text(json.dumps({}))  # rank 0's lock, whatever it holds
     monkeypatch.setenv("LOCAL_RANK", "1")
-    with claim_run(_cfg(tmp_path)) as claim:
-        assert claim.lock is None and claim.run_id == "a1b2c3"
+    claim = _claim(_cfg(tmp_path))
+    assert claim.lock is None and claim.run_id == "a1b2c3"
     assert (tmp_path / LOCK_NAME).read_text() == "{}"
 
 
 def test_the_identity_is_not_a_command_line_key(tmp_path: Path) -> None:
     with pytest.raises(RunRefusedError, match="run_id=x: the run's identity is set by the runner"):
-        claim_run(_cfg(tmp_path, run_id="x"))
+        _claim(_cfg(tmp_path, run_id="x"))
 
 
 @pytest.mark.slow  # the training runner's command line: its start-up
@@ -148,7 +172,7 @@ def test_a_busy_folder_refusal_comes_before_the_resume_checks(tmp_path: Path) ->
     _fake_run(tmp_path, channels=16)
     (tmp_path / LOCK_NAME).write_text(json.dumps({}))
     with pytest.raises(RunFolderBusyError, match="names no owner"):
-        claim_run(_cfg(tmp_path, resume=str(tmp_path)))
+        _claim(_cfg(tmp_path, resume=str(tmp_path)))
 
 
 def test_a_checkpoint_given_as_the_run_folder_is_named_as_a_file(tmp_path: Path) -> None:
@@ -157,11 +181,11 @@ def test_a_checkpoint_given_as_the_run_folder_is_named_as_a_file(tmp_path: Path)
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(b"weights")
     with pytest.raises(ResumeRefusedError) as refused:
-        claim_run(_cfg(checkpoint, resume=str(checkpoint)))
+        _claim(_cfg(checkpoint, resume=str(checkpoint)))
     message = str(refused.value)
     assert (
         f"resume={checkpoint} is a file; resume takes the run's folder: resume={tmp_path / 'run'}" in message
     )
     assert f"ckpt_path={checkpoint}" in message
     with pytest.raises(RunFolderBusyError, match=f"{checkpoint} is a file, not a run folder"):
-        claim_run(_cfg(checkpoint))  # hydra.run.dir=<a file>
+        _claim(_cfg(checkpoint))  # hydra.run.dir=<a file>

@@ -1,4 +1,4 @@
-"""check_config_values: ranges known at composition, one line naming key, value and range, before any load."""
+"""check_config's value rules: ranges known at composition, one line naming key, value, range, first."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from ocr.utils.config_rules import check_config_values
-from ocr.utils.config_types import check_config_types
+from ocr.run.config import check_config
 from ocr.utils.errors import ConfigValueError
 
 Compose = Callable[[str, list[str], Path], DictConfig]
@@ -17,7 +16,7 @@ Compose = Callable[[str, list[str], Path], DictConfig]
 
 def _refusal(cfg: DictConfig) -> list[str]:
     with pytest.raises(ConfigValueError) as info:
-        check_config_values(cfg)
+        check_config(cfg)
     message = str(info.value)
     assert "\n" not in message
     return message.split("; ")
@@ -32,7 +31,7 @@ def test_the_hang_case_a_crop_beyond_the_largest_scaled_image_is_refused(
     assert problem.startswith("data.train_transform.crop_size: expected <= 384 (the largest scaled training")
     assert "got 5000" in problem
     ok = ["data.train_transform.crop_size=384", "data.train_transform.train_long_side=128"]
-    check_config_values(compose_cfg("train", ok, tmp_path))
+    check_config(compose_cfg("train", ok, tmp_path))
 
 
 def test_pipeline_optimizer_and_export_values_are_named_together(
@@ -54,17 +53,15 @@ def test_pipeline_optimizer_and_export_values_are_named_together(
         "optimizer.weight_decay: expected >= 0, got -1",
         "optimizer.betas: expected values in [0, 1), got [0.9, 1.5]",
     ]
-    check_config_values(
-        compose_cfg("test", ["ckpt=x", "pipeline.kind=inline", "pipeline.workers=0"], tmp_path)
-    )
+    check_config(compose_cfg("test", ["ckpt=x", "pipeline.kind=inline", "pipeline.workers=0"], tmp_path))
     for value, shown in (("abc", "'abc'"), ("0", "0"), ("1.5", "1.5")):
         [problem] = _refusal(compose_cfg("export", ["ckpt=x", f"long_side={value}"], tmp_path))
         assert problem == f"long_side: expected null (the checkpoint's) or an int >= 1, got {shown}"
-    check_config_values(compose_cfg("export", ["ckpt=x", "long_side=640"], tmp_path))
+    check_config(compose_cfg("export", ["ckpt=x", "long_side=640"], tmp_path))
 
 
 def test_a_config_without_the_keys_passes() -> None:
-    check_config_values(OmegaConf.create({"data": {"train_transform": {"crop_size": 64}}, "pipeline": {}}))
+    check_config(OmegaConf.create({"data": {"train_transform": {"crop_size": 64}}, "pipeline": {}}))
 
 
 def test_a_key_added_with_plus_that_no_target_takes_is_named_with_the_close_one(
@@ -73,7 +70,7 @@ def test_a_key_added_with_plus_that_no_target_takes_is_named_with_the_close_one(
     """+trainer.max_step=4 (Hydra's hint for the typo) reached Lightning's TypeError."""
     cfg = compose_cfg("train", ["+trainer.max_step=4", "+data.train_transform.crop=3"], tmp_path)
     with pytest.raises(ConfigValueError) as info:
-        check_config_types(cfg)
+        check_config(cfg)
     message = str(info.value)
     assert "trainer.max_step: not an argument of lightning.Trainer, did you mean trainer.max_steps?" in (
         message

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from ocr.debug.inject import FaultInjector, InjectedFaultError
-from ocr.lightning_modules.callbacks.crash_bundle import CrashBundle, write_crash_bundle
-from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteLossError
 from ocr.models.loss.checks import LossInputError, device_message
+from ocr.run.crash import write_crash_bundle
+from ocr.run.guard import Guard
+from ocr.run.nonfinite import NonFiniteLossError
 from tests.helpers.triage_tiny import TinyModule, fit_tiny, tiny_loader
 
 
@@ -22,7 +23,12 @@ def test_bundle_written_on_injected_exception(tmp_path: Path) -> None:
     with pytest.raises(InjectedFaultError):
         fit_tiny(
             tmp_path,
-            [CrashBundle(dirpath=None), FaultInjector(kind="exception", step=2, stall_s=0)],
+            [
+                Guard(
+                    run_dir=str(tmp_path), check_every_n_steps=50, check_grads=True, fail_on_preflight=False
+                ),
+                FaultInjector(kind="exception", step=2, stall_s=0),
+            ],
             module=module,
         )
     crash = tmp_path / "crash"

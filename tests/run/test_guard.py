@@ -1,4 +1,4 @@
-"""CudaFaultExit in a real Trainer on the CPU: a CUDA fault in training, validation, test or predict ends
+"""The guard in a real Trainer on the CPU: a CUDA fault in training, validation, test or predict ends
 the process (here: a stand-in for ``os._exit``) before Lightning's teardown, with our lines first and last."""
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ from lightning.pytorch.strategies import Strategy
 from torch.utils.data import DataLoader
 
 from ocr.debug.inject import CUDA_FAULT_MESSAGE
-from ocr.lightning_modules.callbacks.crash_bundle import CrashBundle
-from ocr.lightning_modules.callbacks.cuda_fault import CudaFaultExit
-from ocr.lightning_modules.callbacks.run_status import RunStatus
-from ocr.utils import fault_exit
-from ocr.utils.fault_exit import EXIT_CUDA_FAULT
+from ocr.run import faults
+from ocr.run.faults import EXIT_CUDA_FAULT
+from ocr.run.guard import Guard
 from tests.helpers.exits import Exited, fake_exits
 from tests.helpers.triage_tiny import TinyData, TinyModule, quiet_cpu_trainer, tiny_loader
 
@@ -83,9 +81,11 @@ def test_a_cuda_fault_ends_the_process_before_the_teardown(
     teardowns: list[str] = []
     monkeypatch.setattr(Strategy, "teardown", lambda self: teardowns.append("teardown"))
     # As configured for training: the fault exit first; test and predict runs get it alone.
-    callbacks: list[Callback] = [CudaFaultExit(run_dir=str(tmp_path))]
+    callbacks: list[Callback] = [Guard.for_inference(str(tmp_path))]
     if stage in ("train", "validate"):
-        callbacks += [CrashBundle(dirpath=str(tmp_path)), RunStatus(run_dir=str(tmp_path))]
+        callbacks = [
+            Guard(run_dir=str(tmp_path), check_every_n_steps=50, check_grads=True, fail_on_preflight=False)
+        ]
     with caplog.at_level("INFO"), pytest.raises(Exited) as exited:
         _run(stage, tmp_path, callbacks)
     assert exited.value.code == exits.codes[0] == EXIT_CUDA_FAULT
@@ -119,7 +119,7 @@ def test_a_hook_blocked_on_the_device_cannot_hold_the_exit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     exits = fake_exits(monkeypatch)
-    monkeypatch.setattr(fault_exit, "DEADLINE_S", 0.5)
+    monkeypatch.setattr(faults, "DEADLINE_S", 0.5)
     blocked = BlocksOnTheDevice()
     exits_then_release = exits.event
 
@@ -129,6 +129,6 @@ def test_a_hook_blocked_on_the_device_cannot_hold_the_exit(
 
     threading.Thread(target=watch, daemon=True).start()
     with pytest.raises(Exited):  # after the release the teardown exit runs too: the first exit counts
-        _run("train", tmp_path, [CudaFaultExit(run_dir=str(tmp_path)), blocked])
+        _run("train", tmp_path, [Guard.for_inference(str(tmp_path)), blocked])
     assert exits.codes[0] == EXIT_CUDA_FAULT and len(exits.codes) == 2
     assert (tmp_path / ".FAILURE").is_file()

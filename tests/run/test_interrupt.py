@@ -13,10 +13,9 @@ import pytest
 import torch
 
 from ocr.debug.inject import FaultInjector
-from ocr.lightning_modules.callbacks.interrupt import GracefulInterrupt
-from ocr.lightning_modules.callbacks.run_status import RunStatus
-from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
-from ocr.utils.sentinels import interrupted_exit_code
+from ocr.run.folder import interrupted_exit_code
+from ocr.run.guard import Guard
+from ocr.run.watchdog import StallWatchdog
 from tests.helpers.triage_tiny import TinyModule, fit_tiny, quiet_cpu_trainer, run_checkpoint, tiny_loader
 
 STEPS_PER_EPOCH = 4  # 8 images, batch 2
@@ -60,8 +59,7 @@ class _Signalled(TinyModule):
 
 def _fit(run: Path, module: TinyModule, ckpt_path: Path | None = None) -> L.Trainer:
     callbacks = [
-        RunStatus(run_dir=str(run)),
-        GracefulInterrupt(run_dir=str(run)),
+        Guard(run_dir=str(run), check_every_n_steps=50, check_grads=False, fail_on_preflight=False),
         run_checkpoint(run / "checkpoints"),
     ]
     trainer = quiet_cpu_trainer(run, callbacks, max_steps=3 * STEPS_PER_EPOCH)
@@ -144,8 +142,7 @@ def test_the_stall_watchdogs_interrupt_stays_a_failure(
     monkeypatch.setattr(StallWatchdog, "_hard_exit", staticmethod(lambda waited_s: None))
     callbacks = [
         StallWatchdog(timeout_s=1.0, repeat=False, exit_on_stall=True, dirpath=str(tmp_path)),
-        RunStatus(run_dir=str(tmp_path)),
-        GracefulInterrupt(run_dir=str(tmp_path)),
+        Guard(run_dir=str(tmp_path), check_every_n_steps=50, check_grads=False, fail_on_preflight=False),
         FaultInjector(kind="stall", step=1, stall_s=3.0),
     ]
     with pytest.raises(SystemExit):

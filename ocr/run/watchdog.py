@@ -28,15 +28,15 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
 from ocr.machine.distributed import launch_info, rank_tag
-from ocr.utils.fault_exit import end_process
+from ocr.run.faults import EXIT_STALL, end_process
+from ocr.run.peers import Poller, announce_fault, default_store, peer_fault
+from ocr.utils.config_types import PositiveFloat
 from ocr.utils.io import atomic_write_bytes
-from ocr.utils.peer_fault import announce_fault, default_store, peer_fault
 
 __all__ = ["StallWatchdog", "dump_all_stacks"]
 
 log = logging.getLogger(__name__)
 
-EXIT_CODE_STALL = 124  # as timeout(1): scripts can tell a stall from a crash
 STALL_KEY = "ocr/stall"  # the process group's store: the first rank that stops for a stall
 
 
@@ -71,9 +71,9 @@ class StallWatchdog(Callback):
             ``outputs/`` before that.
     """
 
-    def __init__(self, *, timeout_s: float, repeat: bool, exit_on_stall: bool, dirpath: str | None) -> None:
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s: expected > 0 seconds, got {timeout_s}")
+    def __init__(
+        self, *, timeout_s: PositiveFloat, repeat: bool, exit_on_stall: bool, dirpath: str | None
+    ) -> None:
         self.timeout_s = float(timeout_s)
         self.repeat = repeat
         self.exit_on_stall = exit_on_stall
@@ -82,8 +82,9 @@ class StallWatchdog(Callback):
         self._last_beat = time.monotonic()
         self._last_event = "start-up (no step completed yet)"
         self._interrupted_at: float | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._stall_beat: float | None = None
+        self._dumps_in_stall = 0
+        self._poller = Poller("stall-watchdog", min(1.0, self.timeout_s / 4), self._poll)
         self._node_rank = launch_info().node_rank or 0
         self._store: Any | None = None  # the process group's store under DDP, set up with the trainer
         if exit_on_stall:
@@ -99,18 +100,11 @@ class StallWatchdog(Callback):
     def start(self) -> None:
         """Start (or restart) the watchdog thread; the stall clock starts now."""
         self.feed("start-up (no step completed yet)")
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="stall-watchdog", daemon=True)
-        self._thread.start()
+        self._poller.start()
 
     def stop(self) -> None:
         """Stop the thread (idempotent)."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5.0)
-        self._thread = None
+        self._poller.stop(join_s=5.0)
 
     def feed(self, event: str) -> None:
         """Record progress: the stall clock restarts."""
@@ -118,26 +112,23 @@ class StallWatchdog(Callback):
         self._last_event = event
         self._interrupted_at = None
 
-    def _run(self) -> None:
-        stall_beat: float | None = None
-        dumps_in_stall = 0
-        while not self._stop.wait(timeout=min(1.0, self.timeout_s / 4)):
-            beat, now = self._last_beat, time.monotonic()
-            if beat != stall_beat:
-                stall_beat, dumps_in_stall = beat, 0
-            self._stop_for_stalled_peer()
-            if self._interrupted_at is not None and now - self._interrupted_at >= self.timeout_s:
-                self._hard_exit(now - self._interrupted_at)
-            due = now - beat >= self.timeout_s * (dumps_in_stall + 1)
-            if not due or (dumps_in_stall and not self.repeat):
-                continue
-            self._report(now - beat)
-            dumps_in_stall += 1
-            if self.exit_on_stall and self._interrupted_at is None:
-                log.error("Stall: interrupting the main thread <callbacks.stall_watchdog.exit_on_stall=true>")
-                self._interrupted_at = time.monotonic()
-                self._announce(now - beat)
-                _thread.interrupt_main()
+    def _poll(self) -> None:
+        beat, now = self._last_beat, time.monotonic()
+        if beat != self._stall_beat:
+            self._stall_beat, self._dumps_in_stall = beat, 0
+        self._stop_for_stalled_peer()
+        if self._interrupted_at is not None and now - self._interrupted_at >= self.timeout_s:
+            self._hard_exit(now - self._interrupted_at)
+        due = now - beat >= self.timeout_s * (self._dumps_in_stall + 1)
+        if not due or (self._dumps_in_stall and not self.repeat):
+            return
+        self._report(now - beat)
+        self._dumps_in_stall += 1
+        if self.exit_on_stall and self._interrupted_at is None:
+            log.error("Stall: interrupting the main thread <callbacks.stall_watchdog.exit_on_stall=true>")
+            self._interrupted_at = time.monotonic()
+            self._announce(now - beat)
+            _thread.interrupt_main()
 
     def _announce(self, stalled_s: float) -> None:
         """Tell the other DDP ranks that this one stops for a stall."""
@@ -153,7 +144,7 @@ class StallWatchdog(Callback):
 
     def _stop_for_stalled_peer(self) -> None:
         """End this rank when another one stopped for a stall: this one waits for it in a collective."""
-        if self._store is None or self._stop.is_set():
+        if self._store is None or self._poller.stopped:
             return
         record = peer_fault(self._store, rank_zero_only.rank, key=STALL_KEY)  # type: ignore[attr-defined]
         if record is None:
@@ -161,10 +152,10 @@ class StallWatchdog(Callback):
         message = (
             f"Stall on rank {record.get('rank')} (node {record.get('node')}): no step for "
             f"{record.get('stalled_s')} s, last progress: {record.get('last')}; its stacks: "
-            f"{record.get('dump')}. This rank stops too, with exit code {EXIT_CODE_STALL}: the collectives "
+            f"{record.get('dump')}. This rank stops too, with exit code {EXIT_STALL}: the collectives "
             "it waits for cannot complete <callbacks.stall_watchdog.exit_on_stall=true>"
         )
-        end_process(EXIT_CODE_STALL, [(message, None)])
+        end_process(EXIT_STALL, [(message, None)])
 
     def _report(self, stalled_s: float) -> None:
         header = (
@@ -193,10 +184,10 @@ class StallWatchdog(Callback):
         log.error(
             "Stall: main thread still stuck %.0f s after the interrupt; exiting with code %d",
             waited_s,
-            EXIT_CODE_STALL,
+            EXIT_STALL,
         )
         logging.shutdown()
-        os._exit(EXIT_CODE_STALL)
+        os._exit(EXIT_STALL)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.dirpath is None:

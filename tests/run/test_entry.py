@@ -1,5 +1,5 @@
-"""task_wrapper: a failed run leaves .FAILURE (Lightning's SystemExit(1) included), Ctrl-C .INTERRUPTED;
-logs a person can read."""
+"""The entry decorator: a failed run leaves .FAILURE (Lightning's SystemExit(1) included), Ctrl-C
+.INTERRUPTED; logs a person can read."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from ocr.checkpoints.resume import ResumeRefusedError
-from ocr.utils.cli import route_lightning_logs
-from ocr.utils.runner import quiet_third_party, task_wrapper
+from ocr.run.entry import entry, quiet_third_party, route_lightning_logs
 
 
 def _run(tmp_path: Path, exc: BaseException) -> None:
-    @task_wrapper
+    @entry("predict")
     def task(cfg: object) -> None:
         raise exc
 
@@ -34,7 +33,7 @@ def test_failures_leave_a_report(tmp_path: Path, exc: BaseException) -> None:
 def test_a_ctrl_c_outside_training_marks_the_run_interrupted(tmp_path: Path) -> None:
     """Not "Run failed: KeyboardInterrupt: " with an empty message; the shell's exit code for Ctrl-C."""
 
-    @task_wrapper
+    @entry("predict")
     def task(cfg: object) -> None:
         raise KeyboardInterrupt
 

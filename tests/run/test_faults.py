@@ -12,9 +12,16 @@ import pytest
 import torch
 
 from ocr.debug.inject import CUDA_FAULT_MESSAGE
-from ocr.utils import fault_exit
-from ocr.utils.cuda_fault import FaultSite, explanation, find_cuda_fault, is_cuda_fault, next_commands
-from ocr.utils.fault_exit import EXIT_CUDA_FAULT, exit_on_cuda_fault
+from ocr.run import faults
+from ocr.run.faults import (
+    EXIT_CUDA_FAULT,
+    FaultSite,
+    exit_on_cuda_fault,
+    explanation,
+    find_cuda_fault,
+    is_cuda_fault,
+    next_commands,
+)
 from tests.helpers.exits import Exited, Exits, fake_exits
 
 SITE = FaultSite("train", 3, 0, 3, 0, 1, ("a.jpg", "b.jpg"))
@@ -117,7 +124,7 @@ def test_runner_exit_shows_the_first_error_and_logs_the_teardown_error_to_the_fi
     assert exited.value.code == exits.codes[0] == EXIT_CUDA_FAULT
     console, log_file = console_and_file[0].read_text(), console_and_file[1].read_text()
     errors = [line for line in console.splitlines() if "[ERROR]" in line]
-    assert errors[0].startswith("[ocr.utils.fault_exit][ERROR] - CUDA FAULT (device-side assert)")
+    assert errors[0].startswith("[ocr.run.faults][ERROR] - CUDA FAULT (device-side assert)")
     assert console.rstrip().splitlines()[-1].endswith(f"ending the process with exit code {EXIT_CUDA_FAULT}.")
     assert "[injected by callbacks.inject.kind=cuda_fault at global step 3]" in console  # the first error
     assert "(in teardown)" not in console and "(in teardown)" in log_file  # the later one: file only
@@ -137,7 +144,7 @@ def test_the_deadline_ends_the_process_when_a_hook_blocks(
     exits: Exits = fake_exits(monkeypatch)
     closing = [("CUDA FAULT: ending the process with exit code 84.", None)]
     start = time.monotonic()
-    fault_exit.FaultExit(code=84, closing=closing, deadline_s=0.3).arm()
+    faults.FaultExit(code=84, closing=closing, deadline_s=0.3).arm()
     assert exits.event.wait(10) and exits.codes == [84]  # the main thread never called finish()
     assert time.monotonic() - start < 5
     console = console_and_file[0].read_text()
@@ -151,5 +158,5 @@ def _sleep() -> None:
 def test_child_processes_are_killed_before_the_exit() -> None:
     child = multiprocessing.get_context("fork").Process(target=_sleep, daemon=True)
     child.start()
-    assert fault_exit._kill_children() == [child.pid]
+    assert faults._kill_children() == [child.pid]
     assert not child.is_alive()

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from ocr.utils.peer_lost import EXIT_PEER_LOST, exit_on_lost_peer, find_lost_peer, lost_peer_reported
-from ocr.utils.runner import task_wrapper
-from ocr.utils.sentinels import write_failure
+from ocr.run.entry import entry
+from ocr.run.faults import EXIT_PEER_LOST
+from ocr.run.folder import write_failure
+from ocr.run.peers import exit_on_lost_peer, find_lost_peer, lost_peer_reported
 from tests.helpers.exits import Exited, fake_exits
 
 # What gloo raised on rank 0 when the process of rank 1 was killed with kill -9 (torch 2.9, two CPU nodes).
@@ -79,7 +80,7 @@ def test_the_failing_ranks_own_report_is_kept_and_replaces_a_lost_peer_report(
     run = tmp_path / "run"
     write_failure(run, ValueError("the cause, on another rank"))
     # As if another process of the run wrote it: this process did not.
-    from ocr.utils import sentinels
+    from ocr.run import folder as sentinels
 
     monkeypatch.setattr(sentinels, "_failures_written", set())
     fake_exits(monkeypatch)
@@ -92,7 +93,7 @@ def test_the_failing_ranks_own_report_is_kept_and_replaces_a_lost_peer_report(
         exit_on_lost_peer(GLOO_RESET, run)
     monkeypatch.setattr(sentinels, "_failures_written", set())
 
-    @task_wrapper
+    @entry("predict")
     def task(cfg: object) -> None:
         raise ValueError("the cause")
 
