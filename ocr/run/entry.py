@@ -114,25 +114,27 @@ class RunEntry(Generic[T]):
         finally:
             claim.release()
 
+    def run_as_process(self, cfg: DictConfig) -> float | None:
+        """This entry as the process's run: a usage error ends it with its message and exit status 1;
+        returns the value of ``optimized_metric`` for Hydra sweeps."""
+        self.process = True
+        try:
+            result = self(cfg)
+        except Exception as exc:
+            usage = find_usage_error(exc)
+            if usage is None or _multirun():
+                raise
+            # The task logged "Run failed: <type>: <message>" when it wrote .FAILURE.
+            logged = usage is exc and failure_written(Path(cfg.paths.output_dir))
+            exit_with_message(exc, usage, logged=logged, to_log_files=self.claimed)
+        return _metric_value(result, cfg.get("optimized_metric"))
+
     def main(self) -> None:
-        """The process: Hydra's command line for ``configs/<config_name>.yaml``, then this entry."""
-
-        @functools.wraps(self.task)  # Hydra names the job (and its log file) after the task's file
-        def process(cfg: DictConfig) -> Any:
-            self.process = True
-            try:
-                result = self(cfg)
-            except Exception as exc:
-                usage = find_usage_error(exc)
-                if usage is None or _multirun():
-                    raise
-                # The task logged "Run failed: <type>: <message>" when it wrote .FAILURE.
-                logged = usage is exc and failure_written(Path(cfg.paths.output_dir))
-                exit_with_message(exc, usage, logged=logged, to_log_files=self.claimed)
-            return _metric_value(result, cfg.get("optimized_metric"))
-
+        """The process: Hydra's command line for ``configs/<config_name>.yaml``, then the run."""
         import hydra
 
+        # Hydra names the job (and its log file) after the file of the function it unwraps to: the task's.
+        process = functools.wraps(self.task)(lambda cfg: self.run_as_process(cfg))
         hydra.main(config_path=str(CONFIG_DIR), config_name=self.config_name, version_base="1.3")(process)()
 
 

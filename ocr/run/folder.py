@@ -462,6 +462,8 @@ def claim_run(cfg: DictConfig, *, training: bool, check: Callable[[DictConfig], 
         refuse_file_resume(cfg.get("resume"))  # before the lock, which would look for <file>/.lock
     if lock is not None:
         lock.refuse_if_busy()
+        if not run_dir.is_file():  # a file is named by the lock ("is a file, not a run folder")
+            writable_dir(run_dir, "paths.output_dir", create=False)
     if training:
         resume = resume_from_command_line(cfg, read_run_id(run_dir) if run_dir.is_dir() else None)
         if resume is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,15 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import Strategy
+from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from ocr.debug.inject import CUDA_FAULT_MESSAGE
 from ocr.run import faults
+from ocr.run.entry import instantiate_all
 from ocr.run.faults import EXIT_CUDA_FAULT
 from ocr.run.guard import Guard
+from ocr.run.watchdog import StallWatchdog
 from tests.helpers.exits import Exited, fake_exits
 from tests.helpers.triage_tiny import TinyData, TinyModule, quiet_cpu_trainer, tiny_loader
 
@@ -132,3 +136,18 @@ def test_a_hook_blocked_on_the_device_cannot_hold_the_exit(
         _run("train", tmp_path, [Guard.for_inference(str(tmp_path)), blocked])
     assert exits.codes[0] == EXIT_CUDA_FAULT and len(exits.codes) == 2
     assert (tmp_path / ".FAILURE").is_file()
+
+
+def test_the_default_training_run_gets_the_guard_and_the_watchdog_from_the_run_shell(
+    compose_cfg: Callable[[str, list[str], Path], DictConfig], tmp_path: Path
+) -> None:
+    """The seven triage and status callbacks became two; the guard is first: its on_exception runs first."""
+    callbacks = instantiate_all(compose_cfg("train", [], tmp_path).callbacks)
+    try:
+        shell = [type(c).__name__ for c in callbacks if type(c).__module__.startswith("ocr.run.")]
+        assert shell == ["Guard", "StallWatchdog"] and isinstance(callbacks[0], Guard)
+        assert len(callbacks) <= 9  # with the time budget's and progress's merges (issue 41): <= 8
+    finally:
+        for callback in callbacks:
+            if isinstance(callback, StallWatchdog):
+                callback.stop()
