@@ -67,3 +67,4 @@ def test_a_second_predict_in_the_same_folder_is_refused_and_the_first_runs_on_un
     assert after == before  # the second wrote nothing: no .hydra/ record, no log line, no output
     assert first.returncode == 0, printed[-3000:]
     assert (out / "submission.csv").is_file() and not (out / ".lock").exists()
+    assert len(list(out.glob(".hydra/*/overrides.yaml"))) == 1  # Hydra's record, written once claimed
