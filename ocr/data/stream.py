@@ -37,7 +37,7 @@ _SEEDS = 2**31  # per-sample seeds
 @dataclass
 class LoaderWait:
     """Time the training loop spent blocked in ``next()`` on the train loader: the data-wait figure's
-    numerator (``ocr.lightning_modules.callbacks.data_wait``). Host clock only: no device sync.
+    numerator (``ocr.lightning_modules.callbacks.progress``). Host clock only: no device sync.
 
     Attributes:
         seconds: total seconds waited.
