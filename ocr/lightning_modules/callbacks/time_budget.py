@@ -278,9 +278,9 @@ class TimeBudget(Callback):
             if trainer.check_val_every_n_epoch is not None
             else (plural(blocks, "interval"), f"every {plural(costs.steps_per_block, 'step')}")
         )
-        notes = [f"{steps} of the configured {cap} steps: time_budget_minutes=null trains them all"]
-        if not 0 <= steps < cap:
-            notes = []
+        notes = []
+        if 0 <= steps < cap:
+            notes.append(f"{steps} of the configured {cap} steps: time_budget_minutes=null trains them all")
         if not fits:
             notes.append("even that does not fit: raise time_budget_minutes or use a smaller data set")
         log.log(
