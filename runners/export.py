@@ -48,17 +48,6 @@ log = logging.getLogger(__name__)
 @task_wrapper
 def export(cfg: DictConfig) -> dict[str, str]:
     """Export ``cfg.ckpt``; returns the paths written (model, sidecar)."""
-    from ocr.checkpoints.reading import load_checkpoint
-    from ocr.inference.onnx_export import (
-        ParityError,
-        StagedExport,
-        check_parity,
-        export_onnx,
-        parity_batch,
-        write_sidecar,
-    )
-    from ocr.inference.onnx_runtime import sidecar_path
-    from ocr.lightning_modules.restore import CHECKPOINT_SOURCE, module_from_loaded
     from ocr.utils.output_dir import writable_dir
 
     # The checks' inputs before any export work: a bad value is refused in seconds, not after the export.
@@ -75,6 +64,18 @@ def export(cfg: DictConfig) -> dict[str, str]:
         )
     output = Path(cfg.output)
     writable_dir(output.parent, "output", create=True)
+    from ocr.checkpoints.reading import load_checkpoint
+    from ocr.inference.onnx_export import (
+        ParityError,
+        StagedExport,
+        check_parity,
+        export_onnx,
+        parity_batch,
+        write_sidecar,
+    )
+    from ocr.inference.onnx_runtime import sidecar_path
+    from ocr.lightning_modules.restore import CHECKPOINT_SOURCE, module_from_loaded
+
     check_config_types(cfg)
     directory = run_dir(cfg)
     checkpoint = load_checkpoint(cfg.ckpt)
