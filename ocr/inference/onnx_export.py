@@ -92,19 +92,26 @@ class StagedExport:
         self._previous: Any = None
 
     def __enter__(self) -> StagedExport:
-        self.folder = Path(
-            tempfile.mkdtemp(prefix=f".{self.output.name}.", suffix=TEMP_SUFFIX, dir=self.output.parent)
-        )
-        if threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread():  # first: no SIGTERM leaves the folder
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            self.folder = Path(
+                tempfile.mkdtemp(prefix=f".{self.output.name}.", suffix=TEMP_SUFFIX, dir=self.output.parent)
+            )
+        except BaseException:
+            self._restore()
+            raise
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._restore()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _restore(self) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
-        shutil.rmtree(self.folder, ignore_errors=True)
 
     def publish(self, model: Path) -> Path:
         """Move the staged ``model`` and its sidecar onto ``output`` with Ctrl-C and SIGTERM held off, so
