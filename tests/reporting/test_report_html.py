@@ -76,7 +76,7 @@ def test_labelled_records_need_options(tmp_path: Path, images: Path) -> None:
 
 @pytest.mark.parametrize("name", ["</script><b>x.png", "<!--<script>x.jpg", "a&b>c.png"])
 def test_markup_in_a_name_cannot_break_the_page(tmp_path: Path, images: Path, name: str) -> None:
-    """"<!--<script>" used to switch the browser's parser into a state where the data block's own
+    """A "<!--<script>" used to switch the browser's parser into a state where the data block's own
     "</script>" no longer ended it, so the page's main script became data and nothing showed."""
     record = {"image_id": name, "polygons": [np.zeros((4, 2))], "scores": [0.5]}
     html = write_report(tmp_path, [record], images, None, "t").read_text()
