@@ -37,6 +37,7 @@ def load_predictions(path: str | Path) -> dict[str, list[np.ndarray]]:
     Raises:
         InputNotFoundError: ``path`` does not exist.
         ConfigValueError: an extension other than .csv/.json, or a malformed file (naming file and row/key).
+        SubmissionError: a predicted polygon of fewer than 3 points or with a coordinate beyond float32.
     """
     path = Path(path)
     if not path.is_file():
@@ -44,9 +45,18 @@ def load_predictions(path: str | Path) -> dict[str, list[np.ndarray]]:
     suffix = path.suffix.lower()
     if suffix == ".csv":
         return read_submission_csv(path)
-    if suffix == ".json":
-        return {name: [w.points for w in rec.words] for name, rec in load_annotations(path).items()}
-    raise ConfigValueError(f"pred={path}: expected a submission .csv or a predictions .json, got {suffix!r}")
+    if suffix != ".json":
+        raise ConfigValueError(f"pred={path}: expected a submission .csv or a predictions .json, got {suffix!r}")
+    records = load_annotations(path)
+    for name, record in records.items():  # GT sanitation removes these; CLEval would refuse them unnamed
+        for word in record.words:
+            if len(word.points) < 3 or not np.isfinite(word.points).all():
+                found = f"{len(word.points)} point(s)" if len(word.points) < 3 else "a coordinate beyond float32"
+                raise SubmissionError(
+                    f"pred={path}: images[{name!r}].words[{word.key!r}].points: expected >= 3 finite [x, y] "
+                    f"points, got {found}"
+                )
+    return {name: [w.points for w in rec.words] for name, rec in records.items()}
 
 
 def sanitized_ground_truth(
