@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import hydra
 from hydra.utils import instantiate

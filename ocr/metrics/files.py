@@ -45,18 +45,20 @@ def load_predictions(path: str | Path) -> dict[str, list[np.ndarray]]:
     suffix = path.suffix.lower()
     if suffix == ".csv":
         return read_submission_csv(path)
-    if suffix != ".json":
-        raise ConfigValueError(f"pred={path}: expected a submission .csv or a predictions .json, got {suffix!r}")
-    records = load_annotations(path)
-    for name, record in records.items():  # GT sanitation removes these; CLEval would refuse them unnamed
-        for word in record.words:
-            if len(word.points) < 3 or not np.isfinite(word.points).all():
-                found = f"{len(word.points)} point(s)" if len(word.points) < 3 else "a coordinate beyond float32"
-                raise SubmissionError(
-                    f"pred={path}: images[{name!r}].words[{word.key!r}].points: expected >= 3 finite [x, y] "
-                    f"points, got {found}"
-                )
-    return {name: [w.points for w in rec.words] for name, rec in records.items()}
+    if suffix == ".json":
+        records = load_annotations(path)
+        for name, record in records.items():  # GT sanitation drops these; CLEval refused them unnamed
+            for word in record.words:
+                if len(word.points) < 3 or not np.isfinite(word.points).all():
+                    found = (
+                        f"{len(word.points)} point(s)" if len(word.points) < 3 else "an inf (beyond float32)"
+                    )
+                    raise SubmissionError(
+                        f"pred={path}: images[{name!r}].words[{word.key!r}].points: expected >= 3 finite "
+                        f"[x, y] points, got {found}"
+                    )
+        return {name: [w.points for w in rec.words] for name, rec in records.items()}
+    raise ConfigValueError(f"pred={path}: expected a submission .csv or a predictions .json, got {suffix!r}")
 
 
 def sanitized_ground_truth(
