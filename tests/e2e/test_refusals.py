@@ -47,6 +47,19 @@ def test_a_crop_beyond_the_training_images_is_refused_before_any_data_loads(tmp_
     assert seconds < 20, f"refused after {seconds:.1f} s"
 
 
+def test_a_decoder_without_channels_is_refused_in_one_line_naming_the_key(tmp_path: Path) -> None:
+    """DBNet++ (and PAN) with channels=-8 failed in torch's conv constructor, the key unnamed."""
+    result, _ = _run(
+        "train", "model=dbnetpp_resnet18", "model.decoder.channels=-8", f"hydra.run.dir={tmp_path / 'run'}"
+    )
+    console = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in console, console
+    assert (
+        "out of range (fix them in the YAML or on the command line): model.decoder.channels: expected "
+        ">= 1, got -8" in console
+    )
+
+
 @pytest.mark.slow  # two more runner processes
 def test_pipeline_optimizer_and_export_refusals_are_one_line_each(tmp_path: Path) -> None:
     result, _ = _run(
