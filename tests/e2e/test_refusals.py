@@ -3,6 +3,7 @@ nothing loaded first (issue 30: a 5000 px crop of 128 px images hung its first s
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -58,6 +59,26 @@ def test_a_decoder_without_channels_is_refused_in_one_line_naming_the_key(tmp_pa
         "out of range (fix them in the YAML or on the command line): model.decoder.channels: expected "
         ">= 1, got -8" in console
     )
+
+
+def test_a_sidecar_value_that_fails_the_config_check_is_named_with_the_sidecar(tmp_path: Path) -> None:
+    """mean: "abc" in an export's sidecar failed inside EvalTransform, naming neither."""
+    pytest.importorskip("onnxruntime")
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"never read: the settings are checked first")
+    sidecar = {"format": "ocr-dbnet-prob-map", "data": {"eval_transform": {"mean": "abc"}}, "postprocess": {}}
+    Path(f"{model}.json").write_text(json.dumps(sidecar))
+    result, _ = _run(
+        "predict",
+        "backend=onnx",
+        f"onnx_model={model}",
+        f"image_dir={tmp_path}",
+        f"hydra.run.dir={tmp_path}/r",
+    )
+    console = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in console, console
+    assert "the ONNX export (model.onnx.json): a stored value is refused" in console
+    assert "data.eval_transform.mean: expected a list, got 'abc' (str)" in console
 
 
 @pytest.mark.slow  # two more runner processes
