@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.receipt_fixtures import block_words, make_root, write_split
 
 
 def _run(runner: str, *overrides: str) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -79,6 +80,25 @@ def test_a_sidecar_value_that_fails_the_config_check_is_named_with_the_sidecar(t
     assert result.returncode == 1 and "Traceback" not in console, console
     assert "the ONNX export (model.onnx.json): a stored value is refused" in console
     assert "data.eval_transform.mean: expected a list, got 'abc' (str)" in console
+
+
+@pytest.mark.slow  # a training run up to its first data scan: a minute on 2 busy cores
+def test_an_extra_train_root_without_a_usable_image_is_one_line(tmp_path: Path) -> None:
+    """The message was clear, but came with a traceback."""
+    make_root(tmp_path / "labelled", num_images=2)
+    write_split(tmp_path / "empty", "train", {"ghost.png": block_words()}, create=False)
+    result, _ = _run(
+        "train",
+        "data=receipts",
+        f"data.root={tmp_path / 'labelled'}",
+        f"data.extra_train_roots=[{tmp_path / 'empty'}]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
+    console = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in console, console
+    assert (
+        f"data.extra_train_roots[0]={tmp_path / 'empty'} has no usable image (1 listed, 1 missing" in console
+    )
 
 
 @pytest.mark.slow  # two more runner processes
