@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, fields
@@ -54,8 +55,8 @@ def load_predictions(path: str | Path) -> dict[str, list[np.ndarray]]:
                         f"{len(word.points)} point(s)" if len(word.points) < 3 else "an inf (beyond float32)"
                     )
                     raise SubmissionError(
-                        f"pred={path}: images[{name!r}].words[{word.key!r}].points: expected >= 3 finite "
-                        f"[x, y] points, got {found}"
+                        f"pred={path}: images[{json.dumps(name)}].words[{json.dumps(word.key)}].points: "
+                        f"expected >= 3 finite [x, y] points, got {found}"
                     )
         return {name: [w.points for w in rec.words] for name, rec in records.items()}
     raise ConfigValueError(f"pred={path}: expected a submission .csv or a predictions .json, got {suffix!r}")
