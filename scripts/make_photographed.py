@@ -94,10 +94,8 @@ def _check_inputs(args: argparse.Namespace) -> None:
         raise SystemExit(f"--quality {args.quality}: expected a JPEG quality in 1..100")
     if not args.config.is_file():
         raise SystemExit(f"--config {args.config}: expected a photo settings YAML file, found none")
-    if not args.root.is_dir():
-        raise SystemExit(f"--root {args.root}: expected a data set folder (images/, jsons/), found none")
     if not annotation.is_file():
-        raise SystemExit(f"--split {args.split}: expected its annotation file {annotation}, found none")
+        raise SystemExit(f"--root {args.root} --split {args.split}: expected {annotation}, found none")
 
 
 def _check_replaceable(out: Path) -> None:
