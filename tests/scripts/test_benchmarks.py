@@ -15,9 +15,9 @@ from tests.helpers.paths import REPO_ROOT
 from tests.helpers.scripts import load_script, receipt_images
 
 
-def test_benchmark_targets_prints_both_layouts() -> None:
+def test_benchmark_targets_prints_both_layouts_and_records_them(tmp_path: Path) -> None:
     # A subprocess: the script refuses to run once torch is imported, as it is in the test process.
-    args = ["--boxes", "6", "--size", "64", "--images", "1", "--rounds", "1"]
+    args = ["--boxes", "6", "--size", "64", "--images", "1", "--rounds", "1", "--record", str(tmp_path)]
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "benchmark_targets.py"), *args],
         cwd=REPO_ROOT,
@@ -30,6 +30,10 @@ def test_benchmark_targets_prints_both_layouts() -> None:
         assert re.search(rf"^\| {layout} \| 6 \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", result.stdout, re.M), (
             result.stdout
         )
+    (recorded,) = tmp_path.glob("targets-*.json")
+    record = json.loads(recorded.read_text())
+    assert record["question"] == "The data pipeline" and "--boxes 6" in record["command"]
+    assert [row[:2] for row in record["rows"]] == [["words", 6], ["jittered", 6]]
 
 
 def test_benchmark_data_reports_every_stage(tmp_path: Path) -> None:
@@ -40,7 +44,7 @@ def test_benchmark_data_reports_every_stage(tmp_path: Path) -> None:
     text = module.main(
         [
             *("--data", "synthetic", "--root", str(tmp_path), "--preset", "cpu", "--core", "-1"),
-            *("--samples", "3", "--passes", "2", "--warmup", "1"),
+            *("--samples", "3", "--passes", "2", "--warmup", "1", "--record", str(tmp_path / "results")),
             "data.synthetic.num_train=3",
             "data.synthetic.num_val=1",
             "data.synthetic.num_test=1",
@@ -56,6 +60,9 @@ def test_benchmark_data_reports_every_stage(tmp_path: Path) -> None:
     stage_ms = [float(m) for m in re.findall(r"^\| (?!total)[^|]+ \| (-?[\d.]+) \|", text, re.M)]
     assert sum(stage_ms) > 0
     assert (dataset.load_source, dataset.make_db_targets, transforms.TrainTransform.__call__) == originals
+    (recorded,) = (tmp_path / "results").glob("data-*.json")
+    rows = json.loads(recorded.read_text())["rows"]
+    assert [row[0] for row in rows] == [*module.STAGES, "other", "total"]
 
 
 def test_benchmark_predict_times_both_backends_at_both_batch_sizes(
