@@ -21,12 +21,11 @@ from scripts.benchmark_results import QUESTIONS, RESULTS_DIR, read_result
 PAGE = RESULTS_DIR.parent / "results.md"
 HEADER = """# Results
 
-Measured figures, each with its protocol, the command that produced it and the machine it ran on: the
-newest run of each benchmark on each machine (older runs are in git's history of `docs/results/`). This
-page is generated: a benchmark run with `--record` writes `docs/results/<benchmark>-<machine>.json`, then
-`uv run python scripts/results_page.py` rewrites the page (`tests/test_docs.py` checks it is current).
-Machines: `cpu-2core-avx2` and `cpu-2core-avx512bf16` are 2-vCPU AMD EPYC VMs (the second with native
-bf16), shared with other jobs unless a protocol says idle; `h200` is one NVIDIA H200 with 16 CPU cores.
+The newest figures of each benchmark on each machine, with the protocol, the command and the machine
+(older runs: git's history of `docs/results/`). Generated: a benchmark run with `--record` writes
+`docs/results/<benchmark>-<machine>.json`, then `uv run python scripts/results_page.py` rewrites this
+page. `cpu-2core-*` are 2-vCPU AMD EPYC VMs, shared unless a protocol says idle; `h200` is one NVIDIA
+H200 with 16 CPU cores.
 """
 
 
