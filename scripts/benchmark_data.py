@@ -62,7 +62,7 @@ except ImportError:  # a checkout before ocr/machine (measured with --loader for
     from ocr.utils.hardware import register_resolvers  # type: ignore[no-redef]
 
 # The checkout whose ``ocr`` package runs (its configs too): run from another checkout's environment, the
-# script measures that checkout (docs/benchmarks.md measures the starting commit this way).
+# script measures that checkout (a before/after of two commits is measured this way).
 REPO = Path(importlib.import_module("ocr").__file__ or "").resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
 # stage -> the functions whose exclusive time it is: "module:attribute", or "dataset:..." for attributes of
