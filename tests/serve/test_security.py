@@ -174,3 +174,34 @@ def test_a_crafted_checkpoint_in_model_dirs_runs_nothing(serve_app: Any, tmp_pat
         message = answer.json()["error"]
         assert message.startswith(f"ckpt2={evil}: ") and "not loaded" in message and "\n" not in message
     assert not marker.exists()
+
+
+def test_split_images_named_with_hash_or_question_mark_are_served_url_encoded(
+    serve_app: Any, tmp_path: Path
+) -> None:
+    from urllib.parse import quote
+
+    from tests.helpers.receipt_fixtures import block_words, write_split
+
+    root = tmp_path / "data"
+    write_split(root, "test", {"a#1?.png": block_words(), "b c.png": block_words()})
+    client = serve_app(f"data.root={root}")
+    keys = sorted(row["key"] for row in _scored(client)["rows"])
+    assert keys == ["test/a#1?.png", "test/b c.png"]
+    page = client.get("/").text
+    assert '"/api/image/" + key' in page and "var key = encodeURIComponent(current)" in page
+    for key in keys:
+        encoded = quote(key, safe="")  # what encodeURIComponent makes of it
+        assert client.get(f"/api/image/{encoded}").headers["content-type"] == "image/jpeg"
+        assert client.get(f"/api/prob/1/{encoded}").content.startswith(b"\x89PNG")
+
+
+def _scored(client: Any) -> dict[str, Any]:
+    import time
+
+    for _ in range(600):
+        listing = client.get("/api/split").json()
+        if listing["scored"] + len(listing["failed"]) == listing["total"]:
+            return listing
+        time.sleep(0.1)
+    raise AssertionError(f"the split was not scored in 60 s: {listing}")
