@@ -61,8 +61,8 @@ def bind_port(host: str, port: int) -> socket.socket:
     if not is_loopback(address):
         log.warning(
             "host=%s: the app is open to every machine that reaches %s:%d, without a login: anyone there "
-            "can upload images, see them and the split's, and load the models under model_dirs (host=127.0.0.1 "
-            "keeps it to this machine)",
+            "can upload images, see them and the split's, and load the models under model_dirs "
+            "(host=127.0.0.1 keeps it to this machine)",
             host,
             address,
             sock.getsockname()[1],
