@@ -77,6 +77,8 @@ class Bounds:
         """What is wrong with ``value`` ("expected ..."), or None; values of other types are not judged."""
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
+        if value != value:  # NaN passes every comparison below
+            return f"expected {self.describe()}, got nan"
         too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
         too_high = self.high is not None and value > self.high
         return f"expected {self.describe()}, got {value}" if too_low or too_high else None
