@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
@@ -95,7 +96,7 @@ class WarmupDecaySchedule(LRScheduler):
             min_lr_ratio=self.min_lr_ratio,
         )
 
-    def get_lr(self) -> list[float]:
+    def get_lr(self) -> list[float | Tensor]:
         factor = self.factor(self.last_epoch)
         return [float(base_lr) * factor for base_lr in self.base_lrs]
 
