@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from ocr.machine.hardware import register_resolvers  # torch-free at import; hydra.run.dir uses ${first_set:}
 from ocr.metrics.files import evaluate_files, worst_images, write_image_results
 from ocr.run.entry import entry, quiet_third_party
+from ocr.run.folder import writable_dir
 
 register_resolvers()
 quiet_third_party()
@@ -30,8 +31,10 @@ log = logging.getLogger(__name__)
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Score ``cfg.pred`` against ``cfg.gt``; returns the summary printed as JSON."""
     options = instantiate(cfg.metric)
+    directory = Path(cfg.paths.output_dir)
+    if cfg.out_dir is not None:
+        directory = writable_dir(cfg.out_dir, "out_dir", create=True)
     names, result = evaluate_files(cfg.gt, cfg.pred, options, cfg.min_polygon_size)
-    directory = Path(cfg.out_dir if cfg.out_dir is not None else cfg.paths.output_dir)
     csv_path = write_image_results(directory / "cleval_per_image.csv", names, result.images)
     for name, image in worst_images(names, result.images, cfg.worst):
         log.info(

@@ -252,6 +252,7 @@ class Guard(Callback):
             if not failure_written(self.run_dir):
                 record_failure(self.run_dir, exception)
             _tag_wandb(trainer, "failed")
+        self.interrupts.restore()  # Lightning calls no callback's teardown after an exception
 
     def _write_crash_bundle(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
