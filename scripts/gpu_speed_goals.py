@@ -6,14 +6,9 @@ and a validation of 50 images (<= 1 s), on an H100/H200.
     uv run python scripts/gpu_speed_goals.py --device cpu --data-root ../shared/datasets/sroie-compact \
         --batch 2 --long-side 128 --images 4 --val-images 4 --passes 1          # a dry run on the CPU
 
-Runs with a plain ``python3`` (no uv: the repository root is put on the path here) that has the project's
-dependencies. Predict: scripts/benchmark_predict.py's PyTorch row (runners/predict.py's objects: decode,
-letterbox, network, post-processing; outputs not written), ``--images`` test images, one warm-up pass then
-``--passes`` timed passes, ``hardware=auto`` on CUDA (bf16 autocast where the GPU has it, channels_last).
-Validation: runners/test.py's module and trainer, ``split=val`` on the first ``--val-images`` val images,
-``trainer.validate`` once to warm up, then timed ``--passes`` times (CLEval scored, as in training). Without
-``--ckpt`` a randomly initialised r18-FPN (its maps hold almost no text: post-processing costs less than a
-trained model's). Prints one line per goal with the figures and met/missed; ``--json`` writes them.
+Runs with a plain ``python3`` that has the project's dependencies. Predict is scripts/benchmark_predict.py's
+PyTorch row; validation is runners/test.py's module and trainer on ``split=val``, warmed up once, then
+timed ``--passes`` times. Without ``--ckpt`` a random r18-FPN is used.
 """
 
 from __future__ import annotations
