@@ -73,26 +73,12 @@ _COORD_LIMIT = 1e9
 def sanitize_polygons(
     polygons: Sequence[Any], ignore: Sequence[bool], width: int, height: int, min_size: float = 1.0
 ) -> tuple[list[Polygon], list[bool], dict[str, int]]:
-    """Repair or remove polygons for an image of ``width`` x ``height`` px; never raises on geometry.
-
-    Args:
-        polygons: anything per polygon; (K, 2) arrays or nested lists are expected.
-        ignore: don't-care flag per polygon.
-        width: image width in the polygons' frame.
-        height: image height in the polygons' frame.
-        min_size: minimum shorter side in px; <= 0 disables the ``too_small`` check.
-
-    Returns:
-        Kept polygons as (K, 2) float32 (vertex order kept unless clipped or repaired), their flags,
-        and counts by reason (only non-zero entries; see the module docstring).
-
-    Raises:
-        ValueError: ``polygons`` and ``ignore`` differ in length (a caller bug, not bad geometry).
+    """Repair or remove polygons (anything, (K, 2) expected) for a ``width`` x ``height`` image; never
+    raises on geometry (ValueError: not one ``ignore`` flag per polygon). ``min_size`` <= 0 disables
+    ``too_small``. Returns the kept (K, 2) float32 polygons, their flags and the non-zero counts by reason.
     """
-    results = _sanitize_each(polygons, ignore, width, height, min_size)
-    kept = [poly for poly, _ in results if poly is not None]
-    flags = [bool(flag) for (poly, _), flag in zip(results, ignore, strict=True) if poly is not None]
-    return kept, flags, _counts(results)
+    kept, flags, _, counts = sanitize_words(polygons, ignore, [None] * len(polygons), width, height, min_size)
+    return kept, flags, counts
 
 
 def sanitize_words(
@@ -103,11 +89,7 @@ def sanitize_words(
     height: int,
     min_size: float = 1.0,
 ) -> tuple[list[Polygon], list[bool], list[str | None], dict[str, int]]:
-    """:func:`sanitize_polygons` that keeps each transcription with its polygon.
-
-    Returns:
-        Kept polygons, their ignore flags and texts, and the counts by reason.
-    """
+    """:func:`sanitize_polygons` that keeps each transcription with its polygon."""
     results = _sanitize_each(polygons, ignore, width, height, min_size)
     kept, flags, kept_texts = [], [], []
     for (poly, _), is_ignored, text in zip(results, ignore, texts, strict=True):
@@ -180,10 +162,7 @@ def _counts(results: Sequence[tuple[Polygon | None, str | None]]) -> dict[str, i
 
 def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
     """Sum per-reason counts; only non-zero entries are kept."""
-    total: Counter[str] = Counter()
-    for c in counts:
-        total.update(c)
-    return {k: v for k, v in total.items() if v}
+    return dict(sum(map(Counter, counts), Counter()))  # Counter's + keeps the positive counts
 
 
 def _prepare_group(
@@ -289,10 +268,7 @@ def _as_points(poly: Any) -> npt.NDArray[np.float64] | None:
 
 def _drop_repeats(pts: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Drop points equal to their successor, cyclically (so a closing point equal to the first goes)."""
-    nxt = np.empty_like(pts)
-    nxt[:-1] = pts[1:]
-    nxt[-1] = pts[0]
-    keep = (pts != nxt).any(axis=1)
+    keep = (pts != np.roll(pts, -1, axis=0)).any(axis=1)
     if keep.all():
         return pts
     return pts[keep] if keep.any() else pts[:1]
