@@ -75,8 +75,7 @@ def sanitize_polygons(
 ) -> tuple[list[Polygon], list[bool], dict[str, int]]:
     """Repair or remove polygons (anything, (K, 2) expected) for a ``width`` x ``height`` image; never
     raises on geometry (ValueError: not one ``ignore`` flag per polygon). ``min_size`` <= 0 disables
-    ``too_small``. Returns the kept (K, 2) float32 polygons, their flags and the non-zero counts by reason.
-    """
+    ``too_small``. Returns the kept (K, 2) float32 polygons, their flags and the non-zero counts by reason."""
     kept, flags, _, counts = sanitize_words(polygons, ignore, [None] * len(polygons), width, height, min_size)
     return kept, flags, counts
 
@@ -141,8 +140,7 @@ def _sanitize_each(
 
 def _plain_stack(polygons: Sequence[Any]) -> npt.NDArray[np.float64] | None:
     """The polygons as one (N, K, 2) float64 array when they all have the same K >= 3 points, finite,
-    within the coordinate limit and no point equal to the next; None otherwise (or when there are none).
-    """
+    within the coordinate limit and no point equal to the next; None otherwise (or when there are none)."""
     try:
         stack = np.asarray(polygons, dtype=np.float64)
     except (ValueError, TypeError):

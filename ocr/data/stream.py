@@ -36,22 +36,12 @@ _SEEDS = 2**31  # per-sample seeds
 
 @dataclass
 class LoaderWait:
-    """Time the training loop spent blocked in ``next()`` on the train loader: the data-wait figure's
-    numerator (``ocr.lightning_modules.callbacks.data_wait``). Host clock only: no device sync.
-
-    Attributes:
-        seconds: total seconds waited.
-        batches: batches received.
-        first_batch: seconds waited for the first batch of each epoch, in order.
-    """
+    """Host seconds the training loop spent blocked in ``next()`` on the train loader (the data-wait
+    figure's numerator), batches received, and the wait for each epoch's first batch."""
 
     seconds: float = 0.0
     batches: int = 0
     first_batch: list[float] = field(default_factory=list)
-
-
-class _Seedable(Protocol):
-    def set_random_seed(self, seed: int) -> None: ...
 
 
 class _TransformedDataset(Protocol):
@@ -138,22 +128,11 @@ class StreamBatches:
 
 class TrainStream:
     """Lightning's train loader: ``len()`` batches per epoch (one pass), all from one DataLoader iterator
-    over :class:`StreamBatches` that lives until :meth:`close`.
+    (``make_loader(samples, batch_sampler)``) over :class:`StreamBatches` that lives until :meth:`close`.
 
-    Each ``iter()`` (Lightning calls it at every epoch start) yields the batches up to the end of the
-    current pass, so the workers' queue carries over into the next epoch. The position is counted in
-    batches that reached a training step (:meth:`count_trained`, called by the datamodule's
-    ``on_before_batch_transfer``), not in batches fetched: a checkpoint resumes at the batch after the last
-    one trained, whatever a loop fetched ahead.
-
-    Args:
-        dataset: the train dataset; its transform must have ``set_random_seed``.
-        batch_size: samples per batch.
-        seed: the stream seed (per-pass permutations and per-sample augmentation seeds).
-        rank: this process's global rank.
-        world_size: number of processes that train.
-        make_loader: builds the DataLoader from a dataset and a batch sampler (workers, collate, pinning).
-        wait: where the time spent waiting for batches is added up.
+    Each ``iter()`` yields the batches up to the end of the current pass, so the workers' queue carries
+    over into the next epoch. The position counts batches that reached a training step
+    (:meth:`count_trained`), not batches fetched ahead: a checkpoint resumes at the batch after the last.
     """
 
     def __init__(
@@ -233,11 +212,8 @@ class TrainStream:
         }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Continue where a checkpoint's stream stopped: the same seed, the batch after the last trained.
-
-        A checkpoint of another data size, batch size or world size cannot continue its passes: the stream
-        then starts the next pass of its own seed, with a warning.
-        """
+        """Continue at the batch after the checkpoint's last trained, with its seed; after another data
+        size, batch size or world size, at the start of the next pass (with a warning)."""
         self.seed = int(state["seed"])
         saved_shape = (int(state["batches_per_pass"]), int(state["world_size"]))
         trained = int(state["trained"])
