@@ -48,14 +48,8 @@ class GroundTruth:
 
 @dataclass(frozen=True)
 class ImageJob:
-    """What the host work of one image needs besides its maps.
-
-    Attributes:
-        image_id: file name relative to the split's image folder.
-        geometry: input px -> original px.
-        gt: labels to score against (val/test), or None (predict).
-        preview_long_side: long side of the probability map kept for the report (0: none).
-    """
+    """What one image's host work needs besides its maps: the id, input px -> original px ``geometry``, the
+    labels to score against (None: predict) and the report preview's long side (0: none)."""
 
     image_id: str
     geometry: Geometry
@@ -65,13 +59,8 @@ class ImageJob:
 
 @dataclass(frozen=True)
 class ImageMaps:
-    """One image's maps as they reached the host.
-
-    Attributes:
-        bitmap: (H, W) uint8 0/1, ``prob > postprocess.thresh`` computed on the device.
-        prob: (H, W) float32 probabilities, or int16 codes of 16-bit logits (``table`` names their dtype).
-        table: None for float32 ``prob``; else the :attr:`HostWork.tables` entry that decodes the codes.
-    """
+    """One image's maps as they reached the host: (H, W) uint8 ``bitmap`` (thresholded on the device) and
+    (H, W) ``prob``, float32 or int16 logit codes decoded by the :attr:`HostWork.tables` entry ``table``."""
 
     bitmap: npt.NDArray[np.uint8]
     prob: npt.NDArray[np.float32] | npt.NDArray[np.int16]
@@ -80,15 +69,8 @@ class ImageMaps:
 
 @dataclass(frozen=True)
 class ImageOutcome:
-    """The host work's result for one image.
-
-    Attributes:
-        job: what was asked (the report reads the image id, geometry and labels from it).
-        prediction: polygons and scores in original px.
-        cleval: the image's CLEval counts (scored jobs), else None.
-        preview: (h, w) uint8 probability map in the original frame (when asked), else None.
-        seconds: time the worker spent on it.
-    """
+    """One image's result: its job, polygons and scores in original px, CLEval counts (scored jobs), the
+    (h, w) uint8 preview (when asked) and the worker's seconds."""
 
     job: ImageJob
     prediction: Prediction
@@ -98,14 +80,8 @@ class ImageOutcome:
 
 
 class CodedProbMap:
-    """Probabilities kept as the int16 codes of 16-bit logits, decoded by a 65,536-entry table (the
-    device's own ``sigmoid(logit.float())`` of every code), only where they are read: exact, at half the
-    bytes of a float32 map.
-
-    Args:
-        codes: (H, W) int16, the bit patterns of bf16/fp16 logits.
-        table: (65536,) float32, the probability of each code read as uint16.
-    """
+    """(H, W) int16 codes of 16-bit logits, decoded only where read by a (65536,) float32 table of the
+    device's own ``sigmoid(logit.float())``: exact, at half the bytes of a float32 map."""
 
     def __init__(self, codes: npt.NDArray[np.int16], table: npt.NDArray[np.float32]) -> None:
         self.codes = codes
@@ -138,13 +114,7 @@ def prob_map_in_original_frame(
 
 
 class HostWork:
-    """The per-image host work, with what is the same for every image of a run.
-
-    Args:
-        postprocess: turns a bitmap and probabilities into polygons and scores.
-        cleval: how scored jobs are scored.
-        tables: code tables for :class:`CodedProbMap`, by logit dtype name.
-    """
+    """The per-image host work (``postprocess``, ``cleval`` scoring, ``tables`` by logit dtype name)."""
 
     def __init__(
         self,
@@ -158,11 +128,7 @@ class HostWork:
         self.tables = dict(tables)
 
     def __call__(self, job: ImageJob, maps: ImageMaps) -> ImageOutcome:
-        """Polygons, scores, CLEval counts and preview of one image.
-
-        Raises:
-            ImageWorkError: naming the image and what failed.
-        """
+        """Polygons, scores, CLEval counts and preview of one image (ImageWorkError naming it)."""
         start = time.perf_counter()
         try:
             prob = self._prob_map(maps)
