@@ -72,11 +72,8 @@ class CLEvalMetric(Metric):
         gt_ignore: Sequence[Sequence[bool]],
         gt_texts: Sequence[Sequence[str | None]] | None = None,
     ) -> None:
-        """Score a batch; one list entry per image, polygons (K, 2) in the same pixel frame.
-
-        Raises:
-            ValueError: lists of different lengths or a malformed polygon (naming the batch image).
-        """
+        """Score a batch, one list entry per image, (K, 2) polygons in one pixel frame (ValueError names the
+        image)."""
         labels = [f"batch image {i}" for i in range(len(gt_polygons))]
         self._add(evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, self.options, labels))
 
