@@ -102,11 +102,8 @@ def summarize_report(text: str) -> SanitizerSummary:
 
 
 def run_sanitizer(tool: str, command: list[str], report: Path) -> int:
-    """Run ``command`` under ``compute-sanitizer --tool tool``; tee output to ``report``.
-
-    Returns:
-        0 for a clean run, 1 when errors were reported or the program failed, 127 without the sanitizer.
-    """
+    """Run ``command`` under ``compute-sanitizer --tool tool``, tee its output to ``report``; returns 0 for a
+    clean run, 1 when errors were reported or the program failed, 127 without the sanitizer."""
     if tool not in TOOLS:
         raise ValueError(f"tool: expected one of {TOOLS}, got {tool!r}")
     binary = find_compute_sanitizer()
