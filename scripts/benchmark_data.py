@@ -98,11 +98,8 @@ class StageClock:
 
 @contextlib.contextmanager
 def instrument(clock: StageClock, dataset: Any) -> Iterator[None]:
-    """Wrap every function ``STAGES`` names for the duration of the block, then put them back.
-
-    Raises:
-        AttributeError: a named function no longer exists (update ``STAGES`` with the pipeline).
-    """
+    """Wrap every function ``STAGES`` names for the duration of the block, then put them back
+    (AttributeError: update ``STAGES`` with the pipeline)."""
     roots = {"dataset": dataset}
     originals = []
     try:

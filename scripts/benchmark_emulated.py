@@ -112,15 +112,10 @@ class ZeroLoss(nn.Module):
 
 
 class PacedSamples(Dataset[Sample]):
-    """The train dataset with each sample taking ``seconds`` of the worker's time: one of ``built`` (real
-    samples built beforehand) handed on, or when ``built`` is None the sample built for real; either way
-    the worker then sleeps until its timeline reaches the sample's end.
-
-    A worker's timeline (one per worker process) starts afresh with the first sample of each batch of
-    ``batch_size`` (the worker may have waited for work before it) and runs on by ``seconds`` per sample to
-    the batch's end, so a sleep that wakes late on a busy machine does not add up over the batch: a batch
-    takes ``batch_size * seconds`` (more only when the real work takes longer) and the collate.
-    """
+    """The train dataset with each sample taking ``seconds`` of the worker's time: one of ``built`` handed on
+    (None: built for real), then a sleep to the end of its slot on a timeline that restarts with each batch
+    of ``batch_size``, so late wake-ups on a busy machine do not add up: a batch takes ``batch_size *
+    seconds`` (more only when the real work takes longer) and the collate."""
 
     def __init__(self, dataset: Any, seconds: float, built: list[Sample] | None, batch_size: int) -> None:
         self.dataset, self.seconds, self.built = dataset, seconds, built

@@ -70,11 +70,8 @@ def random_checkpoint(path: Path, overrides: Sequence[str]) -> Path:
 
 
 class Peer:
-    """The peer detector's worker (scripts/peer_rapidocr.py in the peer's Python), warmed up on start.
-
-    Raises:
-        RuntimeError: the worker exited or answered something else than JSON (its stderr is ours).
-    """
+    """The peer detector's worker (scripts/peer_rapidocr.py in the peer's Python), warmed up on start
+    (RuntimeError when it exits or answers something else than JSON)."""
 
     def __init__(self, python: Path, images: list[Path], work: Path) -> None:
         listing = work / "peer_images.txt"
@@ -221,13 +218,8 @@ class Row:
 
 
 class EmulatedNetwork(nn.Module):
-    """Stands in for the network: waits the device time of each batch, then returns the next of
-    ``prob_logits`` (the real network's, in batch order).
-
-    Args:
-        prob_logits: (B, 1, H, W) per batch.
-        seconds: device time per batch, in batch order.
-    """
+    """Stands in for the network: waits each batch's device time (``seconds``), then returns its (B, 1, H, W)
+    ``prob_logits`` (the real network's, in batch order)."""
 
     def __init__(self, prob_logits: list[Tensor], seconds: list[float]) -> None:
         super().__init__()
