@@ -86,12 +86,8 @@ class Resume:
         return f"# resumed from {self.checkpoint}; overrides: {' '.join(self.overrides) or 'none'}\n"
 
     def check_data(self, datamodule: Any, allow_change: bool) -> None:
-        """Refuse to go on when the data fingerprint differs from the checkpoint's (unless
-        ``allow_change``); prepares the data first, since the fingerprint hashes its annotation files.
-
-        Raises:
-            ValueError: naming both fingerprints and the override that goes on anyway.
-        """
+        """Refuse to go on when the data fingerprint (of the annotation files, so the data is prepared first)
+        differs from the checkpoint's, unless ``allow_change``."""
         datamodule.prepare_data()
         current = datamodule.fingerprint
         if self.data_fingerprint is None:
@@ -161,13 +157,8 @@ def _readable_hpc_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
-    """``ckpt_path`` when given, else the checkpoint in ``<run_dir>/checkpoints`` (or the one Lightning
-    saved on a SLURM pre-emption, ``<run_dir>/hpc_ckpt_<n>.ckpt``) with the highest step (``last.ckpt`` on
-    a tie); with its step.
-
-    Raises:
-        FileNotFoundError: naming the folder when it holds no checkpoint.
-    """
+    """``ckpt_path`` when given, else the checkpoint of highest step (``last.ckpt`` on a tie) in
+    ``<run_dir>/checkpoints`` or a SLURM pre-emption's ``<run_dir>/hpc_ckpt_<n>.ckpt``; with its step."""
     if ckpt_path is not None:
         path = Path(ckpt_path)
         if not path.is_file():
@@ -247,12 +238,8 @@ def _check_fixed_key(run_cfg: DictConfig, key: str, value: Any, override: str) -
 
 
 def _check_same_run(run_dir: Path, checkpoint_path: Path, run_config: dict[str, Any], allow: bool) -> bool:
-    """Whether the checkpoint belongs to the run in ``run_dir``: by run identity when both record one,
-    else by where the file lies. A checkpoint of another run is refused, naming both, unless ``allow``.
-
-    Raises:
-        ResumeRefusedError: another run's checkpoint without ``resume_allow_other_run=true``.
-    """
+    """Whether the checkpoint belongs to the run in ``run_dir`` (by run identity when both record one, else
+    by where the file lies); another run's is refused unless ``allow``."""
     folder_id = read_run_id(run_dir)
     checkpoint_id = run_config.get("run_id")
     if folder_id is not None and checkpoint_id is not None:

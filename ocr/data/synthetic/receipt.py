@@ -301,18 +301,8 @@ def receipt_rows(rng: np.random.Generator, count: int) -> list[Row]:
 def layout_dense(
     rng: np.random.Generator, rows: list[Row], body_h: float, chars: int, squeeze: float
 ) -> DensePage:
-    """Lay out ``rows`` on a paper sized to fit them.
-
-    Args:
-        rng: source of every random choice.
-        rows: the receipt's rows.
-        body_h: cap height of body text in px.
-        chars: characters per line of the body font (sets the paper width).
-        squeeze: horizontal scale of every glyph (condensed print below 1).
-
-    Returns:
-        The page: ink and pen maps of the paper's size, words in paper px grouped by cell.
-    """
+    """Lay out ``rows`` on a paper sized to fit them (``chars`` per body line, glyphs scaled by ``squeeze``):
+    ink and pen maps of the paper's size and the words in paper px grouped by cell."""
     fonts = available_fonts()
     main = fonts[int(rng.integers(len(fonts)))]
     header = main if rng.random() < 0.6 else fonts[int(rng.integers(len(fonts)))]
