@@ -103,9 +103,7 @@ def _sanitize_each(
     polygons: Sequence[Any], ignore: Sequence[bool], width: int, height: int, min_size: float
 ) -> list[tuple[Polygon | None, str | None]]:
     """Per input polygon: the repaired polygon (None when removed) and the reason (None when untouched).
-
-    Polygons are processed in groups of equal vertex count; each one's result depends only on itself.
-    """
+    Polygons are processed in groups of equal vertex count; each one's result depends only on itself."""
     if len(polygons) != len(ignore):
         raise ValueError(
             f"sanitize: expected one ignore flag per polygon, got {len(ignore)} flags "

@@ -77,14 +77,11 @@ class SeededSamples(Dataset[Sample]):
 
 class StreamBatches:
     """Endless batches of ``(index, seed)`` items: pass after pass over ``num_samples`` samples, from batch
-    ``start`` on (counted from the first pass).
-
-    Pass ``p`` is a permutation of the samples (the identity with ``shuffle=False``) and a seed per slot,
-    both drawn from ``numpy.random.default_rng([seed, p])``. Under DDP rank ``r`` of ``world_size`` takes
-    slots ``r, r + world_size, ...``; every rank gets the same number of batches per pass. A pass ends with
-    its last full batch (the rest is dropped), unless it has fewer samples than one batch: then it is one
-    smaller batch.
-    """
+    ``start`` on (counted from the first pass). Pass ``p`` is a permutation of the samples (the identity with
+    ``shuffle=False``) and a seed per slot, both drawn from ``numpy.random.default_rng([seed, p])``. Under DDP
+    rank ``r`` of ``world_size`` takes slots ``r, r + world_size, ...``; every rank gets the same number of
+    batches per pass. A pass ends with its last full batch (the rest is dropped), unless it has fewer samples
+    than one batch: then it is one smaller batch."""
 
     def __init__(
         self,
@@ -128,12 +125,10 @@ class StreamBatches:
 
 class TrainStream:
     """Lightning's train loader: ``len()`` batches per epoch (one pass), all from one DataLoader iterator
-    (``make_loader(samples, batch_sampler)``) over :class:`StreamBatches` that lives until :meth:`close`.
-
-    Each ``iter()`` yields the batches up to the end of the current pass, so the workers' queue carries
-    over into the next epoch. The position counts batches that reached a training step
-    (:meth:`count_trained`), not batches fetched ahead: a checkpoint resumes at the batch after the last.
-    """
+    (``make_loader(samples, batch_sampler)``) over :class:`StreamBatches` that lives until :meth:`close`. Each
+    ``iter()`` yields the batches up to the end of the current pass, so the workers' queue carries over into
+    the next epoch. The position counts batches that reached a training step (:meth:`count_trained`), not
+    batches fetched ahead: a checkpoint resumes at the batch after the last."""
 
     def __init__(
         self,

@@ -43,11 +43,9 @@ def source_region(
 ) -> tuple[npt.NDArray[np.uint8], int, npt.NDArray[np.float64]]:
     """The part of ``image`` ((H, W, 3) uint8) the crop ``window`` (frame px) reads, in whole blocks of the
     integer area-averaging factor ``k`` nearest ``1 / factor`` (1 unless downscaling): integer INTER_AREA is
-    10x faster than a fractional one and the warp's bilinear sampling does the rest.
-
-    A window that misses the image (a rotated image's box corners) gets its nearest edge pixels, never an
-    empty array. Returns the (h, w, 3) view, ``k`` and the (3, 3) matrix from pooled-region px to frame px.
-    """
+    10x faster than a fractional one and the warp's bilinear sampling does the rest. A window that misses the
+    image (a rotated image's box corners) gets its nearest edge pixels, never an empty array. Returns the (h,
+    w, 3) view, ``k`` and the (3, 3) matrix from pooled-region px to frame px."""
     x0, y0, x1, y1 = window
     margin = 2.0 / factor + 2.0  # source px: area support plus the warp's bilinear neighbours
     height, width = image.shape[:2]

@@ -100,10 +100,8 @@ class CodedProbMap:
 def prob_map_in_original_frame(
     prob: npt.NDArray[np.float32], geometry: Geometry, long_side: int
 ) -> npt.NDArray[np.uint8]:
-    """A (H, W) probability map in input px as uint8 in the original frame, long side ``long_side``.
-
-    The map may be smaller than the network input (it is scaled up to the input first, as a matrix).
-    """
+    """A (H, W) probability map in input px as uint8 in the original frame, long side ``long_side``. The map
+    may be smaller than the network input (it is scaled up to the input first, as a matrix)."""
     scale = long_side / max(geometry.orig_width, geometry.orig_height)
     width = max(1, round(geometry.orig_width * scale))
     height = max(1, round(geometry.orig_height * scale))

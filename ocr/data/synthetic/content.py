@@ -30,12 +30,10 @@ _FOOTER = (
 
 @dataclass(eq=False)
 class Line:
-    """One receipt line: ``left`` tokens (centred or flush left) and ``right`` tokens (flush right).
-
-    ``align`` is ``left``, ``center``, ``lr``, ``rule`` or ``barcode``; ``ignore`` marks fine print whose
-    words are don't-care regions; ``optional`` lines are dropped first when the paper is too short.
-    Lines compare by identity so equal-looking lines stay distinct.
-    """
+    """One receipt line: ``left`` tokens (centred or flush left) and ``right`` tokens (flush right). ``align``
+    is ``left``, ``center``, ``lr``, ``rule`` or ``barcode``; ``ignore`` marks fine print whose words are
+    don't-care regions; ``optional`` lines are dropped first when the paper is too short. Lines compare by
+    identity so equal-looking lines stay distinct."""
 
     left: list[str]
     right: list[str] = field(default_factory=list)

@@ -64,10 +64,8 @@ _INK_THRESHOLD = 64  # alpha (0-255) counted as ink for the word box; fainter an
 
 @dataclass(frozen=True)
 class Font:
-    """A font the generator can draw with: an OpenCV Hershey face or a packaged TrueType file.
-
-    ``wide`` marks faces that also cover Greek and Cyrillic.
-    """
+    """A font the generator can draw with: an OpenCV Hershey face or a packaged TrueType file. ``wide`` marks
+    faces that also cover Greek and Cyrillic."""
 
     name: str
     hershey: int | None = None

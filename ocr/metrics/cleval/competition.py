@@ -147,12 +147,10 @@ def _hull_ccw(points: F64) -> F64:
 
 
 def _polygon_cycle(points: F64) -> F64 | None:
-    """Hull of one polygon as qhull lists it, or None where qhull fails (flat point set).
-
-    The listing starts where qhull's first facet starts when one of its initial edges survives on the
-    hull (always for 4 points); otherwise qhull's later facet order decides and the hull is started at its
-    left-most vertex: then an exact tie between hull edges may be read differently from the scorer.
-    """
+    """Hull of one polygon as qhull lists it, or None where qhull fails (flat point set). The listing starts
+    where qhull's first facet starts when one of its initial edges survives on the hull (always for 4 points);
+    otherwise qhull's later facet order decides and the hull is started at its left-most vertex: then an exact
+    tie between hull edges may be read differently from the scorer."""
     hull = _hull_ccw(points)
     if len(hull) < 3:
         return None
@@ -211,11 +209,9 @@ def _ratio(len_p: F32, len_o: F32, best: IntArr) -> F32:
 
 
 def _convex_quad_ratios(quads: F64, ccw: npt.NDArray[np.bool_]) -> F32:
-    """Aspect ratios of strictly convex (n, 4, 2) quads, listed counter-clockwise when ``ccw``.
-
-    The hull is the quad itself; where the smallest rectangle is tied between edges (a rectangle: read
-    along its width or its height), the first in qhull's listing wins.
-    """
+    """Aspect ratios of strictly convex (n, 4, 2) quads, listed counter-clockwise when ``ccw``. The hull is
+    the quad itself; where the smallest rectangle is tied between edges (a rectangle: read along its width or
+    its height), the first in qhull's listing wins."""
     len_p, len_o, area = _edge_sides(quads, np.full(len(quads), 4))
     tied = area == area.min(axis=1, keepdims=True)
     best = tied.argmax(axis=1)
@@ -300,12 +296,9 @@ def fp_char_counts(ar: F32) -> npt.NDArray[np.int64]:
 
 
 def _chain_points(verts: F64, owner: IntArr, j: IntArr, counts: IntArr, n: IntArr, top: bool) -> F64:
-    """Point ``j`` of each centre's top (or bottom) chain in the scorer's interpolation.
-
-    The chain is the first half of the points (top) or the second half reversed (bottom); each of its
-    ``half - 1`` sections is cut into ``n`` steps, the inner cut points truncated to integers, and the
-    chain's last point closes it.
-    """
+    """Point ``j`` of each centre's top (or bottom) chain in the scorer's interpolation. The chain is the
+    first half of the points (top) or the second half reversed (bottom); each of its ``half - 1`` sections is
+    cut into ``n`` steps, the inner cut points truncated to integers, and the chain's last point closes it."""
     half = counts // 2
     sections = half - 1
     sec, step = np.divmod(j, n)

@@ -36,11 +36,9 @@ _SUMMED_FIELDS = {
 
 
 class CLEvalMetric(Metric):
-    """Character-level evaluation of text detection (docs/metrics.md).
-
-    ``competition`` mode reports the mean of per-image P/R/H; ``upstream`` mode divides character counts
-    summed over the dataset. Both sets of sums are kept, so the reduction is a plain sum in either mode.
-    """
+    """Character-level evaluation of text detection (docs/metrics.md). ``competition`` mode reports the mean
+    of per-image P/R/H; ``upstream`` mode divides character counts summed over the dataset. Both sets of sums
+    are kept, so the reduction is a plain sum in either mode."""
 
     full_state_update = False
     higher_is_better = True
