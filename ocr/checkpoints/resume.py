@@ -1,9 +1,8 @@
 """Resume a run: its own config from the checkpoint, only the command line's key overrides on top.
 
-``runners/train.py resume=<run dir>`` continues in that directory from its latest checkpoint (or the
-one ``ckpt_path`` names). The resolved config stored in the checkpoint is the run's config, so neither
-a changed default nor ``hardware=auto`` on another machine changes a resumed run behind the user's back.
-Everything here only reads: a refused resume (:class:`ResumeRefusedError`) has written nothing.
+``runners/train.py resume=<run dir>`` continues in that directory from its latest checkpoint (or
+``ckpt_path``) with the resolved config stored in it, so neither a changed default nor ``hardware=auto``
+on another machine changes it behind the user's back. A refused resume has written nothing.
 """
 
 from __future__ import annotations
@@ -287,12 +286,8 @@ def refuse_file_resume(resume: str | None) -> None:
 def _refuse_nothing_to_train(
     cfg: DictConfig, checkpoint: dict[str, Any], checkpoint_path: Path, step: int, run_dir: Path
 ) -> None:
-    """Refuse a resume whose length is already reached: it would only test again and rewrite the run's
-    ``metrics.json`` and status (README, "Resume a run").
-
-    Raises:
-        ResumeRefusedError: naming the run's step (or epoch), the length and the override that trains.
-    """
+    """Refuse a resume whose length is already reached (it would only test again and rewrite the run's
+    ``metrics.json`` and status), naming the step (or epoch), the length and the override that trains."""
     max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=-1)
     max_epochs = OmegaConf.select(cfg, "trainer.max_epochs", default=None)
     if isinstance(max_steps, int) and max_steps >= 0:
@@ -328,16 +323,9 @@ def _has_key(cfg: DictConfig, key: str) -> bool:
 
 
 def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
-    """The run's own config (from its checkpoint) with ``overrides`` applied, and the checkpoint.
-
-    Args:
-        composed: the config Hydra composed for this invocation (``resume``, ``ckpt_path`` set).
-        overrides: this invocation's command-line overrides (Hydra's ``overrides.task``).
-
-    Raises:
-        FileNotFoundError: no checkpoint to resume from.
-        ValueError: an override that cannot apply to the run's config, or another output directory.
-    """
+    """The run's own config (from its checkpoint) with this invocation's key ``overrides`` (Hydra's
+    ``overrides.task``) applied, and the checkpoint. FileNotFoundError: no checkpoint; ResumeRefusedError:
+    an override that cannot apply, or another output directory."""
     run_dir = Path(composed.resume).resolve()
     refuse_file_resume(composed.resume)
     if not run_dir.is_dir():
@@ -391,12 +379,8 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
 
 
 def resume_from_command_line(cfg: DictConfig) -> Resume | None:
-    """The resume ``cfg`` asks for (``resume=<run dir>``, optional ``ckpt_path``), or None.
-
-    Raises:
-        ValueError: ``ckpt_path`` without ``resume``: the run's directory and config would be unknown.
-        ResumeRefusedError: ``model.init_from`` with ``resume``: a resume restores every weight.
-    """
+    """The resume ``cfg`` asks for (``resume=<run dir>``, optional ``ckpt_path``), or None; refuses
+    ``ckpt_path`` without ``resume`` and ``model.init_from`` with it."""
     if cfg.ckpt_path is not None and cfg.resume is None:
         raise ValueError(
             f"ckpt_path={cfg.ckpt_path} needs the run to resume: pass resume=<run dir> (its own config "

@@ -1,12 +1,9 @@
 """Datasets: a labelled split (``ReceiptDataset``) and a folder of images for prediction.
 
-``ReceiptDataset`` scans its split once at construction (``ocr.data.scan``: every image decode-checked,
-unusable ones skipped and counted or failed per ``on_missing_image``, frames resolved, polygons
-sanitised). ``__getitem__`` then decodes (at reduced scale when the input is much smaller, or from the
-on-disk cache), draws the augmentation, maps the polygons and sanitises them in input px, all in the
-DataLoader worker. With ``render_on=worker`` the worker also warps the training crop and draws the DB
-targets; with ``render_on=device`` it ships the source region the crop reads and the polygons, and
-``ocr.data.coding.decode_batch`` warps and draws on the batch's device.
+``ReceiptDataset`` scans its split once at construction (``ocr.data.scan``); ``__getitem__`` then
+decodes (reduced, or from the cache), augments and sanitises the polygons in input px, in the DataLoader
+worker, which also warps the crop and draws the DB targets (``render_on=worker``) or ships the source
+region and the polygons for ``ocr.data.coding.decode_batch`` to do so on the device (``render_on=device``).
 """
 
 from __future__ import annotations
@@ -57,13 +54,9 @@ class ReceiptDataset(Dataset[Sample]):
         cache_dir: str | Path | None,
         render_on: str,
     ) -> None:
-        """Scan the split (``ocr.data.scan``); ``targets`` holds ``TargetParams``' fields, ``cache_dir``
-        None disables the decoded-image cache, ``render_on`` is ``worker`` or ``device``.
-
-        Raises:
-            ValueError: ``on_missing_image``, ``render_on`` or ``targets``' keys are not known ones.
-            FileNotFoundError, ImageReadError: the annotation file, or (``fail``) images, are missing or
-                unreadable; AnnotationError: the annotation file is malformed.
+        """Scan the split (``ocr.data.scan``); ``targets`` holds ``TargetParams``' fields, ``cache_dir`` None
+        disables the decoded-image cache. ValueError: an unknown ``on_missing_image``, ``render_on`` or target
+        key; FileNotFoundError, ImageReadError, AnnotationError: the annotation file or (``fail``) the images.
         """
         if on_missing_image not in ON_MISSING:
             raise ValueError(f"on_missing_image: expected one of {ON_MISSING}, got {on_missing_image!r}")

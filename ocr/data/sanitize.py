@@ -1,27 +1,12 @@
 """Polygon sanitation: the one place where annotation polygons are repaired or removed, with counts.
 
-Every polygon goes through the same steps, in this order; the first failing step names the reason:
-
-====================  =======================================================================
-reason                meaning
-====================  =======================================================================
-none                  the polygon is ``None``
-malformed             not convertible to (K, 2) numbers (ragged, strings, wrong shape)
-empty                 no points
-non_finite            a NaN or infinite coordinate
-out_of_range          a coordinate beyond +-1e9 px: no image is that large (a unit or encoding error)
-too_few_points        fewer than 3 distinct points (consecutive duplicates are dropped)
-zero_area             no area (collinear points), also after repair
-out_of_image          nothing with area left after clipping to ``[0, width] x [0, height]``
-too_small             the shorter side of its minimum-area rectangle is below ``min_size``
-====================  =======================================================================
-
-Every repair is counted too, for polygons that were *kept*: ``self_intersecting_repaired`` for invalid
-ones (points in convex position, a quadrilateral clicked in the wrong order, become their convex hull;
-anything else becomes the largest polygon of shapely's ``make_valid``), ``clipped`` for valid ones that
-reached outside the image and were cut to it. Don't-care polygons are sanitised like the others and keep
-their flag; a removed polygon takes its flag with it.
-"""
+Every polygon goes through the same steps; the first that fails names the reason: ``none``, ``malformed`` (not
+(K, 2) numbers), ``empty``, ``non_finite``, ``out_of_range`` (beyond +-1e9 px: a unit or encoding error),
+``too_few_points`` (fewer than 3 distinct, consecutive duplicates dropped), ``zero_area`` (also after repair),
+``out_of_image`` (no area left inside ``[0, width] x [0, height]``), ``too_small`` (the shorter side of its
+minimum-area rectangle below ``min_size``). Kept polygons count their repairs: ``self_intersecting_repaired``
+(points in convex position become their hull, anything else the largest part of shapely's ``make_valid``) and
+``clipped``. Don't-care polygons are sanitised alike and keep their flag."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """The train loader that never drains: one DataLoader iterator for the whole fit, read one epoch at a time.
 
-A DataLoader read afresh each epoch starts the epoch cold: Lightning's ``iter()`` resets the workers (or
-starts new ones), every worker then builds a whole batch, B samples in series, before the first one
-arrives. With the receipt data sets of a few hundred images, an epoch is 10-40 batches and that wait costs
-as much as the epoch's compute on a GPU (docs/results.md, "Training throughput"). Here the workers
-never stop: :class:`TrainStream` keeps one iterator over an endless sequence of shuffled passes and hands
-Lightning one pass per epoch, so the workers build the next epoch's batches while this one trains.
-
-An epoch is still one pass over the data set (each image at most once, the last incomplete batch
-dropped), so epochs, ``max_epochs`` and validation every N epochs mean what they did. Each sample's
-augmentation is drawn from its own seed, a function of the run's stream seed, the pass and its slot in the
-pass: batches do not depend on the worker that builds them or on the number of workers, and a resumed run
-gets the batches an uninterrupted one would, from any checkpoint (the stream's position is saved in it).
+A DataLoader read afresh each epoch starts cold: every worker builds a whole batch before the first one
+arrives, which on a few hundred receipts costs as much as the epoch's compute on a GPU. :class:`TrainStream`
+keeps one iterator over endless shuffled passes and hands Lightning one pass per epoch, so the workers
+build the next epoch's batches while this one trains. An epoch is still one pass (the last incomplete
+batch dropped); each sample's augmentation seed derives from the stream seed, the pass and the slot, so
+batches depend neither on the workers nor on an interruption (the position is saved in checkpoints).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The ``receipt`` style: dense receipts laid out on paper, with marks that get no box.
 
-A receipt is a list of rows. A text row holds cells anchored at fractions of the text width (flush
-left, flush right or centred), so item tables have quantity, price and amount columns; each cell is one
-group (one box at line granularity). Mark rows hold rules, barcodes, QR-like codes and logos; stamps and
-pen strokes are drawn over the finished page in a second ink. Row count 20-80 comes from the caller.
+Text rows hold cells anchored at fractions of the text width (so item tables have columns), one group
+(one line box) each; mark rows hold rules, barcodes, QR-like codes and logos; stamps and pen strokes go
+over the finished page in a second ink.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Per-box quantities for upstream-mode CLEval, vectorised over a padded batch of polygons.
 
-Competition mode reads boxes its own way (``ocr.metrics.cleval.competition``). Conventions (docs/metrics.md):
-- A 4-point box is read in its stored order: edges 0-1 and 2-3 are "horizontal", 1-2 and 3-0 "vertical"
-  (as the reference package reads quadrilaterals).
-- A GT polygon with an even number K >= 6 of points is a reading-order chain: the first K/2 points are
-  the top edge left to right, the rest the bottom edge right to left (the TotalText convention).
-- Any other polygon (odd K, or a detection with K != 4) is read through its minimum rotated rectangle,
-  ordered clockwise from the corner that starts its most left-to-right edge.
+Conventions (docs/metrics.md; competition mode: ``ocr.metrics.cleval.competition``): a 4-point box is
+read in its stored order (edges 0-1 and 2-3 "horizontal"); a GT of even K >= 6 points is a reading-order
+chain (top edge left to right, then bottom right to left: TotalText); any other polygon is read through
+its minimum rotated rectangle, clockwise from the corner starting its most left-to-right edge.
 """
 
 from __future__ import annotations
