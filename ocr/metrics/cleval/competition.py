@@ -87,12 +87,8 @@ def _initial_simplex(pts: F64) -> tuple[IntArr, IntArr, IntArr]:
 
 
 def _quad_cycles(quads: F64) -> tuple[F64, IntArr]:
-    """Hull of (n, 4, 2) quads with no three collinear points, as qhull lists it.
-
-    Returns:
-        (n, 4, 2) hull vertices counter-clockwise (positive shoelace area) from qhull's first vertex,
-        padded with the first vertex, and (n,) vertex counts (3 or 4).
-    """
+    """(n, 4, 2) hull of (n, 4, 2) quads with no three collinear points as qhull lists it, counter-clockwise
+    from qhull's first vertex and padded with it, and (n,) vertex counts (3 or 4)."""
     n = len(quads)
     rows = np.arange(n)
     minx, maxx, third = _initial_simplex(quads)
@@ -168,17 +164,9 @@ def _polygon_cycle(points: F64) -> F64 | None:
 
 
 def _edge_sides(cycle: F64, count: IntArr) -> tuple[F32, F32, F32]:
-    """Float32 bounding rectangle of each polygon along each of its edges, as the scorer computes it.
-
-    An edge's direction does not matter: reversing it negates every projection exactly.
-
-    Args:
-        cycle: (n, M, 2) convex polygons (hulls), padded with their own vertices.
-        count: (n,) vertex counts.
-
-    Returns:
-        (n, M) length along the edge, length across it and their product (inf on padding edges).
-    """
+    """(n, M) float32 length along each edge, length across it and their product (inf on padding edges) of
+    the bounding rectangle of each (n, M, 2) hull along each of its ``count`` edges, as the scorer computes
+    it (an edge's direction does not matter: reversing it negates every projection exactly)."""
     pts = cycle.astype(np.float32)
     m = cycle.shape[1]
     if (count == m).all():
@@ -231,15 +219,8 @@ def _convex_quad_ratios(quads: F64, ccw: npt.NDArray[np.bool_]) -> F32:
 
 
 def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
-    """(N,) float32 aspect ratios: across / along of each polygon's minimum-area rectangle, at most 100.
-
-    Args:
-        verts: (N, Kmax, 2) float32-valued polygons, each padded by repeating its last vertex.
-        counts: (N,) point counts (>= 4).
-
-    Returns:
-        0 where the polygon is flat after rounding to integers or all its points are collinear.
-    """
+    """(N,) float32 aspect ratios, across / along of each (Kmax, 2) padded polygon's minimum-area rectangle
+    (at most 100; ``counts`` >= 4 points), 0 where it is flat after rounding to integers or collinear."""
     n = len(counts)
     ar = np.zeros(n, dtype=np.float32)
     if n == 0:
@@ -323,20 +304,10 @@ def _quad_knots(verts: F64, a: int, b: int, knots: IntArr, n: IntArr, step: IntA
 
 
 def pseudo_char_centres(verts: F64, counts: IntArr, num_chars: npt.NDArray[np.int64]) -> tuple[F64, IntArr]:
-    """Pseudo-character centres of GT polygons, as the scorer places them.
-
-    Centre ``c`` of a GT with ``n`` characters averages chain points ``c * s`` and ``(c + 1) * s`` of its
-    top and bottom chains (``s`` = sections per chain): for a quad, the corners of the c-th of ``n`` equal
-    slices, inner corners truncated to integers.
-
-    Args:
-        verts: (G, Kmax, 2) polygons padded by repeating the last vertex.
-        counts: (G,) point counts (>= 4).
-        num_chars: (G,) characters per GT.
-
-    Returns:
-        (P, 2) centres grouped by GT in order, and (P,) the GT of each centre.
-    """
+    """(P, 2) pseudo-character centres of (G, Kmax, 2) padded GT polygons with ``num_chars`` characters each,
+    grouped by GT, and (P,) the GT of each, as the scorer places them: centre ``c`` averages chain points
+    ``c * s`` and ``(c + 1) * s`` of the top and bottom chains (``s`` sections per chain; for a quad, the
+    corners of the c-th of ``n`` equal slices, inner corners truncated to integers)."""
     gts = np.arange(len(num_chars))
     knots = num_chars + 1  # chain points 0, s, 2s, ..., n * s of each GT
     knot_owner = np.repeat(gts, knots)
