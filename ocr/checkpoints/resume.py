@@ -268,11 +268,7 @@ def _check_same_run(run_dir: Path, checkpoint_path: Path, run_config: dict[str, 
 
 
 def refuse_file_resume(resume: str | None) -> None:
-    """Refuse ``resume=<a file>`` (a checkpoint given where the run's folder belongs).
-
-    Raises:
-        ResumeRefusedError: naming the file, the run folder it lies in and ``ckpt_path``.
-    """
+    """Refuse ``resume=<a checkpoint file>``, naming the run folder it lies in and ``ckpt_path``."""
     if resume is None or not Path(resume).is_file():
         return
     path = Path(resume).resolve()

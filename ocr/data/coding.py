@@ -1,11 +1,9 @@
 """Compact batches: what the DataLoader workers emit and how the device turns it into network input.
 
-A 640 px sample leaves its worker as 2.87 MB instead of 11.5 MB: uint8 RGB, the {0, 1} maps as uint8 and
-the threshold map as uint8 codes over ``[thresh_min, thresh_max]`` (at most ``(max - min) / 510`` off,
-7.8e-4 for 0.3..0.7). :func:`decode_batch` converts to float32, applies the photometric augmentation of
-train batches and normalises, once, on the batch's device (the datamodule's transfer hooks, the ONNX
-parity check, the crash replay); with ``data.render_on=device`` it first makes the crops
-(``ocr.data.device_warp``) and draws the maps (``ocr.data.device_targets``).
+A 640 px sample leaves its worker as 2.87 MB instead of 11.5 MB: uint8 RGB, uint8 {0, 1} maps and the
+threshold map as uint8 codes over ``[thresh_min, thresh_max]`` (at most ``(max - min) / 510`` off).
+:func:`decode_batch` converts, augments (train) and normalises once, on the batch's device, after making
+the crops and maps there when the batch carries them (``data.render_on=device``).
 """
 
 from __future__ import annotations

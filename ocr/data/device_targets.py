@@ -1,13 +1,11 @@
 """DB training targets on the batch's device: the pixels of ``make_db_targets`` drawn in torch, batched.
 
-The host (collate, :func:`pack_polygons`) keeps ``make_db_targets``' per-polygon decisions (the DB offset
-``D``, drawn or masked); the device draws every pixel from ``d``, the distance from a pixel centre to a
-polygon's border: ``thresh_map`` = max of ``1 - d / D`` over drawn polygons (``thresh_mask`` where >= 0),
-``prob_map`` inside a drawn polygon at least ``D - 0.5`` from its border (pyclipper rounds its offset to
-whole pixels), ``prob_mask`` 0 inside or on a masked polygon. As in the reference, the fills use
-truncated coordinates and rectangles get the closed-form field. Work runs on (polygon, 16 x 16 tile)
-pairs in chunks of fixed size, so memory is bounded; nothing here waits for the device.
-tests/data/test_device_targets.py states the tolerances against the reference.
+The host (collate, :func:`pack_polygons`) keeps ``make_db_targets``' per-polygon decisions (offset ``D``,
+drawn or masked); the device draws each pixel from its distance ``d`` to a polygon's border:
+``thresh_map`` = max of ``1 - d / D`` over drawn polygons, ``prob_map`` at least ``D - 0.5`` inside a
+drawn one (pyclipper rounds), ``prob_mask`` 0 on masked ones; fills use truncated coordinates, rectangles
+the closed-form field. Work runs on (polygon, 16 x 16 tile) pairs in fixed-size chunks and never waits
+for the device; tests/data/test_device_targets.py states the tolerances.
 """
 
 from __future__ import annotations

@@ -149,11 +149,8 @@ def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
 def _prepare_group(
     stack: npt.NDArray[np.float64],
 ) -> tuple[list[npt.NDArray[np.float64] | None], list[str | None]]:
-    """Checks that need no geometry, on (N, K, 2) polygons with the same point count.
-
-    Returns:
-        Per polygon: (K >= 3, 2) distinct points or None, and the removal reason or None.
-    """
+    """Checks that need no geometry, on (N, K, 2) polygons of one point count: per polygon (K >= 3, 2)
+    distinct points or None, and the removal reason or None."""
     # numpy's stubs type all/any(axis=...) as bool | array; these are (N,) arrays.
     finite: npt.NDArray[np.bool_] = np.isfinite(stack).all(axis=(1, 2))  # type: ignore[assignment]
     repeats = (stack == np.roll(stack, -1, axis=1)).all(axis=2).any(axis=1)

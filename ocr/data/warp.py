@@ -1,10 +1,6 @@
-"""The training crop's source region and its warp on the CPU.
-
-``TrainTransform.crop_region`` cuts the part of the source image a crop reads (:func:`source_region`);
-:func:`render_crop` makes the crop of it on the CPU, as ``data.render_on=worker`` trains on it, and is
-the reference of the device warp (``ocr.data.device_warp``). Coordinates are continuous (pixel ``i``
-spans ``[i, i + 1)``); OpenCV's own convention puts pixel centres at integers (:func:`pixel_index_matrix`).
-"""
+"""The training crop's source region (:func:`source_region`, for ``TrainTransform.crop_region``) and its warp
+on the CPU (:func:`render_crop`: ``data.render_on=worker``, and the device warp's reference). Coordinates
+are continuous (pixel ``i`` spans ``[i, i + 1)``); OpenCV's put pixel centres at integers."""
 
 from __future__ import annotations
 

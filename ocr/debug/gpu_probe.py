@@ -1,11 +1,9 @@
 """What a GPU run must prove, measured inside the run: ``+callbacks.gpu_probe=...`` (``debug=gpu_probe``).
 
-After ``warmup_steps`` every training step runs under ``torch.cuda.set_sync_debug_mode("error")``, so a
-host-device sync in the hot path raises with its stack; the documented syncs are exempt (the blocks
-marked ``ocr.machine.sync.sync_allowed`` and Lightning's logging steps). Also the peak CUDA memory of
-train, val and test, and torch.compile's frames, graphs and recompiles with their reasons. Writes
-``<dirpath>/gpu_probe.json`` (``gpu_probe-rank<k>.json`` on other ranks) at fit end and test end; on a CPU
-only the compile counts apply.
+After ``warmup_steps`` each training step runs under ``torch.cuda.set_sync_debug_mode("error")``, so a
+sync in the hot path raises with its stack (the blocks marked ``ocr.machine.sync.sync_allowed`` and
+Lightning's logging steps are exempt); also peak CUDA memory per stage and torch.compile's graphs and
+recompiles. Writes ``<dirpath>/gpu_probe.json`` (``-rank<k>`` on other ranks) at fit and test end.
 """
 
 from __future__ import annotations

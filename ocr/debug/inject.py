@@ -1,12 +1,10 @@
-"""Fault injection for testing the triage tools: ``debug=inject callbacks.inject.kind=KIND
-[callbacks.inject.step=N]`` (``configs/debug/inject.yaml`` adds the :class:`FaultInjector` callback).
+"""Fault injection for the triage tools: ``debug=inject callbacks.inject.kind=KIND
+[callbacks.inject.step=N]``.
 
-Kinds: ``exception`` (a RuntimeError), ``nan_loss`` (the module's ``loss`` output becomes NaN, which only
-the non-finite guard can catch; NaN images without a ``loss`` submodule), ``stall`` (sleep ``stall_s``,
-by default 2.5x the stall watchdog's timeout), ``bad_index`` (an out-of-bounds ``index_select`` on the
-batch's device: a device-side assert on CUDA, an IndexError on the CPU) and ``cuda_fault`` (raises
-``torch.AcceleratorError`` on any device: how a CPU run tests the CUDA fault path).
-"""
+Kinds: ``exception`` (a RuntimeError), ``nan_loss`` (the ``loss`` output becomes NaN, for the non-finite
+guard; NaN images without a ``loss``), ``stall`` (sleep ``stall_s``, default 2.5x the watchdog's timeout),
+``bad_index`` (an out-of-bounds ``index_select``: a device-side assert on CUDA, IndexError on the CPU) and
+``cuda_fault`` (``torch.AcceleratorError`` on any device: the CUDA fault path on a CPU)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Run a command under NVIDIA compute-sanitizer, save the report and summarise the first error.
 
-``python -m ocr.debug.sanitizer --tool memcheck --report FILE -- <python args...>`` runs
-``compute-sanitizer --tool memcheck <this python> <python args...>``; output is shown live and saved to
-``FILE``. Exit status: 0 when the sanitizer reported 0 errors and the program succeeded, 1 otherwise,
-127 when compute-sanitizer cannot be found.
+``python -m ocr.debug.sanitizer --tool memcheck --report FILE -- <python args...>``: output shown live
+and saved to ``FILE``; exit 0 for 0 errors and success, 1 otherwise, 127 without compute-sanitizer.
 """
 
 from __future__ import annotations

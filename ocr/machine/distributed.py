@@ -1,10 +1,9 @@
 """What the launcher (torchrun, SLURM's ``srun``, Lightning's own) tells a process about its place in a run.
 
-Read from environment variables only (standard library), so the doctor, the Hydra resolvers and every
-callback see the same facts before and after the process group exists: torchrun's ``RANK``,
-``LOCAL_RANK``, ``GROUP_RANK``, ``LOCAL_WORLD_SIZE``, ``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``; SLURM's
-``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NTASKS``, ``SLURM_NNODES``,
-``SLURM_NTASKS_PER_NODE``, ``SLURM_JOB_ID``; Lightning's ``NODE_RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``.
+Read from environment variables only, so the doctor, the resolvers and every callback see the same facts
+before and after the process group exists: torchrun's ``RANK``, ``LOCAL_RANK``, ``GROUP_RANK``,
+``LOCAL_WORLD_SIZE``, ``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``; SLURM's ``SLURM_*`` task, node and job ids;
+Lightning's ``NODE_RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``.
 """
 
 from __future__ import annotations

@@ -146,11 +146,9 @@ def first_set(value: Any, default: Any) -> Any:
 
 
 def register_resolvers() -> None:
-    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:[cpu]}``, ``${hw.workers:cap[,devices]}``,
-    ``${hw.node_workers:cap,devices}``,
-    ``${hw.num_nodes:default}``, ``${hw.devices_per_node:default}`` (what torchrun or SLURM started),
-    ``${first_set:value,default}`` and the ``dist.*`` names of the run directory and of each rank's log
-    and config record (``ocr.machine.distributed``) once."""
+    """Register the ``hw.*`` resolvers (``pick``, ``precision``, ``workers``, ``node_workers``, ``num_nodes``,
+    ``devices_per_node``), ``first_set`` and the ``dist.*`` names of the run directory and each rank's log
+    and config record (``ocr.machine.distributed``), once."""
     resolvers: dict[str, Callable[..., Any]] = {
         "hw.pick": pick,
         "hw.precision": auto_precision,

@@ -1,10 +1,7 @@
-"""CLEval (Baek et al. 2020, character-level evaluation) for detection, for polygons of any point count.
-
-One implementation, two modes (docs/metrics.md):
-- ``upstream``: the reference ``cleval`` 0.1.1 package's rules, micro-averaged over the dataset;
-- ``competition``: the receipt competition's own scorer (pseudo character counts for every box from its
-  minimum-area rectangle, P/R/H as the mean of per-image values).
-"""
+"""CLEval (Baek et al. 2020, character-level evaluation) for detection, for polygons of any point count,
+in two modes (docs/metrics.md): ``upstream``, the reference ``cleval`` 0.1.1 package's rules
+micro-averaged over the dataset, and ``competition``, the receipt competition's scorer (pseudo character
+counts from each box's minimum-area rectangle, P/R/H the mean of per-image values)."""
 
 from __future__ import annotations
 
