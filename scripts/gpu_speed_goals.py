@@ -14,7 +14,6 @@ timed ``--passes`` times. Without ``--ckpt`` a random r18-FPN is used.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -22,7 +21,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,14 +28,6 @@ sys.path.insert(0, str(REPO))  # plain python3: the project's package without an
 
 PREDICT_GOAL = 300.0  # img/s at batch 16, long side 1024
 VALIDATION_GOAL = 1.0  # s for 50 images
-
-
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def validation_seconds(args: argparse.Namespace, ckpt: Path, work: Path) -> list[float]:
@@ -86,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--passes", type=int, default=3, help="timed passes after one warm-up")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    bench = _script("benchmark_predict")
+    from scripts import benchmark_predict as bench
+
     with tempfile.TemporaryDirectory(prefix="gpu_speed_goals_") as tmp:
         work = Path(tmp)
         hardware = "hardware=cpu" if args.device == "cpu" else "hardware=auto"
