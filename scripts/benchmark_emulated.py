@@ -137,9 +137,8 @@ class PacedSamples(Dataset[Sample]):
 
 
 class StepClock(Callback):
-    """Images per second from the end of step ``start`` to the end of step ``stop`` (the device
-    synchronised before each read), and the train loader's wait over the same steps
-    (``ReceiptDataModule.loader_wait`` where the datamodule has one)."""
+    """Images per second from the end of step ``start`` to the end of step ``stop`` (device synchronised
+    before each read), and the train loader's wait over the same steps."""
 
     def __init__(self, start: int, stop: int, device: EmulatedDevice) -> None:
         self.start, self.stop, self.device = start, stop, device

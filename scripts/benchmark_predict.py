@@ -237,9 +237,7 @@ def _as_is(batch: Batch) -> Batch:
 
 
 class MemoryBatches(L.LightningDataModule):
-    """Predict batches read from memory, moved as the datamodule moves them (the tensors only: Lightning's
-    generic transfer refuses the frozen geometry records); not decoded, the emulated network reads no
-    pixel."""
+    """Predict batches from memory, moved as the datamodule moves them; not decoded (no pixel is read)."""
 
     def __init__(self, batches: list[Batch]) -> None:
         super().__init__()
@@ -277,8 +275,7 @@ def network_logits(module: Any, images: Tensor, chunk: int) -> Tensor:
 
 def maps_cache(directory: Path, cfg: DictConfig, sources: list[str]) -> ProbCache:
     """The network's logits per image on disk, keyed by the checkpoint file, the images and the eval
-    transform, so that another emulation of the same maps skips the network (a CPU pass at 1024 px takes
-    seconds per image)."""
+    transform, so another emulation of the same maps skips the network."""
     ckpt = Path(cfg.ckpt).resolve()
     key = {
         "ckpt": [str(ckpt), ckpt.stat().st_size, ckpt.stat().st_mtime_ns],

@@ -51,11 +51,8 @@ def to_records(predictions: Sequence[Prediction]) -> dict[str, ImageRecord]:
 
 
 def save_predictions(predictions: Sequence[Prediction], directory: Path) -> dict[str, str]:
-    """Write ``submission.csv`` (one row per image) and ``predictions.json``; returns their paths.
-
-    A file name that is not UTF-8 (Python holds its undecodable bytes as surrogate escapes, which no UTF-8
-    file can hold) is written with those bytes escaped (``caf\\xe9.jpg``) in both files, and named in one
-    warning; every other image is written as it is."""
+    """Write ``submission.csv`` (one row per image) and ``predictions.json``; returns their paths. A name
+    that is not UTF-8 is written with its bytes escaped (``caf\\xe9.jpg``) in both, named in one warning."""
     escaped = {
         p["image_id"]: os.fsencode(p["image_id"]).decode("utf-8", "backslashreplace") for p in predictions
     }
