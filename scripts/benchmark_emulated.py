@@ -46,9 +46,8 @@ BUILT_SAMPLES = 16  # real samples built once for --sample-work sleep
 
 
 class EmulatedDevice:
-    """A device timeline: work of a given length is queued and runs after the work before it; the host
-    waits only when more than ``queue_steps`` pieces are unfinished, or at :meth:`synchronize`
-    (``queue_steps=0``: the host sleeps through each piece)."""
+    """A device timeline: queued work runs after the work before it; the host waits only when more than
+    ``queue_steps`` pieces are unfinished (0: it sleeps through each), or at :meth:`synchronize`."""
 
     def __init__(self, queue_steps: int) -> None:
         self.queue_steps = queue_steps

@@ -148,9 +148,8 @@ def score(gt: Path, predictions: dict[str, list[Any]], directory: Path) -> dict[
 
 
 class Row:
-    """One timed configuration of ours: what it is, what predicts (``prepared``: data module, module,
-    trainer), and what was measured (a plain class: scripts load without a package, where dataclasses
-    cannot resolve their annotations)."""
+    """One timed configuration of ours, its ``prepared`` (data module, module, trainer) and its figures (a
+    plain class: a script loaded without a package cannot resolve a dataclass's annotations)."""
 
     def __init__(
         self,
@@ -289,9 +288,8 @@ def maps_cache(directory: Path, cfg: DictConfig, sources: list[str]) -> ProbCach
 def prepare_emulation(
     cfg: DictConfig, ms_per_batch: float, cache: ProbCache | None, repeat: int = 1
 ) -> Emulation:
-    """Run the real network once over ``cfg``'s images (or read its logits from ``cache``). ``ms_per_batch``
-    is the device time of a full batch of ``long_side`` squares; a batch of fewer or smaller inputs
-    (``data.eval_transform.pad_multiple``) takes it in proportion to its pixels."""
+    """Run the real network once over ``cfg``'s images (or read its logits from ``cache``); ``ms_per_batch``
+    is a full batch's device time, smaller batches take it in proportion to their pixels."""
     datamodule, module, trainer = runner.load_runner("predict").prepare(cfg)
     batches = list(datamodule.predict_dataloader())
     logits = []
