@@ -7,7 +7,6 @@ range) answers 400 with ``{"error": message}``, the page shows the message, and 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from importlib.resources import files
 from typing import Any
@@ -24,7 +23,7 @@ from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
 from ocr.utils.errors import CheckpointError, UsageError, find_usage_error
 
-__all__ = ["VIEW_LONG_SIDE", "create_app", "outcome_colours"]
+__all__ = ["VIEW_LONG_SIDE", "create_app"]
 
 VIEW_LONG_SIDE = 1600  # px of the image the page shows; polygons stay in original px
 JPEG_QUALITY = 85
@@ -32,18 +31,8 @@ JPEG_QUALITY = 85
 log = logging.getLogger(__name__)
 
 
-def outcome_colours() -> str:
-    """The ``:root`` CSS block of ``report.html``'s outcome colours, so both pages colour alike."""
-    template = files("ocr.reporting").joinpath("report_template.html").read_text(encoding="utf-8")
-    match = re.search(r":root \{[^}]*\}", template)
-    if match is None:
-        raise ValueError("ocr/reporting/report_template.html: expected a ':root { --matched: ... }' block")
-    return match.group(0)
-
-
 def _page() -> str:
-    page = files("ocr.serve").joinpath("page.html").read_text(encoding="utf-8")
-    return with_overlay_script(page.replace("/*__OUTCOME_COLOURS__*/", outcome_colours()))
+    return with_overlay_script(files("ocr.serve").joinpath("page.html").read_text(encoding="utf-8"))
 
 
 def _model_info(model: ServedModel) -> dict[str, Any]:
