@@ -1,12 +1,17 @@
-"""Experiment loggers; wandb is imported lazily and runs offline without an API key."""
+"""Experiment loggers and the images sent to them; wandb is imported lazily and runs offline without an API
+key."""
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["wandb_logger", "tensorboard_available", "tensorboard_logger"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["log_images", "tensorboard_logger", "wandb_logger"]
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +42,33 @@ def _netrc_has_wandb() -> bool:
         return False
 
 
-def tensorboard_available() -> bool:
-    """True when TensorBoard (or tensorboardX) is installed."""
-    import importlib.util
-
-    return any(importlib.util.find_spec(m) is not None for m in ("tensorboard", "tensorboardX"))
-
-
-def tensorboard_logger(*, save_dir: str, name: str) -> Any | None:
-    """A TensorBoard logger when TensorBoard is installed, else None (skipped by the runner)."""
-    if not tensorboard_available():
-        log.debug("TensorBoard not installed: skipping its logger")
-        return None
+def tensorboard_logger(*, save_dir: str, name: str) -> Any:
+    """A Lightning ``TensorBoardLogger`` writing into ``save_dir/name``."""
     from lightning.pytorch.loggers import TensorBoardLogger
 
     return TensorBoardLogger(save_dir=save_dir, name=name, version="")
+
+
+def log_images(
+    loggers: Sequence[Any], images: Mapping[str, tuple[npt.NDArray[np.uint8], str]], step: int
+) -> int:
+    """Send (H, W, 3) uint8 RGB images by tag, each with its caption, to every logger that takes images:
+    TensorBoard (``add_image``, ``step`` as global step) and W&B (``wandb.Image``, logged with
+    ``trainer/global_step`` as Lightning logs metrics); returns how many loggers took them."""
+    from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger  # neither imports wandb
+
+    took = 0
+    for logger in loggers:
+        if isinstance(logger, TensorBoardLogger):
+            for tag, (image, _) in images.items():
+                logger.experiment.add_image(tag, image, global_step=step, dataformats="HWC")
+            logger.experiment.flush()
+        elif isinstance(logger, WandbLogger):
+            import wandb
+
+            logged = {tag: wandb.Image(image, caption=caption) for tag, (image, caption) in images.items()}
+            logger.experiment.log({**logged, "trainer/global_step": step})
+        else:
+            continue
+        took += 1
+    return took
