@@ -27,7 +27,7 @@ from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.cleval.outcomes import OUTCOMES, BoxOutcomes, box_outcomes, count_outcomes
 from ocr.reporting.analysis import ScoreAnalysis
 from ocr.utils.io import atomic_write_bytes, atomic_write_text
-from ocr.utils.visualize import colorize_map, outcome_css, png_bytes
+from ocr.utils.visualize import colorize_map, encode_image, outcome_css
 
 __all__ = ["REPORT_NAME", "image_card", "thumbnail", "with_overlay_script", "write_report"]
 
@@ -202,7 +202,7 @@ def _size_from_prob(record: Mapping[str, Any]) -> list[int]:
 
 
 def _png(prob: npt.NDArray[np.uint8]) -> bytes:
-    return png_bytes(colorize_map(prob.astype(np.float32) / 255.0), "report: a probability map")
+    return encode_image(colorize_map(prob.astype(np.float32) / 255.0), ".png", "report: a probability map")
 
 
 def _source(directory: Path, name: str, data: bytes, mime: str, inline_max_bytes: int) -> str:

@@ -20,7 +20,7 @@ from ocr.reporting.collect import outcome_record
 from ocr.reporting.html import image_card, thumbnail
 from ocr.utils.io import atomic_write_bytes
 from ocr.utils.loggers import log_images
-from ocr.utils.visualize import draw_outcomes, png_bytes
+from ocr.utils.visualize import draw_outcomes, encode_image
 
 __all__ = ["ValOverlays"]
 
@@ -106,13 +106,13 @@ class ValOverlays(Callback):
             except (ImageReadError, OSError) as exc:
                 log.warning("val overlays: %s skipped: %s", record["image_id"], exc)
                 continue
-            card, result = image_card(0, record, None, record["scored"])
-            caption = f"{record['image_id']}  H {result.hmean:.3f}" if result else record["image_id"]
+            card, _ = image_card(0, record, None, record["scored"])
+            caption = f"{record['image_id']}  H {record['scored'][1].hmean:.3f}"
             tag = f"val_overlays/{slot}"
             images[tag] = (draw_outcomes(image, image.shape[1] / width, card, caption), caption)
             names[tag] = f"{slot}-{Path(record['image_id']).stem}.png"
         step = trainer.global_step
         if not log_images(trainer.loggers, images, step):
             for tag, (image, _) in images.items():
-                atomic_write_bytes(self.png_dir / str(step) / names[tag], png_bytes(image, tag))
+                atomic_write_bytes(self.png_dir / str(step) / names[tag], encode_image(image, ".png", tag))
         log.info("val overlays: %d images at step %d", len(images), step)

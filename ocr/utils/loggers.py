@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ocr.utils.visualize import png_bytes
+from ocr.utils.visualize import encode_image
 
 __all__ = ["log_images", "tensorboard_logger", "wandb_logger"]
 
@@ -55,25 +55,25 @@ def log_images(
     loggers: Sequence[Any], images: Mapping[str, tuple[npt.NDArray[np.uint8], str]], step: int
 ) -> int:
     """Send (H, W, 3) uint8 RGB images by tag, each with its caption, to every logger that takes images:
-    TensorBoard (the image summary ``add_image`` writes, ``step`` as global step) and W&B (``wandb.Image``,
-    logged with ``trainer/global_step`` as Lightning logs metrics); returns how many loggers took them."""
+    TensorBoard (the image summary ``add_image`` writes, as JPEG, ``step`` as global step) and W&B
+    (``wandb.Image``, logged with ``trainer/global_step`` as Lightning logs metrics); returns how many
+    loggers took them."""
     from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger  # neither imports wandb
-    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.compat.proto.summary_pb2 import Summary  # type: ignore[import-untyped]
 
     took = 0
     for logger in loggers:
         if isinstance(logger, TensorBoardLogger):
-            # add_image's own summary, encoded by OpenCV: add_image goes through float and PIL's zlib level
-            # 6, five times the time (scripts/benchmark_overlays.py).
+            # add_image's summary, as a JPEG from OpenCV: add_image's float copy and PIL's zlib-6 PNG took
+            # 3.4 % of a CPU validation (scripts/benchmark_overlays.py). The writer's thread flushes it.
             writer = logger.experiment._get_file_writer()
             for tag, (image, _) in images.items():
                 height, width, channels = image.shape
-                encoded = png_bytes(image, tag)
+                encoded = encode_image(image, ".jpg", tag)
                 picture = Summary.Image(
                     height=height, width=width, colorspace=channels, encoded_image_string=encoded
                 )
                 writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=picture)]), step)
-            writer.flush()
         elif isinstance(logger, WandbLogger):
             import wandb
 

@@ -10,7 +10,14 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["OUTCOME_COLOURS", "colorize_map", "draw_outcomes", "draw_polygons", "outcome_css", "png_bytes"]
+__all__ = [
+    "OUTCOME_COLOURS",
+    "colorize_map",
+    "draw_outcomes",
+    "draw_polygons",
+    "encode_image",
+    "outcome_css",
+]
 
 KEEP_COLOR = (0, 200, 0)
 IGNORE_COLOR = (230, 40, 40)
@@ -89,9 +96,10 @@ def colorize_map(
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
-def png_bytes(image_rgb: npt.NDArray[np.uint8], what: str) -> bytes:
-    """An (H, W, 3) RGB image as PNG bytes; ``what`` names it when OpenCV cannot encode it."""
-    ok, png = cv2.imencode(".png", cv2.cvtColor(image_rgb, cv2.COLOR_RGB2BGR))
+def encode_image(image_rgb: npt.NDArray[np.uint8], ext: str, what: str) -> bytes:
+    """An (H, W, 3) RGB image as ``.png`` or ``.jpg`` bytes; ``what`` names it when OpenCV cannot encode
+    it."""
+    ok, data = cv2.imencode(ext, cv2.cvtColor(image_rgb, cv2.COLOR_RGB2BGR))
     if not ok:
-        raise ValueError(f"{what}: OpenCV could not encode {image_rgb.shape} {image_rgb.dtype} as PNG")
-    return png.tobytes()
+        raise ValueError(f"{what}: OpenCV could not encode {image_rgb.shape} {image_rgb.dtype} as {ext}")
+    return data.tobytes()
