@@ -29,10 +29,12 @@ from ocr.data.targets.db import make_db_targets
 from ocr.data.transforms import EvalTransform
 from ocr.geometry import letterbox_geometry, to_input
 from ocr.serve.app import create_app
+from ocr.serve.guard import TOKEN_HEADER, ModelFiles, RequestGuard
 from ocr.serve.models import ServedModel, load_served_model
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
 from ocr.utils.runner import compose_config
+from scripts.benchmark_results import add_record_argument, command_line, write_result
 
 SETTINGS = (
     {"thresh": 0.3, "box_thresh": 0.5, "unclip_ratio": 1.5},
@@ -74,6 +76,7 @@ def main() -> None:
     parser.add_argument("--long-side", type=int, default=1024)
     parser.add_argument("--ckpt", default=None)
     parser.add_argument("--repeats", type=int, default=5)
+    add_record_argument(parser)
     args = parser.parse_args()
 
     cfg = compose_config("serve", [f"data.root={args.root}", f"split={args.split}"])
@@ -86,7 +89,9 @@ def main() -> None:
         )
         state = ServeState({"1": model}, {}, Path(tmp), instantiate(cfg.metric))
         browser = SplitBrowser(state, cfg.data, args.split)  # registers the images; not started
-        client = TestClient(create_app(state, browser, lambda key, path: model, "receipts"))
+        guard, served = RequestGuard("127.0.0.1", 8000), ModelFiles([], [])
+        app = create_app(state, browser, lambda key, path: model, "receipts", guard, served)
+        client = TestClient(app, base_url="http://127.0.0.1:8000", headers={TOKEN_HEADER: guard.token})
         keys = browser.keys[: args.images]
         runs = range(len(SETTINGS))
         polygons: dict[int, list[int]] = {i: [] for i in runs}
@@ -119,6 +124,28 @@ def main() -> None:
                 f"{_summary(times[index])}; answer CPU {_summary(cpu[index])}; of it post-processing "
                 f"(wall) {_summary(post[index])}"
             )
+    if args.record:
+        write_result(
+            "serve",
+            "Predict and deployment speed",
+            "`scripts/benchmark_serve.py`: what a moved slider costs in the web app, `POST /api/detect` "
+            "with the image's map cached (post-processing, the CLEval card, the JSON) through FastAPI's "
+            f"TestClient, on the first {len(keys)} images of the {args.split} split at long side {side}, "
+            f"{args.repeats} answers per image and setting; the map is "
+            + (
+                f"the checkpoint's ({args.ckpt})."
+                if args.ckpt
+                else "each image's ground truth drawn as a DB map."
+            ),
+            command_line(__file__, None),
+            ["setting", "polygons per image", "answer, wall", "answer, CPU", "of it post-processing, wall"],
+            [
+                [" / ".join(map(str, s.values())), round(statistics.mean(polygons[i])), _summary(times[i])]
+                + [_summary(cpu[i]), _summary(post[i])]
+                for i, s in enumerate(SETTINGS)
+            ],
+            directory=args.record,
+        )
 
 
 def _summary(seconds: list[float]) -> str:

@@ -20,7 +20,7 @@ Compose = Callable[[str, list[str], Path], DictConfig]
 def _problems(cfg: DictConfig) -> list[str]:
     with pytest.raises(ConfigValueTypeError) as info:
         check_config_types(cfg)
-    return str(info.value).splitlines()[1:]
+    return [p for p in str(info.value).partition("command line):")[2].splitlines() if p]  # one: one line
 
 
 def test_every_wrong_type_is_named_by_its_full_key_at_once(compose_cfg: Compose, tmp_path: Path) -> None:
@@ -146,3 +146,12 @@ def test_the_retired_fault_injection_keys_are_refused_naming_what_replaced_them(
     with pytest.raises(ConfigValueError, match=r"debug=inject callbacks\.inject\.kind=KIND") as info:
         check_config_types(cfg)
     assert str(info.value).startswith("config: no longer read, so refused: debug:")
+
+
+def test_nan_is_out_of_every_range(compose_cfg: Compose, tmp_path: Path) -> None:
+    """NaN compares False with every bound, so postprocess.thresh=nan used to pass the check."""
+    cfg = compose_cfg("train", ["postprocess.thresh=nan"], tmp_path)
+    with pytest.raises(
+        ConfigValueError, match=r"postprocess\.thresh: expected a value in \[0\.0, 1\.0\], got nan"
+    ):
+        check_config_types(cfg)
