@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import hydra
 from hydra.utils import instantiate
@@ -21,6 +20,7 @@ from omegaconf import DictConfig
 from ocr.machine.hardware import register_resolvers  # torch-free at import; hydra.run.dir uses ${first_set:}
 from ocr.metrics.files import evaluate_files, worst_images, write_image_results
 from ocr.utils.cli import report_usage_errors
+from ocr.utils.output_dir import writable_dir
 from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
 
 register_resolvers()
@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Score ``cfg.pred`` against ``cfg.gt``; returns the summary printed as JSON."""
     options = instantiate(cfg.metric)
+    directory = writable_dir(cfg.out_dir, "out_dir", create=True) if cfg.out_dir is not None else run_dir(cfg)
     names, result = evaluate_files(cfg.gt, cfg.pred, options, cfg.min_polygon_size)
-    directory = Path(cfg.out_dir) if cfg.out_dir is not None else run_dir(cfg)
     csv_path = write_image_results(directory / "cleval_per_image.csv", names, result.images)
     for name, image in worst_images(names, result.images, cfg.worst):
         log.info(

@@ -5,13 +5,17 @@ uv run runners/export.py ckpt=outputs/train/<run>/checkpoints/best.ckpt [format=
 The input side, mean/std and post-processing that the parity check runs with and the sidecar records for
 ``predict.py backend=onnx`` are the checkpoint's unless given on the command line (``long_side=``,
 ``postprocess.*``). Writes ``model.onnx`` (dynamic batch, height and width) and ``model.onnx.json`` into
-the run directory; ``runners/predict.py backend=onnx onnx_model=<file.onnx>`` predicts with it. A failed
-parity check, or one that compared no image or no polygon, removes the model and exits 1 with the figures.
+the run directory; ``runners/predict.py backend=onnx onnx_model=<file.onnx>`` predicts with it. Both are
+made in a hidden folder beside ``output`` and replace a previous model only once checked: a failed parity
+check (or one that compared no image or no polygon) exits 1 with the figures, and it, an error, Ctrl-C or
+SIGTERM leaves a previous model and sidecar as they were.
 
 ``quantize=int8`` writes a statically quantised model instead (ONNX Runtime, QDQ, per-channel weights),
 calibrated on ``calibration.num_images`` images of the checkpoint's ``calibration.split``; the fp32 export
 is checked as above first, then the int8 model is scored against the fp32 network with CLEval on the val
-split, and refused (removed, exit 1 with the figures) if it loses more than ``parity.max_hmean_drop``.
+split, and refused (not written, exit 1 with the figures) if it loses more than ``parity.max_hmean_drop``.
+The calibration settings, the calibration images and a writable ``output`` folder are checked before the
+export starts.
 """
 
 from __future__ import annotations
@@ -42,15 +46,35 @@ log = logging.getLogger(__name__)
 @task_wrapper
 def export(cfg: DictConfig) -> dict[str, str]:
     """Export ``cfg.ckpt``; returns the paths written (model, sidecar)."""
-    from ocr.checkpoints.reading import load_checkpoint
-    from ocr.inference.onnx_export import ParityError, check_parity, export_onnx, parity_batch, write_sidecar
-    from ocr.lightning_modules.restore import CHECKPOINT_SOURCE, module_from_loaded
+    from ocr.utils.output_dir import writable_dir
 
-    check_config_types(cfg)
+    # The checks' inputs before any export work: a bad value is refused in seconds, not after the export.
     if cfg.format not in FORMATS:
         raise ConfigValueError(f"format: expected one of {FORMATS}, got {cfg.format!r}")
     if cfg.quantize not in QUANTIZE:
         raise ConfigValueError(f"quantize: expected null or 'int8', got {cfg.quantize!r}")
+    calibration = None
+    if cfg.quantize == "int8":
+        from ocr.inference.quantize import CalibrationSettings, calibration_inputs
+
+        calibration = CalibrationSettings(
+            num_images=cfg.calibration.num_images, split=cfg.calibration.split, method=cfg.calibration.method
+        )
+    output = Path(cfg.output)
+    writable_dir(output.parent, "output", create=True)
+    from ocr.checkpoints.reading import load_checkpoint
+    from ocr.inference.onnx_export import (
+        ParityError,
+        StagedExport,
+        check_parity,
+        export_onnx,
+        parity_batch,
+        write_sidecar,
+    )
+    from ocr.inference.onnx_runtime import sidecar_path
+    from ocr.lightning_modules.restore import CHECKPOINT_SOURCE, module_from_loaded
+
+    check_config_types(cfg)
     directory = run_dir(cfg)
     checkpoint = load_checkpoint(cfg.ckpt)
     run_config = checkpoint["ocr_config"]
@@ -61,81 +85,89 @@ def export(cfg: DictConfig) -> dict[str, str]:
     data = OmegaConf.create(run_config).data
     transform = _transform(cfg, data, pad_multiple=None)  # the parity batch stacks images: one square size
     image_dir = cfg.parity.image_dir or str(Path(data.root) / "images" / data.test_split)
-    output = Path(cfg.output)
-    fp32_path = output if cfg.quantize is None else output.with_name(f".{output.name}.fp32.onnx")
-    model_path = export_onnx(module.net, fp32_path, sample_size=transform.long_side, opset=cfg.opset)
-    report = check_parity(
-        module.net,
-        model_path,
-        parity_batch(image_dir, transform, cfg.parity.num_images),
-        postprocess,
-        prob_tol=cfg.parity.prob_tol,
-        polygon_tol_px=cfg.parity.polygon_tol_px,
-        min_polygons=cfg.parity.min_polygons,
-    )
-    _refuse(report, model_path, ParityError)
-    log.info("Parity: %s", report.summary())
-    quantization = accuracy = None
-    if cfg.quantize == "int8":
-        quantization, accuracy = _quantize(cfg, module.net, model_path, output, data, postprocess)
-        model_path = output
-    sidecar = write_sidecar(
-        model_path,
-        transform=transform,
-        postprocess=cast(dict[str, Any], OmegaConf.to_container(cfg.postprocess, resolve=True)),
-        checkpoint=str(Path(cfg.ckpt).resolve()),
-        parity=report,
-        opset=cfg.opset,
-        quantization=quantization,
-        accuracy=accuracy,
-    )
+    inputs = None
+    if calibration is not None:  # read before the export too: a missing split is refused in seconds
+        _, split_dir, int8_transform = _int8_data(cfg, data, calibration.split)
+        inputs = calibration_inputs(split_dir, int8_transform, calibration.num_images)
+    with StagedExport(output, directory) as staging:
+        model_path = staging.folder / output.name
+        fp32_path = model_path if inputs is None else staging.folder / "fp32.onnx"
+        export_onnx(module.net, fp32_path, sample_size=transform.long_side, opset=cfg.opset)
+        report = check_parity(
+            module.net,
+            fp32_path,
+            parity_batch(image_dir, transform, cfg.parity.num_images),
+            postprocess,
+            prob_tol=cfg.parity.prob_tol,
+            polygon_tol_px=cfg.parity.polygon_tol_px,
+            min_polygons=cfg.parity.min_polygons,
+        )
+        _refuse(report, output, ParityError)
+        log.info("Parity: %s", report.summary())
+        quantization = accuracy = None
+        if calibration is not None and inputs is not None:
+            quantization, accuracy = _quantize(
+                cfg, module.net, (fp32_path, model_path), data, postprocess, calibration, inputs
+            )
+        write_sidecar(
+            model_path,
+            transform=transform,
+            postprocess=cast(dict[str, Any], OmegaConf.to_container(cfg.postprocess, resolve=True)),
+            checkpoint=str(Path(cfg.ckpt).resolve()),
+            parity=report,
+            opset=cfg.opset,
+            quantization=quantization,
+            accuracy=accuracy,
+        )
+        model_path = staging.publish(model_path)
     print(f"parity: {report.summary()}")
     if accuracy is not None:
         print(f"int8 accuracy: {accuracy['summary']}")
+    sidecar = sidecar_path(model_path)
     print(f"model: {model_path}\nsidecar: {sidecar}")
     return {"model": str(model_path), "sidecar": str(sidecar)}
 
 
+def _int8_data(cfg: DictConfig, data: DictConfig, split: str) -> tuple[Path, Path, Any]:
+    """The data root, the calibration split's folder and the transform of ``quantize=int8``: calibration
+    and scoring see the inputs prediction makes (the checkpoint's padding rule, one image each)."""
+    root = Path(cfg.data_root or data.root)
+    transform = _transform(cfg, data, pad_multiple=data.eval_transform.pad_multiple)
+    return root, root / "images" / data[f"{split}_split"], transform
+
+
 def _quantize(
-    cfg: DictConfig, net: Any, fp32_path: Path, output: Path, data: DictConfig, postprocess: Any
+    cfg: DictConfig,
+    net: Any,
+    paths: tuple[Path, Path],
+    data: DictConfig,
+    postprocess: Any,
+    calibration: Any,
+    inputs: list[Any],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Quantise the checked fp32 export ``fp32_path`` (removed here) into ``output`` and score it against
-    ``net``; returns the sidecar's ``quantization`` block and ``parity.accuracy`` block.
+    """Quantise the checked fp32 export ``paths[0]`` into ``paths[1]``, calibrated on ``inputs``, and score
+    it against ``net``; returns the sidecar's ``quantization`` block and ``parity.accuracy`` block.
 
     Raises:
-        AccuracyError: the int8 model loses more than ``parity.max_hmean_drop`` (it is removed).
+        AccuracyError: the int8 model loses more than ``parity.max_hmean_drop``.
     """
     from ocr.inference.onnx_runtime import INPUT_NAME
-    from ocr.inference.quantize import (
-        AccuracyError,
-        CalibrationSettings,
-        accuracy_parity,
-        calibration_inputs,
-        quantize_int8,
-    )
+    from ocr.inference.quantize import AccuracyError, accuracy_parity, quantize_int8
 
-    calibration = CalibrationSettings(
-        num_images=cfg.calibration.num_images, split=cfg.calibration.split, method=cfg.calibration.method
+    fp32_path, int8_path = paths
+    root, split_dir, transform = _int8_data(cfg, data, calibration.split)
+    quantize_int8(
+        fp32_path,
+        int8_path,
+        inputs,
+        method=calibration.method,
+        reduce_range=cfg.int8.reduce_range,
+        input_name=INPUT_NAME,
     )
-    root = Path(cfg.data_root or data.root)
-    # Calibration and scoring see the inputs prediction makes: the checkpoint's padding rule, one image each.
-    transform = _transform(cfg, data, pad_multiple=data.eval_transform.pad_multiple)
-    split_dir = root / "images" / data[f"{calibration.split}_split"]
-    try:
-        inputs = calibration_inputs(split_dir, transform, calibration.num_images)
-        quantize_int8(
-            fp32_path,
-            output,
-            inputs,
-            method=calibration.method,
-            reduce_range=cfg.int8.reduce_range,
-            input_name=INPUT_NAME,
-        )
-    finally:
-        fp32_path.unlink(missing_ok=True)
+    fp32_path.unlink()
     report = accuracy_parity(
         net,
-        output,
+        int8_path,
         root=root,
         split=data.val_split,
         transform=transform,
@@ -145,7 +177,7 @@ def _quantize(
         max_hmean_drop=cfg.parity.max_hmean_drop,
         num_images=cfg.parity.accuracy_images,
     )
-    _refuse(report, output, AccuracyError)
+    _refuse(report, Path(cfg.output), AccuracyError)
     log.info("int8 accuracy: %s", report.summary())
     quantization = {
         "type": "int8",
@@ -177,11 +209,11 @@ def _transform(cfg: DictConfig, data: DictConfig, pad_multiple: int | None) -> A
     )
 
 
-def _refuse(report: Any, model_path: Path, error: type[Exception]) -> None:
-    """Remove ``model_path`` and raise ``error`` with the figures when the check ``report`` failed."""
+def _refuse(report: Any, output: Path, error: type[Exception]) -> None:
+    """Raise ``error`` with the figures when the check ``report`` failed (the staged files go with the
+    staging folder; the previous ``output`` stays)."""
     if report.problem is not None:
-        model_path.unlink()
-        raise error(f"{model_path}: {report.problem}, model removed: {report.summary()}")
+        raise error(f"{output}: {report.problem}; not written (a previous model stays): {report.summary()}")
 
 
 @hydra.main(config_path="../configs", config_name="export", version_base="1.3")

@@ -1,14 +1,17 @@
 """Pseudo-label unlabelled images with a teacher checkpoint, as a dataset training can read.
 
 uv run runners/pseudo_label.py ckpt=<teacher .ckpt> image_dir=<unlabelled images> [output=<dataset>]
-    [pseudo.text_score=0.7] [pseudo.ignore_score=0.4] [split=train] [images=link|copy|none]
+    [pseudo.text_score=0.7] [pseudo.ignore_score=0.4] [split=train] [images=link|copy|none] [overwrite=false]
 
 Predicts as ``runners/predict.py`` does (the checkpoint's evaluation transform and post-processing, except
 ``postprocess.box_thresh``: every candidate is kept so the pseudo thresholds decide). A detection whose
 score is at least ``pseudo.text_score`` becomes text, one from ``pseudo.ignore_score`` up don't-care
 (``ignore: true``), a lower one is dropped. Writes ``<output>/jsons/<split>.json`` (with ``img_w``/``img_h``),
 the images into ``<output>/images/<split>/`` (links by default) and ``<output>/pseudo_labels.json`` (the
-thresholds and counts, also logged). Train on it beside the labelled set with
+thresholds and counts, also logged). An ``output`` that already holds a dataset (or the checkpoint) is
+refused unless ``overwrite=true``, which keeps the annotation file it replaces as ``<split>.json.<time>.bak``;
+an ``image_dir`` inside ``output`` is always refused. An image that does not decode whole (truncated,
+corrupt) is left out and named in a warning. Train on it beside the labelled set with
 ``data.extra_train_roots=[<output>]`` (README, "Train on your own receipts").
 """
 
@@ -47,15 +50,24 @@ def keep_every_candidate(cfg: DictConfig) -> None:
 def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
     """Predict ``image_dir`` and write the pseudo-labelled dataset; returns the summary (empty on ranks
     other than 0)."""
+    from ocr.data.pseudo_labels import (
+        PseudoThresholds,
+        back_up,
+        decoded_sizes,
+        pseudo_records,
+        refuse_unsafe_output,
+    )
+
+    directory = run_dir(cfg)
+    out = Path(cfg.output) if cfg.output is not None else directory
+    refuse_unsafe_output(out, cfg.image_dir, cfg.ckpt, cfg.overwrite)  # before Lightning is even imported
     from ocr.data.annotations import save_annotations
     from ocr.data.layout import place_images
-    from ocr.data.pseudo_labels import PseudoThresholds, pseudo_records
     from ocr.lightning_modules.prediction_io import gather_predictions
     from ocr.utils.io import atomic_write_json
 
     check_config_types(cfg)
     thresholds = PseudoThresholds(float(cfg.pseudo.text_score), float(cfg.pseudo.ignore_score))
-    directory = run_dir(cfg)
     datamodule, module, trainer = load_runner("predict").prepare(cfg, keep_every_candidate)
     save_config(cfg, directory)
     trainer.predict(module, datamodule=datamodule, return_predictions=False)
@@ -63,16 +75,16 @@ def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
     if predictions is None:
         return {}
     dataset = datamodule.datasets["predict"]
-    records, counts = pseudo_records(
-        predictions, dict(zip(dataset.files, dataset.original_sizes, strict=True)), thresholds
-    )
-    out = Path(cfg.output) if cfg.output is not None else directory
+    sizes = decoded_sizes(dataset.image_dir, dataset.files, dataset.source_long_side)
+    records, counts = pseudo_records(predictions, sizes, thresholds)
+    backup = back_up(out / "jsons" / f"{cfg.split}.json")  # only with overwrite=true: else refused above
     annotations = save_annotations(out / "jsons" / f"{cfg.split}.json", records)
     place_images(list(records), cfg.image_dir, out / "images" / cfg.split, cfg.images)
     summary = {
         "ckpt": str(cfg.ckpt),
         "image_dir": str(cfg.image_dir),
         "annotations": str(annotations),
+        "backup": str(backup) if backup is not None else None,
         "images_layout": cfg.images,
         "thresholds": {
             "text_score": thresholds.text_score,

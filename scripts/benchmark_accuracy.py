@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
 MODES = ("upstream", "competition")
@@ -346,6 +348,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--jobs", type=int, default=1, help="seeds run side by side (a shared CPU host: more of its share)"
     )
+    add_record_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -393,6 +396,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path, md_path = write_results(protocol, args.variant, results)
     print(md_path.read_text())
     print(f"results: {json_path}, {md_path}")
+    if args.record:
+        variant = bool(args.override or args.label_subset or args.extra_train_root)
+        write_result(
+            f"accuracy-{args.variant}",
+            "The variants: DBNet++, PAN, encoders" if variant else "Recipe accuracy",
+            "`scripts/benchmark_accuracy.py`: from one pretrained network, each seed fine-tunes exactly "
+            f"{args.steps} steps with validation off, and its `last.ckpt` is scored by `runners/predict.py` "
+            "and `runners/evaluate.py` in both CLEval modes; hmean per seed, then mean, standard error "
+            "and sd.",
+            command_line(__file__, argv),
+            *table_cells(markdown(args.variant, results)),
+            device="auto",
+            directory=args.record,
+        )
     return 0
 
 

@@ -54,6 +54,7 @@ from omegaconf import OmegaConf
 
 from ocr.data import collate  # looked up at each call, so the collate stage can wrap it
 from ocr.data.coding import decode_batch
+from scripts.benchmark_results import add_record_argument, command_line, write_result
 
 try:
     from ocr.machine.hardware import register_resolvers
@@ -61,7 +62,7 @@ except ImportError:  # a checkout before ocr/machine (measured with --loader for
     from ocr.utils.hardware import register_resolvers  # type: ignore[no-redef]
 
 # The checkout whose ``ocr`` package runs (its configs too): run from another checkout's environment, the
-# script measures that checkout (docs/benchmarks.md measures the starting commit this way).
+# script measures that checkout (a before/after of two commits is measured this way).
 REPO = Path(importlib.import_module("ocr").__file__ or "").resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
 # stage -> the functions whose exclusive time it is: "module:attribute", or "dataset:..." for attributes of
@@ -337,7 +338,45 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where decode_batch is timed"
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.cache_dir=/tmp/cache")
+    add_record_argument(parser)
     return parser.parse_args(argv)
+
+
+def record(args: argparse.Namespace, result: dict[str, Any], argv: Sequence[str] | None) -> None:
+    """The figures as data (``--record``): the stage table, or with ``--loader`` the loader's cost."""
+    total, cpu = result["samples_per_pass"] * args.passes, sum(result["cpu"])
+    per_sample = [1e3 * s / result["samples_per_pass"] for s in result["cpu"]]
+    protocol = (
+        "`scripts/benchmark_data.py`: what one DataLoader worker does for the training set of "
+        f"`data={args.data} hardware={args.preset}` (batch {result['batch_size']}, "
+        f"`data.render_on={result['render_on']}`), on one pinned core (torch 1 thread, OpenCV without "
+        f"its pool): {args.passes} passes of {result['samples_per_pass']} samples after {args.warmup} "
+        f"warm-up, seed {args.seed}; img/s per core from wall time: "
+        f"{_spread([result['samples_per_pass'] / s for s in result['wall']])}."
+    )
+    if args.loader:
+        columns = ["CPU ms per sample (median)", "passes", "batch bytes per sample"]
+        rows = [[f"{statistics.median(per_sample):.1f}", ", ".join(f"{x:.1f}" for x in per_sample)]]
+        rows[0].append(f"{result['wire_bytes'] / 1e6:.2f} MB")
+        benchmark = "data-loader"
+    else:
+        stages = dict(result["stages"]) | {"other": cpu - sum(result["stages"].values())}
+        columns = ["stage", "CPU ms/sample", "share"]
+        rows = [
+            [name, f"{stages.get(name, 0.0) * 1e3 / total:.1f}", f"{stages.get(name, 0.0) / cpu:.0%}"]
+            for name in [*STAGES, "other"]
+        ]
+        rows.append(["total", f"{cpu * 1e3 / total:.1f}", "100%"])
+        benchmark = "data"
+    write_result(
+        benchmark,
+        "The data pipeline",
+        protocol,
+        command_line(__file__, argv),
+        columns,
+        rows,
+        directory=args.record,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> str:
@@ -347,8 +386,11 @@ def main(argv: Sequence[str] | None = None) -> str:
         os.sched_setaffinity(0, {args.core})
         torch.set_num_threads(1)
         cv2.setNumThreads(0)  # as in the DataLoader workers (ocr.data.datamodule.seed_worker)
-    text = report(args, run(args))
+    result = run(args)
+    text = report(args, result)
     print(text)
+    if args.record:
+        record(args, result, argv)
     return text
 
 

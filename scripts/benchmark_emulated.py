@@ -58,6 +58,7 @@ from ocr.lightning_modules.build import build_module
 from ocr.types import DBOutput, Sample
 from ocr.utils.io import atomic_write_json
 from ocr.utils.runner import compose_config, instantiate_all, quiet_third_party
+from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
 
 QUEUE_STEPS = 2  # steps the host may run ahead of the emulated device
 SYNC_EVERY_N_STEPS = 50  # configs/callbacks/triage.yaml: nonfinite_guard.check_every_n_steps
@@ -356,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=300, help="timed steps, rounded up to whole epochs")
     parser.add_argument("--warmup", type=int, default=60, help="warm-up steps, rounded up to whole epochs")
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    add_record_argument(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
     args = parser.parse_args(argv)
     if min(args.samples, args.batch, args.steps, args.warmup) < 1 or args.workers < 0:
@@ -366,6 +368,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(report["table"], flush=True)
     if args.json is not None:
         atomic_write_json(args.json, report)
+    if args.record:
+        write_result(
+            "emulated",
+            "Training throughput",
+            "`scripts/benchmark_emulated.py`: the real training loop (datamodule, train stream, DataLoader "
+            "workers, transfer hooks, training step, the run's callbacks) with the device emulated as "
+            f"{args.step_ms} ms per step of batch {args.batch} and each of {args.workers} workers' cost as "
+            f"{args.sample_ms} ms per sample ({args.sample_work}); ratio = pipeline / ceiling; "
+            f"{report['steps']} timed steps after {report['warmup_steps']}.",
+            command_line(__file__, argv),
+            *table_cells(report["table"]),
+            directory=args.record,
+        )
     return report
 
 

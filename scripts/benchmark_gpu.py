@@ -49,6 +49,7 @@ from ocr.machine.hardware import autocast_dtype, cpu_has_native_bf16, cuda_has_n
 from ocr.types import Batch
 from ocr.utils.io import atomic_write_json
 from ocr.utils.runner import compose_config, quiet_third_party
+from scripts.benchmark_results import add_record_argument, command_line, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "sroie-compact"
@@ -265,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "--variants", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    add_record_argument(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
@@ -333,6 +335,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(table, flush=True)
     if args.json is not None:
         atomic_write_json(args.json, {**report, "table": table})
+    if args.record:
+        write_result(
+            "gpu",
+            "Training throughput",
+            "`scripts/benchmark_gpu.py`: the ceiling (forward, loss, backward and AdamW on real batches "
+            "already on the device) against the pipeline (the configured Trainer on the train loader), on "
+            f"{report['data']} (batch {args.batch}, {args.size} px crops, {report['workers']} workers), "
+            f"{report['steps']} timed steps after {report['warmup_steps']}; data wait: the share of the "
+            "timed epochs the loop waited for the loader.",
+            command_line(__file__, argv),
+            ["variant", "ceiling img/s", "pipeline img/s", "ratio", "data wait"],
+            [
+                [row["variant"], f"skipped: {row['skipped']}", None, None, None]
+                if row["skipped"]
+                else [row["variant"], f"{row['ceiling_img_s']:.1f}", f"{row['pipeline_img_s']:.1f}"]
+                + [f"{row['ratio']:.2f}", f"{100 * row['data_wait']:.0f} %"]
+                for row in report["variants"]
+            ],
+            device=args.device,
+            directory=args.record,
+        )
     return report
 
 

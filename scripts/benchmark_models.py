@@ -31,6 +31,7 @@ from ocr.inference.onnx_export import ProbabilityMapNet, export_onnx
 from ocr.inference.onnx_runtime import OnnxProbabilityMap
 from ocr.lightning_modules.build import build_net_and_loss
 from ocr.utils import runner
+from scripts.benchmark_results import add_record_argument, command_line, write_result
 
 DEFAULT_MODELS = ("dbnet_resnet18_fpn", "dbnetpp_resnet18", "dbnet_resnet18_pan")
 
@@ -71,6 +72,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="timed rounds (each runs every model once)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads, PyTorch and ONNX Runtime")
     parser.add_argument("--hardware", default="cpu", help="hardware preset whose decoder width is built")
+    add_record_argument(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     images = torch.randn(1, 3, args.size, args.size)
@@ -109,12 +111,28 @@ def main() -> None:
     )
     print(header)
     print("|---|---|---|---|---|---|---|---|---|")
+    table = []
     for name, row in rows.items():
         m = median[name]
-        print(
-            f"| {name} | {row['params_m']:.2f} | {row['decoder_m']:.3f} | {row['head_m']:.3f} | "
-            f"{row['gflops']:.1f} | {m['torch']:.0f} | {m['torch'] / median[first]['torch']:.2f} | "
-            f"{m['onnx']:.0f} | {m['onnx'] / median[first]['onnx']:.2f} |"
+        table.append(
+            [name, f"{row['params_m']:.2f}", f"{row['decoder_m']:.3f}", f"{row['head_m']:.3f}"]
+            + [f"{row['gflops']:.1f}", f"{m['torch']:.0f}", f"{m['torch'] / median[first]['torch']:.2f}"]
+            + [f"{m['onnx']:.0f}", f"{m['onnx'] / median[first]['onnx']:.2f}"]
+        )
+        print(f"| {' | '.join(table[-1])} |")
+    if args.record:
+        write_result(
+            "models",
+            "The variants: DBNet++, PAN, encoders",
+            "`scripts/benchmark_models.py`: random weights at the `hardware=" + args.hardware + "` preset's "
+            f"widths, batch 1, a 1x3x{args.size}x{args.size} input; GFLOPs over the whole forward "
+            "(multiply-add = 2); PyTorch and ONNX Runtime (the export's graph) on "
+            f"{args.threads} intra-op thread(s), median of {args.rounds} rounds, the models interleaved; "
+            f"ratios to {first}.",
+            command_line(__file__, None),
+            [c.strip() for c in header.strip("|").split("|")],
+            table,
+            directory=args.record,
         )
 
 

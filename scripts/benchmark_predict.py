@@ -71,6 +71,7 @@ from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.prob_cache import ProbCache
 from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput
 from ocr.utils import runner
+from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "sroie-compact" / "images" / "test"
@@ -433,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         "--gt", type=Path, default=None, help="annotations of --images to score each row and the peer"
     )
     parser.add_argument("--json", type=Path, default=None, help="write every row and the machine here")
+    add_record_argument(parser)
     parser.add_argument(
         "--peer-python", type=Path, default=None, help=f"the peer's Python (rapidocr); else ${PEER_ENV}"
     )
@@ -484,7 +486,9 @@ def main(argv: Sequence[str] | None = None) -> str:
         if args.emulate_ms is not None:
             sources = [str(args.images.resolve() / name) for name in names]
             fixed = [hardware, *data, f"data.eval_transform.long_side={args.long_side}", f"ckpt={ckpt}"]
-            return emulated_rows(args, [*fixed, f"image_dir={images}"], work, sources)
+            table = emulated_rows(args, [*fixed, f"image_dir={images}"], work, sources)
+            record(args, argv, table)
+            return table
         variants = [tuple(v.split("=", 1)) if "=" in v else (v, "") for v in args.variant] or [("", "")]
         rows = build_rows(args, backends, long_sides, variants, [hardware, *data], ckpt, images, work)
         peer = None if python is None else Peer(python, [images / n for n in names], work)
@@ -509,7 +513,35 @@ def main(argv: Sequence[str] | None = None) -> str:
         if args.json is not None:
             write_json(args.json, rows, peer, names, gt)
     log.info("%s", table)
+    record(args, argv, table)
     return table
+
+
+def record(args: argparse.Namespace, argv: Sequence[str] | None, table: str) -> None:
+    """The table as data (``--record``): ``predict``, or ``predict-emulated`` with ``--emulate-ms``."""
+    if not args.record:
+        return
+    emulated = args.emulate_ms is not None
+    protocol = (
+        f"`scripts/benchmark_predict.py --emulate-ms`: the network's maps computed once and replayed at "
+        f"{args.emulate_ms} ms per batch, the post-processing and CLEval real, in each pool; bound = "
+        "min(network img/s, workers / post-processing time per image); ratio = median img/s per pass / bound."
+        if emulated
+        else "`scripts/benchmark_predict.py`: the objects `runners/predict.py` builds (decode, letterbox, "
+        "network, post-processing; writing not timed), "
+        f"{args.passes} timed pass(es) after a warm-up, on the first {args.num_images} images of "
+        f"{args.images.name}/; the peer (rapidocr, detection only) after ours in the same run; rows scored "
+        "by `runners/evaluate.py` where the images have ground truth."
+    )
+    write_result(
+        "predict-emulated" if emulated else "predict",
+        "Predict and deployment speed",
+        protocol,
+        command_line(__file__, argv),
+        *table_cells(table),
+        device=args.device,
+        directory=args.record,
+    )
 
 
 def build_rows(

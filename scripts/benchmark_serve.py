@@ -33,6 +33,7 @@ from ocr.serve.models import ServedModel, load_served_model
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
 from ocr.utils.runner import compose_config
+from scripts.benchmark_results import add_record_argument, command_line, write_result
 
 SETTINGS = (
     {"thresh": 0.3, "box_thresh": 0.5, "unclip_ratio": 1.5},
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("--long-side", type=int, default=1024)
     parser.add_argument("--ckpt", default=None)
     parser.add_argument("--repeats", type=int, default=5)
+    add_record_argument(parser)
     args = parser.parse_args()
 
     cfg = compose_config("serve", [f"data.root={args.root}", f"split={args.split}"])
@@ -119,6 +121,28 @@ def main() -> None:
                 f"{_summary(times[index])}; answer CPU {_summary(cpu[index])}; of it post-processing "
                 f"(wall) {_summary(post[index])}"
             )
+    if args.record:
+        write_result(
+            "serve",
+            "Predict and deployment speed",
+            "`scripts/benchmark_serve.py`: what a moved slider costs in the web app, `POST /api/detect` "
+            "with the image's map cached (post-processing, the CLEval card, the JSON) through FastAPI's "
+            f"TestClient, on the first {len(keys)} images of the {args.split} split at long side {side}, "
+            f"{args.repeats} answers per image and setting; the map is "
+            + (
+                f"the checkpoint's ({args.ckpt})."
+                if args.ckpt
+                else "each image's ground truth drawn as a DB map."
+            ),
+            command_line(__file__, None),
+            ["setting", "polygons per image", "answer, wall", "answer, CPU", "of it post-processing, wall"],
+            [
+                [" / ".join(map(str, s.values())), round(statistics.mean(polygons[i])), _summary(times[i])]
+                + [_summary(cpu[i]), _summary(post[i])]
+                for i, s in enumerate(SETTINGS)
+            ],
+            directory=args.record,
+        )
 
 
 def _summary(seconds: list[float]) -> str:

@@ -17,6 +17,7 @@ import torch
 from ocr.debug.oom_probe import random_batch
 from ocr.lightning_modules.build import build_net_and_loss
 from ocr.utils.runner import compose_config
+from scripts.benchmark_results import add_record_argument, command_line, write_result
 
 
 def time_steps(
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=3)
+    add_record_argument(parser)
     args = parser.parse_args()
     device = torch.device(args.device)
     print(
@@ -62,14 +64,31 @@ def main() -> None:
         f"threads {torch.get_num_threads()}"
     )
     print("| precision | memory format | s/step | img/s |\n| --- | --- | ---: | ---: |")
+    rows = []
     for bf16 in (False, True):
         for channels_last in (False, True):
             seconds = time_steps(args.model, device, args.batch, args.size, bf16, channels_last, args.steps)
-            print(
-                f"| {'bf16 autocast' if bf16 else 'fp32'} | {'channels_last' if channels_last else 'NCHW'} "
-                f"| {seconds:.3f} | {args.batch / seconds:.1f} |",
-                flush=True,
+            rows.append(
+                (
+                    "bf16 autocast" if bf16 else "fp32",
+                    "channels_last" if channels_last else "NCHW",
+                    round(seconds, 3),
+                )
             )
+            print(f"| {' | '.join(map(str, rows[-1]))} | {args.batch / seconds:.1f} |", flush=True)
+    if args.record:
+        write_result(
+            "train_step",
+            "Training throughput",
+            f"`scripts/benchmark_train_step.py`: one optimizer step of {args.model}, batch {args.batch} at "
+            f"{args.size} px, model + loss only on random batches, {torch.get_num_threads()} threads, best "
+            f"of {args.steps} steps after a warm-up.",
+            command_line(__file__, None),
+            ["precision", "memory format", "s/step"],
+            rows,
+            device=str(device),
+            directory=args.record,
+        )
 
 
 if __name__ == "__main__":

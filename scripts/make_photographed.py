@@ -87,6 +87,17 @@ def photograph_split(
     return counts
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """Each unusable argument in one line (exit status 1), before anything is read or written."""
+    annotation = args.root / "jsons" / f"{args.split}.json"
+    if not 1 <= args.quality <= 100:  # OpenCV clamps it: the manifest would record a quality not used
+        raise SystemExit(f"--quality {args.quality}: expected a JPEG quality in 1..100")
+    if not args.config.is_file():
+        raise SystemExit(f"--config {args.config}: expected a photo settings YAML file, found none")
+    if not annotation.is_file():
+        raise SystemExit(f"--root {args.root} --split {args.split}: expected {annotation}, found none")
+
+
 def _check_replaceable(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise SystemExit(f"--out {out}: expected a folder, got a file")
@@ -110,9 +121,10 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--out", type=Path, required=True, help="output data set folder (replaced)")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="photo settings (p is ignored)")
     parser.add_argument("--exif-mode", default="rotated", choices=EXIF_MODES, help="frame of the points")
-    parser.add_argument("--quality", type=int, default=95, help="JPEG quality of the written files")
+    parser.add_argument("--quality", type=int, default=95, help="JPEG quality of the written files, 1..100")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    _check_inputs(args)
     config = OmegaConf.load(args.config)
     augment: PhotoAugment = instantiate(config)
     out: Path = args.out

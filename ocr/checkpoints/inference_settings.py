@@ -17,6 +17,9 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ocr.utils.config_types import check_config_types
+from ocr.utils.errors import UsageError
+
 __all__ = [
     "EVAL_TRANSFORM_KEYS",
     "Choice",
@@ -87,6 +90,10 @@ def apply_stored_settings(
 
     Returns:
         One :class:`Choice` per key.
+
+    Raises:
+        ConfigValueError, ConfigValueTypeError: a value taken from ``stored`` fails the config check
+            (``mean: "abc"`` in a sidecar), naming ``source`` and the key.
     """
     # A config composed by other means than a Hydra run or compose_config has no command line to read.
     overrides = OmegaConf.select(cfg, "command_line", default=[], throw_on_resolution_failure=False)
@@ -100,6 +107,10 @@ def apply_stored_settings(
             OmegaConf.update(cfg, key, stored_value, merge=False)
         choices.append(Choice(key, _plain(OmegaConf.select(cfg, key)), stored_value, explicit))
     _log(choices, source)
+    try:  # the invocation's own values passed this check: a problem now is a stored value's
+        check_config_types(cfg)
+    except UsageError as exc:
+        raise type(exc)(f"{source}: a stored value is refused (export or train again): {exc}") from exc
     return choices
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,12 +114,20 @@ def parse_annotations(obj: Any, source: str) -> AnnotationSet:
     """Validate a decoded JSON object; ``source`` names it in error messages.
 
     Raises:
-        AnnotationError: a wrong type or shape, naming ``source`` and the JSON path.
+        AnnotationError: a wrong type or shape, naming ``source`` and the JSON path; or two names of one
+            file (``X.jpg`` and ``sub/../X.jpg``), which would be trained on and scored twice.
     """
     _expect(isinstance(obj, dict), source, "", 'a JSON object with key "images"', obj)
     _expect("images" in obj, source, "", 'a JSON object with key "images"', obj)
     images = obj["images"]
     _expect(isinstance(images, dict), source, "images", "an object {file name: image}", images)
+    first_names: dict[str, str] = {}
+    for name in images:
+        first = first_names.setdefault(posixpath.normpath(name), name)
+        if first != name:
+            raise AnnotationError(
+                f"{source}: images[{_q(first)}] and images[{_q(name)}] name the same file; keep one"
+            )
     records = {
         name: _parse_image(value, source, f"images[{_q(name)}]", name) for name, value in images.items()
     }

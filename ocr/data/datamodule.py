@@ -214,7 +214,7 @@ class ReceiptDataModule(L.LightningDataModule):
             extra = ReceiptDataset(root=root, split=split, transform=transform, **self.dataset_options)
             log.info("train dataset <data.extra_train_roots[%d]=%s>: %s", i, root, extra.report.summary())
             if len(extra) == 0:
-                raise ValueError(
+                raise InputNotFoundError(
                     f"{extra.annotation_path}: train split {split!r} of data.extra_train_roots[{i}]={root} "
                     f"has no usable image ({_unusable(extra)}); drop the root or fix it"
                 )

@@ -30,7 +30,8 @@ UNLABELLED_DIR = "unlabelled"
 
 def place_images(names: Sequence[str], src_dir: str | Path, dst_dir: str | Path, how: str) -> int:
     """Link or copy ``src_dir/<name>`` to ``dst_dir/<name>`` for each name (subfolders kept); returns how many
-    were placed (0 for ``how="none"``). An existing file of the same name is replaced.
+    were placed (0 for ``how="none"``). An existing file of the same name is replaced, unless it is the
+    source image itself or a link to it.
 
     Raises:
         ConfigValueError: ``how`` is not one of :data:`IMAGE_LAYOUTS`.
@@ -45,6 +46,8 @@ def place_images(names: Sequence[str], src_dir: str | Path, dst_dir: str | Path,
         src, dst = src_root / name, dst_root / name
         if not src.is_file():
             raise InputNotFoundError(f"{src}: image not found (to {how} into {dst_root})")
+        if dst.exists() and os.path.samefile(src, dst):
+            continue  # already there: replacing the image by a link to itself would lose it
         dst.parent.mkdir(parents=True, exist_ok=True)
         temp = dst.with_name(f".{dst.name}.tmp")
         temp.unlink(missing_ok=True)

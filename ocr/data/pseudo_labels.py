@@ -4,19 +4,36 @@ A detection the teacher is sure of (score >= ``text_score``) becomes text; a mid
 (``ignore_score`` <= score < ``text_score``) becomes don't-care (``ignore: true``), so it teaches neither
 text nor background; a lower one is dropped. Scores are the post-processor's mean probability inside the
 box. Each word keeps its score as an extra key (``"score"``), which the annotation reader keeps and ignores.
+
+Pseudo-labelling writes only what it made: an output folder that already holds a dataset, or one of the
+inputs, is refused unless ``overwrite=true`` (then the annotation file replaced is kept as a backup), and
+an image that does not decode whole is left out, never labelled as a receipt without text.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from ocr.data.annotations import ImageRecord, Word
+from ocr.data.images import ImageReadError, read_image
+from ocr.machine.hardware import usable_cores
 from ocr.types import Prediction
-from ocr.utils.errors import ConfigValueError
+from ocr.utils.errors import ConfigValueError, OutputDirError
+from ocr.utils.io import atomic_write_bytes
 
-__all__ = ["PseudoCounts", "PseudoThresholds", "pseudo_records"]
+__all__ = [
+    "PseudoCounts",
+    "PseudoThresholds",
+    "back_up",
+    "decoded_sizes",
+    "pseudo_records",
+    "refuse_unsafe_output",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +107,11 @@ def pseudo_records(
     """
     counts = PseudoCounts()
     records: dict[str, ImageRecord] = {}
+    unreadable = []
     for pred in predictions:
         size = sizes.get(pred["image_id"])
         if size is None:
-            counts.unreadable += 1
+            unreadable.append(pred["image_id"])
             continue
         words: list[Word] = []
         for polygon, score in zip(pred["polygons"], pred["scores"], strict=True):
@@ -116,4 +134,69 @@ def pseudo_records(
         records[pred["image_id"]] = ImageRecord(
             file_name=pred["image_id"], words=words, img_w=int(size[0]), img_h=int(size[1])
         )
+    counts.unreadable = len(unreadable)
+    if unreadable:
+        log.warning(
+            "pseudo-labels: %d images do not decode (truncated or corrupt) and are left out: %s",
+            len(unreadable),
+            ", ".join(unreadable[:10]) + (", ..." if len(unreadable) > 10 else ""),
+        )
     return records, counts
+
+
+def decoded_sizes(
+    image_dir: str | Path, names: Sequence[str], long_side: int
+) -> dict[str, tuple[int, int] | None]:
+    """(width, height) of each image that decodes whole, None for one that does not: prediction stood a
+    blank image in for it, and its "no text" would teach background on a receipt nobody saw. Decoded in
+    threads, as prediction decodes (reduced JPEG scale for ``long_side``)."""
+
+    def size(name: str) -> tuple[int, int] | None:
+        try:
+            decoded = read_image(Path(image_dir) / name, min_long_side=long_side)
+        except ImageReadError:
+            return None
+        return decoded.orig_width, decoded.orig_height
+
+    with ThreadPoolExecutor(usable_cores()) as pool:
+        return dict(zip(names, pool.map(size, names), strict=True))
+
+
+def refuse_unsafe_output(output: Path, image_dir: str | Path, ckpt: str | Path, overwrite: object) -> None:
+    """Refuse an ``output`` pseudo-labelling would destroy data in, before anything is loaded.
+
+    Raises:
+        ConfigValueError: ``overwrite`` is not a bool, or ``image_dir`` is inside ``output`` (its images
+            would become links to themselves; ``overwrite=true`` does not allow it).
+        OutputDirError: without ``overwrite``, ``output`` holds a dataset (``jsons/*.json``, ``images/``)
+            or the checkpoint, each named.
+    """
+    if not isinstance(overwrite, bool):
+        raise ConfigValueError(f"overwrite: expected true or false, got {overwrite!r}")
+    out, images = output.resolve(), Path(image_dir).resolve()
+    if images == out or out in images.parents:
+        raise ConfigValueError(
+            f"image_dir={image_dir}: expected a folder outside output={output}, but it is inside it (its "
+            "images would be replaced by links to themselves); pass output=<a new folder>"
+        )
+    held = sorted(out.glob("jsons/*.json"))
+    if (out / "images").exists():
+        held.append(out / "images")
+    if out in Path(ckpt).resolve().parents:
+        held.append(Path(ckpt))
+    if held and not overwrite:
+        raise OutputDirError(
+            f"output={output}: expected a folder without a dataset, but it holds "
+            f"{', '.join(map(str, held))}; pass output=<a new folder>, or overwrite=true to replace its "
+            "annotation file (kept as a backup)"
+        )
+
+
+def back_up(path: Path) -> Path | None:
+    """Copy ``path`` to ``<path>.<UTC time>.bak`` before it is replaced; None when there is none."""
+    if not path.is_file():
+        return None
+    backup = path.with_name(f"{path.name}.{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.bak")
+    atomic_write_bytes(backup, path.read_bytes())
+    log.warning("pseudo-labels: %s replaced; the previous one is kept as %s", path, backup)
+    return backup

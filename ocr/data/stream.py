@@ -3,7 +3,7 @@
 A DataLoader read afresh each epoch starts the epoch cold: Lightning's ``iter()`` resets the workers (or
 starts new ones), every worker then builds a whole batch, B samples in series, before the first one
 arrives. With the receipt data sets of a few hundred images, an epoch is 10-40 batches and that wait costs
-as much as the epoch's compute on a GPU (docs/benchmarks.md, "Epochs that never drain"). Here the workers
+as much as the epoch's compute on a GPU (docs/results.md, "Training throughput"). Here the workers
 never stop: :class:`TrainStream` keeps one iterator over an endless sequence of shuffled passes and hands
 Lightning one pass per epoch, so the workers build the next epoch's batches while this one trains.
 

@@ -48,8 +48,7 @@ def source_region(
     """The part of ``image`` the crop window reads, in whole blocks of the integer area-averaging factor
     ``k`` nearest ``1 / factor`` (1 unless downscaling). Integer INTER_AREA is far faster than a fractional
     one (0.7 vs 7.8 ms at x0.5 and x0.6 on a receipt) and the warp's bilinear sampling does the rest, a
-    scale in [0.67, 1.5); the mean difference to a fractional INTER_AREA is about 1.5 grey levels
-    (docs/benchmarks.md).
+    scale in [0.67, 1.5); the mean difference to a fractional INTER_AREA is about 1.5 grey levels.
 
     The window can miss the image: ``_axis_origin`` keeps it inside the axis-aligned box of the rotated
     image, whose corners the image does not cover. The region is then the image's nearest edge pixels,

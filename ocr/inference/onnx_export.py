@@ -2,16 +2,23 @@
 
 The exported graph is the inference branch only: normalised (B, 3, H, W) float32 images -> (B, 1, H, W)
 float32 probabilities, batch, height and width dynamic (torch.onnx's dynamo exporter). A JSON sidecar
-(``<model>.onnx.json``) holds what prediction needs and what the parity check measured.
+(``<model>.onnx.json``) holds what prediction needs and what the parity check measured. The files are made
+in a hidden folder beside the model (:class:`StagedExport`) and replace the previous ones only once checked.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
+import signal
+import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import FrameType, TracebackType
 from typing import Any
 
 import numpy as np
@@ -32,13 +39,15 @@ from ocr.inference.onnx_runtime import (
 )
 from ocr.types import Batch, Polygon
 from ocr.utils.errors import InputNotFoundError, UsageError
-from ocr.utils.io import atomic_write_bytes, atomic_write_json
+from ocr.utils.io import TEMP_SUFFIX, atomic_write_bytes, atomic_write_json
+from ocr.utils.sentinels import write_interrupted
 
 __all__ = [
     "OPSET",
     "ParityError",
     "ParityReport",
     "ProbabilityMapNet",
+    "StagedExport",
     "check_parity",
     "export_onnx",
     "parity_batch",
@@ -68,6 +77,63 @@ class ProbabilityMapNet(nn.Module):
         # does not divide the head overshoots, and this matches (H, W) as the head itself would.
         logits = F.interpolate(logits, size=images.shape[-2:], mode="bilinear", align_corners=False)
         return torch.sigmoid(logits)
+
+
+class StagedExport:
+    """A hidden folder beside ``output`` (``with StagedExport(output, run_dir) as staging``) to make the
+    model and its sidecar in (``staging.folder``); :meth:`publish` moves the checked pair onto ``output``.
+    The folder goes on leaving, whatever happened, so that a failed check, an error, Ctrl-C or SIGTERM
+    leaves the previous model and sidecar as they were and no partial file. SIGTERM stops the export as
+    Ctrl-C does (``.INTERRUPTED`` in the run directory, exit status 143)."""
+
+    def __init__(self, output: Path, run_directory: Path) -> None:
+        self.output, self.run_directory = output, run_directory
+        self.published = False
+        self._previous: Any = None
+
+    def __enter__(self) -> StagedExport:
+        if threading.current_thread() is threading.main_thread():  # first: no SIGTERM leaves the folder
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            self.folder = Path(
+                tempfile.mkdtemp(prefix=f".{self.output.name}.", suffix=TEMP_SUFFIX, dir=self.output.parent)
+            )
+        except BaseException:
+            self._restore()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._restore()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def publish(self, model: Path) -> Path:
+        """Move the staged ``model`` and its sidecar onto ``output`` with Ctrl-C and SIGTERM held off, so
+        that no signal parts a model from its sidecar; returns ``output``."""
+        held = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            os.replace(sidecar_path(model), sidecar_path(self.output))
+            os.replace(model, self.output)
+            self.published = True
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+        return self.output
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if self.published:  # held off during publish: the export is whole, only its last lines remain
+            return
+        write_interrupted(
+            self.run_directory, f"export stopped by SIGTERM; {self.output} unchanged", 128 + signum
+        )
+        log.warning("SIGTERM: export stopped; %s and its sidecar are unchanged", self.output)
+        raise KeyboardInterrupt
 
 
 def export_onnx(net: nn.Module, path: str | Path, *, sample_size: int, opset: int = OPSET) -> Path:

@@ -118,7 +118,8 @@ def quantize_int8(
     reduce_range: bool,
     input_name: str,
 ) -> Path:
-    """Write the static int8 quantisation of ``fp32_path`` to ``int8_path``, calibrated on ``inputs``.
+    """Write the static int8 quantisation of ``fp32_path`` to ``int8_path``, calibrated on ``inputs``
+    (the export makes it in its staging folder, :class:`~ocr.inference.onnx_export.StagedExport`).
 
     QDQ format, per-channel symmetric int8 weights, asymmetric uint8 activations (ONNX Runtime's advice
     for x86 CPUs); ``reduce_range`` keeps weights to 7 bits, which avoids int16 saturation on CPUs
@@ -134,15 +135,13 @@ def quantize_int8(
     )
 
     int8_path = Path(int8_path)
-    int8_path.parent.mkdir(parents=True, exist_ok=True)
     prepared = int8_path.with_name(f".{int8_path.name}.pre.onnx")
-    partial = int8_path.with_name(f".{int8_path.name}.partial")
     try:
         # Shape inference and graph folding first, so that every convolution finds its weight and bias.
         quant_pre_process(os.fspath(fp32_path), os.fspath(prepared), skip_symbolic_shape=True)
         quantize_static(
             os.fspath(prepared),
-            os.fspath(partial),
+            os.fspath(int8_path),
             _Reader(input_name, inputs),
             quant_format=QuantFormat.QDQ,
             per_channel=True,
@@ -155,10 +154,8 @@ def quantize_int8(
                 "percentile": CalibrationMethod.Percentile,
             }[method],
         )
-        os.replace(partial, int8_path)
     finally:
         prepared.unlink(missing_ok=True)
-        partial.unlink(missing_ok=True)
     log.info("Quantised %s -> %s (%.1f MiB)", fp32_path, int8_path, int8_path.stat().st_size / 2**20)
     return int8_path
 

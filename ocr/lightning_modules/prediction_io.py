@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import cv2
 import torch.distributed as dist
@@ -50,7 +51,22 @@ def to_records(predictions: Sequence[Prediction]) -> dict[str, ImageRecord]:
 
 
 def save_predictions(predictions: Sequence[Prediction], directory: Path) -> dict[str, str]:
-    """Write ``submission.csv`` (one row per image) and ``predictions.json``; returns their paths."""
+    """Write ``submission.csv`` (one row per image) and ``predictions.json``; returns their paths.
+
+    A file name that is not UTF-8 (Python holds its undecodable bytes as surrogate escapes, which no UTF-8
+    file can hold) is written with those bytes escaped (``caf\\xe9.jpg``) in both files, and named in one
+    warning; every other image is written as it is."""
+    escaped = {
+        p["image_id"]: os.fsencode(p["image_id"]).decode("utf-8", "backslashreplace") for p in predictions
+    }
+    renamed = [name for original, name in escaped.items() if name != original]
+    if renamed:
+        log.warning(
+            "%d file names are not UTF-8; written with their bytes escaped: %s",
+            len(renamed),
+            ", ".join(renamed[:10]) + (", ..." if len(renamed) > 10 else ""),
+        )
+    predictions = [cast(Prediction, {**p, "image_id": escaped[p["image_id"]]}) for p in predictions]
     csv_path = write_submission_csv(
         directory / "submission.csv", {p["image_id"]: p["polygons"] for p in predictions}
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, fields
@@ -37,6 +38,7 @@ def load_predictions(path: str | Path) -> dict[str, list[np.ndarray]]:
     Raises:
         InputNotFoundError: ``path`` does not exist.
         ConfigValueError: an extension other than .csv/.json, or a malformed file (naming file and row/key).
+        SubmissionError: a predicted polygon of fewer than 3 points or with a coordinate beyond float32.
     """
     path = Path(path)
     if not path.is_file():
@@ -45,7 +47,18 @@ def load_predictions(path: str | Path) -> dict[str, list[np.ndarray]]:
     if suffix == ".csv":
         return read_submission_csv(path)
     if suffix == ".json":
-        return {name: [w.points for w in rec.words] for name, rec in load_annotations(path).items()}
+        records = load_annotations(path)
+        for name, record in records.items():  # GT sanitation drops these; CLEval refused them unnamed
+            for word in record.words:
+                if len(word.points) < 3 or not np.isfinite(word.points).all():
+                    found = (
+                        f"{len(word.points)} point(s)" if len(word.points) < 3 else "an inf (beyond float32)"
+                    )
+                    raise SubmissionError(
+                        f"pred={path}: images[{json.dumps(name)}].words[{json.dumps(word.key)}].points: "
+                        f"expected >= 3 finite [x, y] points, got {found}"
+                    )
+        return {name: [w.points for w in rec.words] for name, rec in records.items()}
     raise ConfigValueError(f"pred={path}: expected a submission .csv or a predictions .json, got {suffix!r}")
 
 

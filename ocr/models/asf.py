@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ocr.models.decoder import NUM_LEVELS, FPNDecoder
+from ocr.utils.config_types import PositiveInt
 
 __all__ = ["ASFDecoder", "ScaleChannelSpatialAttention"]
 
@@ -60,7 +61,7 @@ class ASFDecoder(FPNDecoder):
         channels: C, the fused output channels (divisible by 4; each level has C/4).
     """
 
-    def __init__(self, *, in_channels: list[int], channels: int) -> None:
+    def __init__(self, *, in_channels: list[int], channels: PositiveInt) -> None:
         super().__init__(in_channels=in_channels, channels=channels)
         self.asf_conv = nn.Conv2d(channels, channels, 3, padding=1)
         self.attention = ScaleChannelSpatialAttention(channels, NUM_LEVELS)

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ocr.utils.config_types import PositiveInt
+
 __all__ = ["NUM_LEVELS", "FPNDecoder", "UNetDecoder", "check_in_channels", "conv_bn_relu", "upsample_to"]
 
 NUM_LEVELS = 4
@@ -31,7 +33,7 @@ class FPNDecoder(nn.Module):
         channels: C, the fused output channels (divisible by 4).
     """
 
-    def __init__(self, *, in_channels: list[int], channels: int) -> None:
+    def __init__(self, *, in_channels: list[int], channels: PositiveInt) -> None:
         super().__init__()
         check_in_channels(in_channels, "FPNDecoder")
         if channels % NUM_LEVELS:
@@ -74,7 +76,7 @@ class UNetDecoder(nn.Module):
         channels: C, the channels of every decoder stage and of the output.
     """
 
-    def __init__(self, *, in_channels: list[int], channels: int) -> None:
+    def __init__(self, *, in_channels: list[int], channels: PositiveInt) -> None:
         super().__init__()
         check_in_channels(in_channels, "UNetDecoder")
         self.out_channels = channels

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ocr.models.decoder import NUM_LEVELS, check_in_channels, conv_bn_relu, upsample_to
+from ocr.utils.config_types import PositiveInt
 
 __all__ = ["FPEM", "PANDecoder", "separable_conv_bn_relu"]
 
@@ -58,11 +59,9 @@ class PANDecoder(nn.Module):
         num_fpems: FPEMs in the cascade (2 in the paper).
     """
 
-    def __init__(self, *, in_channels: list[int], channels: int, num_fpems: int) -> None:
+    def __init__(self, *, in_channels: list[int], channels: PositiveInt, num_fpems: PositiveInt) -> None:
         super().__init__()
         check_in_channels(in_channels, "PANDecoder")
-        if num_fpems < 1:
-            raise ValueError(f"PANDecoder.num_fpems: expected >= 1, got {num_fpems}")
         self.out_channels = NUM_LEVELS * channels
         self.reduce = nn.ModuleList(conv_bn_relu(c, channels, kernel_size=1) for c in in_channels)
         self.fpems = nn.ModuleList(FPEM(channels) for _ in range(num_fpems))

@@ -38,6 +38,7 @@ FILES_DIR = "report_files"
 THUMB_LONG_SIDE = 1000
 JPEG_QUALITY = 80
 OVERLAY_PLACEHOLDER = "/*__OVERLAY_JS__*/"
+JSON_IN_SCRIPT = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
 def write_report(
@@ -96,8 +97,9 @@ def write_report(
     template = with_overlay_script(
         files("ocr.reporting").joinpath("report_template.html").read_text(encoding="utf-8")
     )
-    # "</" inside the JSON would end the <script> element early.
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    # A "</script>" or "<!--" in a name would end the data block early or swallow the next script:
+    # no "<", ">" or "&" is left raw in the JSON (JSON.parse reads the escapes as the same characters).
+    payload = json.dumps(data, separators=(",", ":")).translate(JSON_IN_SCRIPT)
     page = template.replace("__TITLE__", html.escape(title)).replace("__REPORT_DATA__", payload)
     path = atomic_write_text(directory / REPORT_NAME, page)
     log.info("Wrote %s (%d images)", path, len(cards))

@@ -105,15 +105,16 @@ def check_config_types(cfg: DictConfig) -> None:
     problems = _check_node(cfg, "")
     if not problems:
         return
-    listed = "\n  ".join(problems)
+    # One problem stays on one line, the console's whole message; more are listed one per line.
+    listed = f" {problems[0]}" if len(problems) == 1 else "".join(f"\n  {p}" for p in problems)
     if _all_range(problems):
         raise ConfigValueError(
             f"config: {len(problems)} value(s) out of range (fix them in the YAML or on the command line):"
-            f"\n  {listed}"
+            f"{listed}"
         )
     raise ConfigValueTypeError(
         f"config: {len(problems)} value(s) of the wrong type{' or out of range' * _any_range(problems)} (fix "
-        f"them in the YAML or on the command line):\n  {listed}"
+        f"them in the YAML or on the command line):{listed}"
     )
 
 

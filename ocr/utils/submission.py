@@ -68,12 +68,14 @@ def _parse_polygons(field: str, where: str) -> list[npt.NDArray[np.float32]]:
             raise SubmissionError(
                 f"{where}: polygon {k}: expected numbers 'x1 y1 x2 y2 ...', got {chunk!r}"
             ) from None
-        if len(values) < 6 or len(values) % 2 or not np.isfinite(values).all():
+        with np.errstate(over="ignore"):  # beyond float32 (1e39) becomes inf, refused below
+            points = np.asarray(values, dtype=np.float32)
+        if len(values) < 6 or len(values) % 2 or not np.isfinite(points).all():
             raise SubmissionError(
-                f"{where}: polygon {k}: expected an even count >= 6 of finite numbers, "
-                f"got {len(values)}: {chunk!r}"
+                f"{where}: polygon {k}: expected an even count >= 6 of finite numbers within float32 "
+                f"range, got {len(values)}: {chunk!r}"
             )
-        polygons.append(np.asarray(values, dtype=np.float32).reshape(-1, 2))
+        polygons.append(points.reshape(-1, 2))
     return polygons
 
 

@@ -165,6 +165,17 @@ def test_duplicate_keys_are_errors(tmp_path):
         load_annotations(_write(tmp_path, text))
 
 
+def test_two_names_of_one_image_are_errors(tmp_path):
+    """X.jpg and sub/../X.jpg were both read, so the image was trained on and scored twice."""
+    images = {"X.jpg": {"words": {}}, "b.jpg": {"words": {}}, "sub/../X.jpg": {"words": {}}}
+    with pytest.raises(AnnotationError) as info:
+        load_annotations(_write(tmp_path, {"images": images}))
+    assert str(info.value) == (
+        f'{tmp_path / "val.json"}: images["X.jpg"] and images["sub/../X.jpg"] name the same file; keep one'
+    )
+    assert len(parse_annotations({"images": {"a/X.jpg": {"words": {}}, "X.jpg": {"words": {}}}}, "s")) == 2
+
+
 def test_non_utf8_file_is_an_annotation_error(tmp_path):
     path = tmp_path / "val.json"
     path.write_bytes(b'{"images": {"\xff.jpg": {"words": {}}}}')

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ocr.data.datamodule import TrainSets
+from ocr.utils.errors import InputNotFoundError
 from tests.helpers.receipt_fixtures import block_words, make_root, receipt_datamodule, write_split
 
 
@@ -53,8 +54,8 @@ def test_an_extra_root_without_usable_images_fails_naming_it(tmp_path: Path) -> 
     root = make_root(tmp_path / "labelled")
     empty = tmp_path / "empty"
     write_split(empty, "train", {"ghost.png": block_words()}, create=False)
-    with pytest.raises(
-        ValueError, match=r"data\.extra_train_roots\[0\]=.*empty has no usable image \(1 listed"
+    with pytest.raises(  # a UsageError: the runner prints its message alone, exit 1
+        InputNotFoundError, match=r"data\.extra_train_roots\[0\]=.*empty has no usable image \(1 listed"
     ):
         receipt_datamodule(root, extra_train_roots=(str(empty),)).setup("fit")
     with pytest.raises(FileNotFoundError, match=r"annotation file of split 'train' not found"):

@@ -33,6 +33,13 @@ def test_images_are_linked_or_copied_under_their_names(tmp_path: Path) -> None:
         place_images(["missing.jpg"], src, tmp_path / "x", "link")
 
 
+def test_an_image_placed_onto_itself_stays_an_image(tmp_path: Path) -> None:
+    """Linking a folder's images into that same folder used to make each a link to itself."""
+    (tmp_path / "a.jpg").write_bytes(b"a")
+    place_images(["a.jpg"], tmp_path, tmp_path, "link")
+    assert not (tmp_path / "a.jpg").is_symlink() and (tmp_path / "a.jpg").read_bytes() == b"a"
+
+
 def test_a_label_subset_keeps_the_first_labels_and_lists_the_rest_unlabelled(tmp_path: Path) -> None:
     root = make_root(tmp_path / "root", num_images=2)
     write_split(root, "train", {f"t{i}.png": block_words() for i in range(5)})

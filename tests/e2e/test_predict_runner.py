@@ -7,6 +7,8 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +21,9 @@ import torch.multiprocessing as mp
 from omegaconf import DictConfig
 
 from ocr.data.dataset import IMAGE_SUFFIXES
+from tests.helpers.paths import REPO_ROOT
 from tests.helpers.report_cases import report_data
+from tests.helpers.scripts import receipt_images
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
 
@@ -137,3 +141,35 @@ def test_predict_under_ddp_writes_every_image_once_on_rank_zero(
     assert on_rank[1] == {} and set(on_rank[0]) == {"submission", "predictions", "overlays", "report"}
     cards = report_data((tmp_path / "ddp" / "report.html").read_text())["cards"]
     assert [c["name"] for c in cards] == list(expected)  # every rank's images, once, in order
+
+
+def test_a_file_name_that_is_not_utf8_is_written_escaped_beside_every_other_image(
+    tmp_path: Path, tiny_run: list[str], tiny_checkpoint: Path
+) -> None:
+    """One such name used to lose the whole predict (UnicodeEncodeError while writing submission.csv)."""
+    image_dir = receipt_images(tmp_path / "images", 2, 96, 10)
+    odd = os.fsdecode(b"caf\xe9.png")  # a Latin-1 name: Python holds the byte as a surrogate escape
+    shutil.copy(image_dir / "r0.png", image_dir / odd)
+    run = tmp_path / "run"
+    command = [
+        sys.executable,
+        "runners/predict.py",
+        *tiny_run,
+        f"ckpt={tiny_checkpoint}",
+        f"image_dir={image_dir}",
+        f"data.root={tmp_path / 'unused'}",
+        f"hydra.run.dir={run}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    console = result.stdout + result.stderr
+    assert result.returncode == 0, console
+    assert "Traceback" not in console and "Logging error" not in console, console
+    escaped = "caf\\xe9.png"
+    warnings = [line for line in console.splitlines() if "file names are not UTF-8" in line]
+    assert len(warnings) == 1 and warnings[0].endswith(
+        f"1 file names are not UTF-8; written with their bytes escaped: {escaped}"
+    )
+    rows = _rows(run / "submission.csv")
+    assert list(rows) == [escaped, "r0.png", "r1.png"] and rows[escaped] == rows["r0.png"]
+    assert list(json.loads((run / "predictions.json").read_text(encoding="utf-8"))["images"]) == list(rows)

@@ -3,6 +3,7 @@ nothing loaded first (issue 30: a 5000 px crop of 128 px images hung its first s
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.receipt_fixtures import block_words, make_root, write_split
 
 
 def _run(runner: str, *overrides: str) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -45,6 +47,58 @@ def test_a_crop_beyond_the_training_images_is_refused_before_any_data_loads(tmp_
     assert not run.exists() and not data_root.exists()  # refused at the run-start gate: nothing written
     # 7.4 s on 2 cores under a load of 19 (torch is not imported for it: that alone took 25 s there).
     assert seconds < 20, f"refused after {seconds:.1f} s"
+
+
+def test_a_decoder_without_channels_is_refused_in_one_line_naming_the_key(tmp_path: Path) -> None:
+    """DBNet++ (and PAN) with channels=-8 failed in torch's conv constructor, the key unnamed."""
+    result, _ = _run(
+        "train", "model=dbnetpp_resnet18", "model.decoder.channels=-8", f"hydra.run.dir={tmp_path / 'run'}"
+    )
+    console = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in console, console
+    assert (
+        "out of range (fix them in the YAML or on the command line): model.decoder.channels: expected "
+        ">= 1, got -8" in console
+    )
+
+
+def test_a_sidecar_value_that_fails_the_config_check_is_named_with_the_sidecar(tmp_path: Path) -> None:
+    """mean: "abc" in an export's sidecar failed inside EvalTransform, naming neither."""
+    pytest.importorskip("onnxruntime")
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"never read: the settings are checked first")
+    sidecar = {"format": "ocr-dbnet-prob-map", "data": {"eval_transform": {"mean": "abc"}}, "postprocess": {}}
+    Path(f"{model}.json").write_text(json.dumps(sidecar))
+    result, _ = _run(
+        "predict",
+        "backend=onnx",
+        f"onnx_model={model}",
+        f"image_dir={tmp_path}",
+        f"hydra.run.dir={tmp_path}/r",
+    )
+    console = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in console, console
+    assert "the ONNX export (model.onnx.json): a stored value is refused" in console
+    assert "data.eval_transform.mean: expected a list, got 'abc' (str)" in console
+
+
+@pytest.mark.slow  # a training run up to its first data scan: a minute on 2 busy cores
+def test_an_extra_train_root_without_a_usable_image_is_one_line(tmp_path: Path) -> None:
+    """The message was clear, but came with a traceback."""
+    make_root(tmp_path / "labelled", num_images=2)
+    write_split(tmp_path / "empty", "train", {"ghost.png": block_words()}, create=False)
+    result, _ = _run(
+        "train",
+        "data=receipts",
+        f"data.root={tmp_path / 'labelled'}",
+        f"data.extra_train_roots=[{tmp_path / 'empty'}]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
+    console = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in console, console
+    assert (
+        f"data.extra_train_roots[0]={tmp_path / 'empty'} has no usable image (1 listed, 1 missing" in console
+    )
 
 
 @pytest.mark.slow  # two more runner processes

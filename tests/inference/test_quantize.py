@@ -89,7 +89,7 @@ def test_predict_backend_onnx_runs_the_int8_model_as_it_is(
 
 
 @slow
-def test_an_int8_model_that_loses_more_than_the_limit_is_refused_and_removed(
+def test_an_int8_model_that_loses_more_than_the_limit_is_refused_and_the_previous_one_kept(
     tmp_path: Path,
     tiny_checkpoint: Path,
     small_images: Path,
@@ -97,12 +97,19 @@ def test_an_int8_model_that_loses_more_than_the_limit_is_refused_and_removed(
     runner_module: Runner,
 ) -> None:
     root = make_root(tmp_path / "blocks")
+    run = tmp_path / "run"
+    run.mkdir()
+    previous = {"model.onnx": b"previous model", "model.onnx.json": b"{}"}
+    for name, data in previous.items():
+        (run / name).write_bytes(data)
     # A negative limit: even a model that loses nothing loses more than that.
     overrides = _int8_overrides(tiny_checkpoint, small_images, root, "parity.max_hmean_drop=-0.5")
-    cfg = compose_cfg("export", overrides, tmp_path / "run")
-    with pytest.raises(AccuracyError, match=r"loses -?[\d.]+ hmean .*model removed: 3 val images: hmean"):
+    cfg = compose_cfg("export", overrides, run)
+    pattern = r"loses -?[\d.]+ hmean .*not written \(a previous model stays\): 3 val images: hmean"
+    with pytest.raises(AccuracyError, match=pattern):
         runner_module("export").export(cfg)
-    assert not any("onnx" in p.name for p in (tmp_path / "run").iterdir())
+    # The previous export stays whole; neither the int8 model nor its fp32 intermediate is left.
+    assert {p.name: p.read_bytes() for p in run.iterdir() if "onnx" in p.name} == previous
 
 
 def test_the_accuracy_report_refuses_a_drop_beyond_the_limit_in_either_mode() -> None:

@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from ocr.models.pan import FPEM, PANDecoder
+from ocr.utils.config_types import check_config_types
+from ocr.utils.errors import ConfigValueError
 from tests.models.test_decoder import IN_CHANNELS, features
 
 C = 16
@@ -91,6 +93,10 @@ def test_both_enhancements_of_each_fpem_reach_the_output(part, index):
     assert grads and all(g is not None and float(g.abs().sum()) > 0 for g in grads)
 
 
-def test_a_cascade_needs_an_fpem():
-    with pytest.raises(ValueError, match="PANDecoder.num_fpems: expected >= 1, got 0"):
-        pan(0)
+def test_the_config_check_names_a_channel_count_or_cascade_below_one(compose_cfg, tmp_path):
+    """channels=0 failed in torch's conv constructor, without the key."""
+    overrides = ["model=dbnet_resnet18_pan", "model.decoder.channels=0", "model.decoder.num_fpems=0"]
+    with pytest.raises(ConfigValueError) as info:
+        check_config_types(compose_cfg("train", overrides, tmp_path))
+    assert "model.decoder.channels: expected >= 1, got 0" in str(info.value)
+    assert "model.decoder.num_fpems: expected >= 1, got 0" in str(info.value)

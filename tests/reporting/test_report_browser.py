@@ -65,3 +65,17 @@ def test_rendered_page_shows_every_card_and_the_metric_counts(tmp_path: Path) ->
     shot = tmp_path / "shot.png"
     result = _chromium(browser, f"--screenshot={shot}", "--window-size=1200,900", page.as_uri())
     assert result.returncode == 0 and shot.stat().st_size > 10_000, result.stderr[-2000:]
+
+
+def test_a_name_holding_markup_renders_with_the_page(tmp_path: Path) -> None:
+    browser = _browser()
+    images = tmp_path / "images"
+    images.mkdir()
+    records = labelled_records(images, num_images=2)
+    records[0]["image_id"] = "<!--<script>x.jpg"  # missing on disk: the card shows without its image
+    page = write_report(tmp_path / "run", records, images, OPTIONS, "markup")
+    dom = _chromium(browser, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    body = re.search(r"<body([^>]*)>", dom.stdout)
+    assert body is not None and 'data-status="rendered"' in body.group(1), dom.stdout[:2000]
+    assert len(re.findall(r'<div class="card"', dom.stdout)) == 2

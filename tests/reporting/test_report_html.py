@@ -74,10 +74,15 @@ def test_labelled_records_need_options(tmp_path: Path, images: Path) -> None:
         write_report(tmp_path, labelled_records(images, 1), images, None, "t")
 
 
-def test_script_end_tag_in_a_name_cannot_break_the_page(tmp_path: Path, images: Path) -> None:
-    record = {"image_id": "</script><b>x.png", "polygons": [np.zeros((4, 2))], "scores": [0.5]}
+@pytest.mark.parametrize("name", ["</script><b>x.png", "<!--<script>x.jpg", "a&b>c.png"])
+def test_markup_in_a_name_cannot_break_the_page(tmp_path: Path, images: Path, name: str) -> None:
+    """A "<!--<script>" used to switch the browser's parser into a state where the data block's own
+    "</script>" no longer ended it, so the page's main script became data and nothing showed."""
+    record = {"image_id": name, "polygons": [np.zeros((4, 2))], "scores": [0.5]}
     html = write_report(tmp_path, [record], images, None, "t").read_text()
-    assert report_data(html)["cards"][0]["name"] == "</script><b>x.png"
+    block = html.split('id="report-data">', 1)[1].split("</script>", 1)[0]
+    assert not set("<>&") & set(block), block
+    assert report_data(html)["cards"][0]["name"] == name
 
 
 def test_the_page_carries_the_analysis_without_the_per_image_rows(tmp_path: Path, images: Path) -> None:

@@ -141,3 +141,27 @@ def test_evaluate_runs_with_the_default_run_dir_and_without_torch(tmp_path: Path
     )
     light = subprocess.run([sys.executable, "-c", check, str(REPO_ROOT / "runners" / "evaluate.py")], env=env)
     assert light.returncode == 0, "runners/evaluate.py imports torch"
+
+
+def test_evaluate_names_the_file_and_row_or_key_of_an_unusable_input(tmp_path: Path) -> None:
+    """A 1e39 coordinate, a 2-point prediction and an out_dir that is a file ended in tracebacks; one image
+    under two names (read by the one annotation reader, for GT and training too) was scored twice."""
+    _one_word_gt(tmp_path, ["a.jpg"])
+    (tmp_path / "big.csv").write_text("filename,polygons\na.jpg,10 10 1e39 10 110 30 10 30\n")
+    two_points = {"images": {"a.jpg": {"words": {"0007": {"points": [[10, 10], [110, 10]]}}}}}
+    (tmp_path / "two.json").write_text(json.dumps(two_points))
+    (tmp_path / "taken").write_text("")
+    twice = {"images": {"a.jpg": {"words": {}}, "sub/../a.jpg": {"words": {}}}}  # was scored twice
+    (tmp_path / "twice.json").write_text(json.dumps(twice))
+    cases = {
+        "pred=big.csv": "big.csv:2: polygon 0: expected an even count >= 6 of finite numbers within float32",
+        "pred=two.json": 'pred=two.json: images["a.jpg"].words["0007"].points: expected >= 3 finite [x, y] '
+        "points, got 2 point(s)",
+        f"pred=gt.json out_dir={tmp_path / 'taken'}": f"out_dir={tmp_path / 'taken'}: expected a folder",
+        "pred=twice.json": 'twice.json: images["a.jpg"] and images["sub/../a.jpg"] name the same file',
+    }
+    for overrides, message in cases.items():
+        proc = _run(tmp_path, "gt=gt.json", *overrides.split())
+        console = proc.stdout + proc.stderr
+        assert proc.returncode == 1, console
+        assert message in console and "Traceback" not in console, console

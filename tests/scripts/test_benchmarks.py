@@ -15,9 +15,9 @@ from tests.helpers.paths import REPO_ROOT
 from tests.helpers.scripts import load_script, receipt_images
 
 
-def test_benchmark_targets_prints_both_layouts() -> None:
+def test_benchmark_targets_prints_both_layouts_and_records_them(tmp_path: Path) -> None:
     # A subprocess: the script refuses to run once torch is imported, as it is in the test process.
-    args = ["--boxes", "6", "--size", "64", "--images", "1", "--rounds", "1"]
+    args = ["--boxes", "6", "--size", "64", "--images", "1", "--rounds", "1", "--record", str(tmp_path)]
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "benchmark_targets.py"), *args],
         cwd=REPO_ROOT,
@@ -30,6 +30,10 @@ def test_benchmark_targets_prints_both_layouts() -> None:
         assert re.search(rf"^\| {layout} \| 6 \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", result.stdout, re.M), (
             result.stdout
         )
+    (recorded,) = tmp_path.glob("targets-*.json")
+    record = json.loads(recorded.read_text())
+    assert record["question"] == "The data pipeline" and "--boxes 6" in record["command"]
+    assert [row[:2] for row in record["rows"]] == [["words", 6], ["jittered", 6]]
 
 
 def test_benchmark_data_reports_every_stage(tmp_path: Path) -> None:
@@ -40,7 +44,7 @@ def test_benchmark_data_reports_every_stage(tmp_path: Path) -> None:
     text = module.main(
         [
             *("--data", "synthetic", "--root", str(tmp_path), "--preset", "cpu", "--core", "-1"),
-            *("--samples", "3", "--passes", "2", "--warmup", "1"),
+            *("--samples", "3", "--passes", "2", "--warmup", "1", "--record", str(tmp_path / "results")),
             "data.synthetic.num_train=3",
             "data.synthetic.num_val=1",
             "data.synthetic.num_test=1",
@@ -56,6 +60,9 @@ def test_benchmark_data_reports_every_stage(tmp_path: Path) -> None:
     stage_ms = [float(m) for m in re.findall(r"^\| (?!total)[^|]+ \| (-?[\d.]+) \|", text, re.M)]
     assert sum(stage_ms) > 0
     assert (dataset.load_source, dataset.make_db_targets, transforms.TrainTransform.__call__) == originals
+    (recorded,) = (tmp_path / "results").glob("data-*.json")
+    rows = json.loads(recorded.read_text())["rows"]
+    assert [row[0] for row in rows] == [*module.STAGES, "other", "total"]
 
 
 def test_benchmark_predict_times_both_backends_at_both_batch_sizes(
@@ -66,12 +73,15 @@ def test_benchmark_predict_times_both_backends_at_both_batch_sizes(
     images = receipt_images(tmp_path / "images", 3, 80, 20)
     args = ["--images", str(images), "--num-images", "2", "--long-side", "64", "--batches", "2,1"]
     overrides = [o for o in tiny_run if not o.startswith("data.eval_transform.long_side=")]
-    table = module.main([*args, "--passes", "1", "--workers", "0", *overrides])
+    results = tmp_path / "results"
+    table = module.main([*args, "--passes", "1", "--workers", "0", "--record", str(results), *overrides])
     for backend in ("torch", "onnx"):
         for batch in (2, 1):
             row = rf"^\| {backend} \| [^|]+ \| cpu \| {batch} \| 64 \| - \| 2 \| [\d.]+ \| \d+% \| - \| "
             row += r"[\d.]+ \| - \|$"  # no GT beside these images: not scored; no peer
             assert re.search(row, table, re.M), table
+    (recorded,) = results.glob("predict-*.json")
+    assert [row[0] for row in json.loads(recorded.read_text())["rows"]] == ["torch", "torch", "onnx", "onnx"]
 
 
 def test_benchmark_gpu_default_workers_are_the_presets(tmp_path: Path) -> None:
@@ -107,7 +117,7 @@ def test_benchmark_gpu_measures_ceiling_and_pipeline_on_the_cpu(
         [
             *("--device", "cpu", "--data", "synthetic", "--data-root", str(tmp_path / "data")),
             *("--size", "64", "--batch", "2", "--steps", "3", "--warmup", "1", "--workers", "1"),
-            *("--json", str(tmp_path / "bench.json")),
+            *("--json", str(tmp_path / "bench.json"), "--record", str(tmp_path / "results")),
             "data.synthetic.num_train=4",
             "data.synthetic.num_val=2",
             "data.synthetic.num_test=2",
@@ -132,6 +142,10 @@ def test_benchmark_gpu_measures_ceiling_and_pipeline_on_the_cpu(
     assert "| variant | ceiling img/s | pipeline img/s | ratio | data wait |" in table
     assert re.search(r"^\| fp32 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+ % \|$", table, re.M), table
     assert re.search(r"^\| compile \| skipped: torch\.compile is measured on CUDA only", table, re.M)
+    (recorded,) = (tmp_path / "results").glob("gpu-cpu-*.json")
+    assert [row[0] for row in json.loads(recorded.read_text())["rows"]] == [
+        r["variant"] for r in report["variants"]
+    ]
 
 
 @pytest.mark.slow  # over 20 s on 2 busy cores: a tiny training with the run's callbacks
@@ -140,6 +154,7 @@ def test_benchmark_emulated_times_the_real_loop_with_sleeps(tmp_path: Path, samp
     module = load_script("benchmark_emulated")
     args = [*("--samples", "5", "--batch", "2", "--workers", "1", "--sample-ms", "20", "--step-ms", "10")]
     args += [*("--image-px", "64", "--steps", "3", "--warmup", "1", "--sample-work", sample_work)]
+    args += ["--record", str(tmp_path / "results")]
     report = module.main([*args, "--val-every", "2", "--val-images", "2", "--json", str(tmp_path / "e.json")])
     # 5 images in batches of 2: 2 steps per epoch; 3 timed steps round up to 2 epochs after 1 of warm-up.
     assert (report["steps_per_epoch"], report["warmup_steps"], report["steps"]) == (2, 2, 4)
@@ -151,6 +166,8 @@ def test_benchmark_emulated_times_the_real_loop_with_sleeps(tmp_path: Path, samp
     assert json.loads((tmp_path / "e.json").read_text())["ratio"] == report["ratio"]
     row = r"^\| 200\.0 \| [\d.]+ \| [\d.]+ \| \d+ % \| [\d.]+ s \| [\d.]+ ms \| [\d.]+ \|$"
     assert re.search(row, report["table"], re.M), report["table"]
+    (recorded,) = (tmp_path / "results").glob("emulated-*.json")
+    assert json.loads(recorded.read_text())["rows"][0][0] == "200.0"
 
 
 def test_benchmark_emulated_paces_each_batch_on_one_timeline(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -10,6 +14,7 @@ import numpy as np
 import pytest
 
 from ocr.data.annotations import load_annotations
+from tests.helpers.paths import REPO_ROOT
 from tests.helpers.scripts import load_script
 
 BOXES = [(20, 30, 120, 50), (30, 90, 150, 104), (40, 150, 100, 190)]  # x0, y0, x1, y1: black bars
@@ -79,3 +84,35 @@ def test_refuses_to_replace_a_foreign_folder(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="refusing to replace"):
         script.main(["--root", str(root), "--out", str(tmp_path / "mine")])
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        (["--quality", "500"], "--quality 500: expected a JPEG quality in 1..100"),
+        (
+            ["--config", "absent.yaml"],
+            "--config absent.yaml: expected a photo settings YAML file, found none",
+        ),
+        (["--split", "val"], "--split val: expected "),
+    ],
+)
+def test_an_unusable_argument_is_one_line_before_anything_is_written(
+    tmp_path: Path, argument: list[str], message: str
+) -> None:
+    """A missing split or --config was a traceback; --quality 500 was recorded though 100 was written."""
+    script = load_script("make_photographed")
+    root = _dataset(tmp_path / "flat")
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        script.main(["--root", str(root), "--out", str(tmp_path / "out"), *argument])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_root_is_one_line_on_the_console(tmp_path: Path) -> None:
+    script = REPO_ROOT / "scripts" / "make_photographed.py"
+    command = [sys.executable, str(script), "--root", str(tmp_path / "x"), "--out", str(tmp_path / "out")]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    expected = tmp_path / "x" / "jsons" / "test.json"
+    assert result.stderr.strip() == f"--root {tmp_path / 'x'} --split test: expected {expected}, found none"

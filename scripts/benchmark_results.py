@@ -1,0 +1,140 @@
+"""Benchmark figures as data: one JSON per benchmark and machine under ``docs/results/``.
+
+A benchmark script run with ``--record`` writes its table through :func:`write_result` into
+``docs/results/<benchmark>-<machine>.json`` (a newer run replaces the file: history lives in git), and
+``scripts/results_page.py`` renders docs/results.md from those files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ocr.utils.io import atomic_write_json
+
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "docs" / "results"
+# The questions docs/results.md answers, in its order; every result answers one of them.
+QUESTIONS = (
+    "Recipe accuracy",
+    "The variants: DBNet++, PAN, encoders",
+    "Training throughput",
+    "Predict and deployment speed",
+    "The data pipeline",
+    "CLEval speed",
+    "The peer",
+)
+KEYS = ("benchmark", "question", "machine", "command", "protocol", "measured", "columns", "rows")
+
+
+def machine_name(device: str = "cpu") -> str:
+    """``h200`` for a CUDA device (its name, less "NVIDIA"); else ``cpu-<n>core-<isa>`` from /proc/cpuinfo.
+    ``auto``: the CUDA device where one is visible (for scripts whose runners pick the device)."""
+    if device.startswith("cuda") or device == "auto":
+        import torch
+
+        if device == "auto":
+            return machine_name("cuda" if torch.cuda.is_available() else "cpu")
+        name = torch.cuda.get_device_name(torch.device(device)).lower().removeprefix("nvidia ")
+        return re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+    flags: set[str] = set()
+    if Path("/proc/cpuinfo").is_file():
+        line = next((x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("flags")), "")
+        flags = set(line.partition(":")[2].split())
+    isa = next(
+        (
+            name
+            for flag, name in (("avx512_bf16", "avx512bf16"), ("avx512f", "avx512"), ("avx2", "avx2"))
+            if flag in flags
+        ),
+        platform.machine().lower(),
+    )
+    return f"cpu-{os.cpu_count()}core-{isa}"
+
+
+def command_line(script: str, argv: Sequence[str] | None) -> str:
+    """The command that ran ``script`` (a ``__file__``) with ``argv`` (None: this process's arguments)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return shlex.join(["uv", "run", "python", f"scripts/{Path(script).name}", *args])
+
+
+def add_record_argument(parser: argparse.ArgumentParser) -> None:
+    """``--record [DIR]``: also write the figures as data (default docs/results/)."""
+    parser.add_argument(
+        "--record",
+        nargs="?",
+        const=RESULTS_DIR,
+        default=None,
+        type=Path,
+        metavar="DIR",
+        help="also write the figures to DIR/<benchmark>-<machine>.json (default DIR: docs/results/)",
+    )
+
+
+def table_cells(markdown: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows of the Markdown table in ``markdown`` (a script's printed table)."""
+    lines = [line.strip() for line in markdown.splitlines() if line.strip().startswith("|")]
+    if len(lines) < 2:
+        raise ValueError(f"expected a Markdown table (a header, a rule, rows), got {markdown!r}")
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return cells[0], cells[2:]
+
+
+def write_result(
+    benchmark: str,
+    question: str,
+    protocol: str,
+    command: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    device: str = "cpu",
+    machine: str | None = None,
+    measured: str | None = None,
+    directory: Path = RESULTS_DIR,
+) -> Path:
+    """Write one benchmark's figures to ``directory/<benchmark>-<machine>.json`` atomically."""
+    if question not in QUESTIONS:
+        raise ValueError(f"benchmark {benchmark!r}: question must be one of {QUESTIONS}, got {question!r}")
+    for index, row in enumerate(rows):
+        if len(row) != len(columns):
+            raise ValueError(
+                f"benchmark {benchmark!r}: row {index} has {len(row)} cells, expected {len(columns)} "
+                f"(columns {list(columns)})"
+            )
+    machine = machine or machine_name(device)
+    record = {
+        "benchmark": benchmark,
+        "question": question,
+        "machine": machine,
+        "command": command,
+        "protocol": protocol,
+        "measured": measured or datetime.date.today().isoformat(),
+        "columns": list(columns),
+        "rows": [[_cell(value) for value in row] for row in rows],
+    }
+    return atomic_write_json(directory / f"{benchmark}-{machine}.json", record)
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """A result file's record, checked for the keys :func:`write_result` writes."""
+    record = json.loads(path.read_text())
+    missing = [key for key in KEYS if key not in record]
+    if missing:
+        raise ValueError(f"{path}: missing keys {missing} (a result holds {list(KEYS)})")
+    if record["question"] not in QUESTIONS:
+        raise ValueError(f"{path}: question must be one of {QUESTIONS}, got {record['question']!r}")
+    return dict(record)
+
+
+def _cell(value: Any) -> str | int | float | None:
+    """A table cell as JSON keeps it: numbers and text as they are, anything else as text."""
+    return value if value is None or isinstance(value, str | int | float) else str(value)
