@@ -14,6 +14,7 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.checkpoints.reading import allow_checkpoint_types
 from ocr.checkpoints.resume import Resume
 from ocr.checkpoints.run_start import claim_run
 from ocr.machine.hardware import register_resolvers
@@ -75,13 +76,13 @@ def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
         cfg.trainer, callbacks=callbacks, logger=loggers or False, enable_checkpointing=checkpointing
     )
 
-    # Our checkpoints hold the run config and RNG states (numpy), so they are not weights-only.
+    allow_checkpoint_types()  # Lightning's weights-only loads of our checkpoints (resume, best for test)
     ckpt_path = str(resume.checkpoint) if resume is not None else None
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     metrics = scalar_metrics(trainer)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.test_after_fit:
-        results = trainer.test(module, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
         metrics.update(results[0])
     if trainer.is_global_zero:
         atomic_write_json(directory / "metrics.json", {"metrics": metrics, "best_checkpoint": best or None})

@@ -86,7 +86,7 @@ def test_refused_uploads_answer_400_and_the_app_goes_on(serve_app: Any) -> None:
 def test_a_checkpoint_of_another_model_is_refused_by_name(serve_app: Any, tmp_path: Path) -> None:
     import torch
 
-    client = serve_app()
+    client = serve_app(f"model_dirs=[{tmp_path}]")
     other = tmp_path / "other.ckpt"
     torch.save({"conv.weight": torch.zeros(3, 3)}, other)
     response = client.post("/api/model", json={"slot": "2", "path": str(other)})
