@@ -14,15 +14,12 @@ message.
 
 from __future__ import annotations
 
-import sys
-
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
-from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
 
 register_resolvers()
@@ -50,5 +47,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt", "ckpt2"))  # old checkpoint names hold "="
     main()

@@ -7,7 +7,6 @@ uv run runners/train.py resume=outputs/train/<run>   # continue a run with its o
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,7 +19,7 @@ from ocr.checkpoints.resume import Resume
 from ocr.checkpoints.run_start import claim_run
 from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
-from ocr.utils.commands import accept_unquoted_paths, run_next_commands
+from ocr.utils.commands import run_next_commands
 from ocr.utils.config_types import check_config_types
 from ocr.utils.runner import (
     format_metrics,
@@ -112,5 +111,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt_path",))  # old checkpoint names hold "="
     main()
