@@ -21,7 +21,6 @@ export starts.
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,7 +31,6 @@ from omegaconf import DictConfig, OmegaConf
 from ocr.checkpoints.inference_settings import apply_stored_settings, export_long_side, stored_setting_keys
 from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
-from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
 from ocr.utils.errors import ConfigValueError
 from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
@@ -225,5 +223,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
     main()

@@ -13,7 +13,6 @@ unreadable image gets an empty row and no overlay. Under DDP, rank 0 gathers and
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +23,6 @@ from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
-from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
 from ocr.utils.errors import ConfigValueError
 from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
@@ -111,5 +109,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
     main()

@@ -18,7 +18,6 @@ corrupt) is left out and named in a warning. Train on it beside the labelled set
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
-from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
 from ocr.utils.runner import load_runner, quiet_third_party, run_dir, save_config, task_wrapper
 
@@ -122,5 +120,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
     main()

@@ -4,15 +4,15 @@ uv run runners/serve.py ckpt=outputs/train/<run>/checkpoints/best.ckpt [ckpt2=<o
     [data.root=../shared/datasets/sroie-compact split=test] [port=8000]
 uv run runners/serve.py onnx_model=outputs/export/<run>/model.onnx
 
-Prints the URL (127.0.0.1 only). Each model runs with its own evaluation transform and post-processing
-(the checkpoint's, or the export's sidecar); the page's controls re-run only the post-processing on the
-cached probability map and show the predict/test command lines of the current values (docs/reporting.md).
-A port in use, or a first model that cannot be loaded, exits 1 with the message.
+Prints the URL (127.0.0.1 only; another host= warns that the network reaches it). Each model runs with
+its own evaluation transform and post-processing (the checkpoint's, or the export's sidecar); the page's
+controls re-run only the post-processing on the cached probability map and show the predict/test command
+lines of the current values. "load model" loads only the started models or files under model_dirs=[...]
+(docs/reporting.md, "Security"). A port in use, or a first model that cannot be loaded, exits 1 with the
+message.
 """
 
 from __future__ import annotations
-
-import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -20,7 +20,6 @@ from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
-from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
 
 register_resolvers()
@@ -34,8 +33,9 @@ def serve(cfg: DictConfig) -> None:
 
     import_web_stack()
     sock = bind_port(cfg.host, cfg.port)  # first: a port in use fails before minutes of loading
-    app = build_app(cfg, run_dir(cfg) / "uploads", HydraConfig.get().runtime.choices.get("data", "receipts"))
     host, port = sock.getsockname()[:2]
+    data_choice = HydraConfig.get().runtime.choices.get("data", "receipts")
+    app = build_app(cfg, run_dir(cfg) / "uploads", data_choice, (host, port))
     print(f"Serving on http://{host}:{port}/ (Ctrl+C stops)", flush=True)
     run_app(app, sock)
 
@@ -47,5 +47,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt", "ckpt2"))  # old checkpoint names hold "="
     main()

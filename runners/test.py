@@ -10,7 +10,6 @@ uv run runners/test.py -m ckpt=... split=val postprocess.thresh=0.2,0.3 postproc
 from __future__ import annotations
 
 import logging
-import sys
 import time
 
 import hydra
@@ -19,7 +18,6 @@ from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
-from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.config_types import check_config_types
 from ocr.utils.errors import ConfigValueError
 from ocr.utils.runner import format_metrics, quiet_third_party, run_dir, save_config, task_wrapper
@@ -83,5 +81,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
     main()

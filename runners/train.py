@@ -7,7 +7,6 @@ uv run runners/train.py resume=outputs/train/<run>   # continue a run with its o
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,11 +14,12 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.checkpoints.reading import allow_checkpoint_types
 from ocr.checkpoints.resume import Resume
 from ocr.checkpoints.run_start import claim_run
 from ocr.machine.hardware import register_resolvers
 from ocr.utils.cli import lightning_runner
-from ocr.utils.commands import accept_unquoted_paths, run_next_commands
+from ocr.utils.commands import run_next_commands
 from ocr.utils.config_types import check_config_types
 from ocr.utils.runner import (
     format_metrics,
@@ -76,13 +76,13 @@ def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
         cfg.trainer, callbacks=callbacks, logger=loggers or False, enable_checkpointing=checkpointing
     )
 
-    # Our checkpoints hold the run config and RNG states (numpy), so they are not weights-only.
+    allow_checkpoint_types()  # Lightning's weights-only loads of our checkpoints (resume, best for test)
     ckpt_path = str(resume.checkpoint) if resume is not None else None
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     metrics = scalar_metrics(trainer)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.test_after_fit:
-        results = trainer.test(module, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
         metrics.update(results[0])
     if trainer.is_global_zero:
         atomic_write_json(directory / "metrics.json", {"metrics": metrics, "best_checkpoint": best or None})
@@ -111,5 +111,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt_path",))  # old checkpoint names hold "="
     main()

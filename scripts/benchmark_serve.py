@@ -27,6 +27,7 @@ from ocr.data.targets.db import make_db_targets
 from ocr.data.transforms import EvalTransform
 from ocr.geometry import letterbox_geometry, to_input
 from ocr.serve.app import create_app
+from ocr.serve.guard import TOKEN_HEADER, ModelFiles, RequestGuard
 from ocr.serve.models import ServedModel, load_served_model
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
@@ -86,7 +87,9 @@ def main() -> None:
         )
         state = ServeState({"1": model}, {}, Path(tmp), instantiate(cfg.metric))
         browser = SplitBrowser(state, cfg.data, args.split)  # registers the images; not started
-        client = TestClient(create_app(state, browser, lambda key, path: model, "receipts"))
+        guard, served = RequestGuard("127.0.0.1", 8000), ModelFiles([], [])
+        app = create_app(state, browser, lambda key, path: model, "receipts", guard, served)
+        client = TestClient(app, base_url="http://127.0.0.1:8000", headers={TOKEN_HEADER: guard.token})
         keys = browser.keys[: args.images]
         runs = range(len(SETTINGS))
         polygons: dict[int, list[int]] = {i: [] for i in runs}

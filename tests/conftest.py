@@ -13,8 +13,8 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from ocr.debug.gpu_proof import TINY_CPU_RUN
 from ocr.utils import runner
+from tests.gpu_proof.steps import TINY_CPU_RUN
 from tests.helpers.paths import REPO_ROOT
 
 os.environ.setdefault("WANDB_MODE", "offline")

@@ -1,19 +1,20 @@
-"""Read a checkpoint file written by training: what a file that is not one is instead, and the run config
-stored by an older version brought to today's layout (``ocr.checkpoints.legacy``).
+"""Read a checkpoint file written by training, and say what a file that is not one is instead.
 
 Test, predict, export, resume and ``model.init_from`` read through :func:`load_checkpoint`; nothing here
-builds a module (``ocr.lightning_modules.restore`` does).
+builds a module (``ocr.lightning_modules.restore`` does). Every load is weights-only: a file that holds
+other pickled objects than tensors and :func:`allow_checkpoint_types`'s is refused, never unpickled
+(unpickling an object can run any code its author chose).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
-from ocr.checkpoints.legacy import upgrade_run_config
 from ocr.utils.errors import CheckpointError, InputNotFoundError
 
-__all__ = ["load_checkpoint", "load_checkpoint_file"]
+__all__ = ["allow_checkpoint_types", "load_checkpoint", "load_checkpoint_file"]
 
 # torch.save writes zip archives (since torch 1.6); how far into a refused file to look. A zip ends with
 # its end-of-central-directory record (22 bytes plus a comment of at most 64 KiB): a cut file lacks it.
@@ -21,12 +22,42 @@ _ZIP_MAGIC = b"PK\x03\x04"
 _ZIP_END = b"PK\x05\x06"
 _ZIP_TAIL_BYTES = 22 + 2**16
 _HEAD_BYTES = 256
+_PICKLE_PROTOCOL_2_PLUS = b"\x80"  # what a pickle.dump of protocol 2 or later starts with
+# The numpy dtypes a checkpoint or crash bundle holds arrays of (Lightning's numpy RNG state is uint32).
+_NUMPY_DTYPES = ("bool", "uint8", "uint32", "int32", "int64", "float32", "float64")
+
+
+@functools.cache
+def allow_checkpoint_types() -> None:
+    """Let ``torch.load(weights_only=True)`` (ours, and Lightning's on resume and test) build what this
+    project's checkpoints and crash bundles hold besides tensors and plain containers: numpy arrays
+    (Lightning's numpy RNG state in ``rng_states``, a batch's polygons and geometry matrices) and the batch
+    records of ``ocr.types``. The run config is saved as plain containers, not as OmegaConf objects."""
+    import numpy as np
+    import torch
+    from numpy._core.multiarray import _reconstruct
+
+    from ocr import types
+
+    torch.serialization.add_safe_globals(
+        [
+            _reconstruct,
+            np.ndarray,
+            np.dtype,
+            *(type(np.dtype(name)) for name in _NUMPY_DTYPES),
+            types.Geometry,
+            types.TargetParams,
+            types.BatchCoding,
+            types.CropWarp,
+            types.RegionWarps,
+            types.TargetPolygons,
+        ]
+    )
 
 
 def load_checkpoint(path: str | Path, key: str = "ckpt") -> dict[str, Any]:
     """Load a checkpoint written by ``runners/train.py`` on the CPU (what test, predict, resume and
-    ``model.init_from`` start from); a run config stored by an older version is upgraded
-    (:func:`upgrade_run_config`). Errors name the path as the value of the config ``key``.
+    ``model.init_from`` start from). Errors name the path as the value of the config ``key``.
 
     Raises:
         InputNotFoundError: naming the path when it is not a file.
@@ -40,17 +71,17 @@ def load_checkpoint(path: str | Path, key: str = "ckpt") -> dict[str, Any]:
         raise CheckpointError(
             f"{key}={path}: expected a checkpoint written by runners/train.py, got {problem}"
         )
-    checkpoint["ocr_config"] = upgrade_run_config(checkpoint["ocr_config"])
     return checkpoint
 
 
 def load_checkpoint_file(path: str | Path, key: str = "ckpt", *, mmap: bool = False) -> Any:
-    """``torch.load`` of ``path`` on the CPU (not weights-only: our checkpoints hold the run config and RNG
-    states), with a file that cannot be loaded named as the value of ``key`` and said what it is.
+    """``torch.load(weights_only=True)`` of ``path`` on the CPU, with a file that cannot be loaded named
+    as the value of ``key`` and said what it is.
 
     Raises:
         InputNotFoundError: the path is not a file.
-        CheckpointError: the file is empty, truncated, a text file or other bytes.
+        CheckpointError: the file is empty, truncated, a text file, a bare pickle or other bytes, or holds
+            pickled objects of other types than a checkpoint's (refused unread: they could run code).
     """
     path = Path(path)
     if not path.is_file():
@@ -59,14 +90,40 @@ def load_checkpoint_file(path: str | Path, key: str = "ckpt", *, mmap: bool = Fa
             f"{key}={path}: expected a checkpoint file, got {what} "
             f"(pass {key}=<run dir>/checkpoints/<name>.ckpt)"
         )
+    with path.open("rb") as f:
+        head = f.read(len(_ZIP_MAGIC))
+    if head != _ZIP_MAGIC:  # torch.save writes zip archives; any other file is never unpickled
+        raise CheckpointError(f"{key}={path}: {_unloadable(path)}")
+    import pickle
+
     import torch  # imported once a file is read: the runners import this module before they need torch
 
+    allow_checkpoint_types()
     try:
-        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-    except Exception as exc:  # unpickling raises anything from EOFError to ValueError
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError:
+        unsafe = _unsafe_globals(path)
+        if not unsafe:
+            raise CheckpointError(f"{key}={path}: {_unloadable(path)}") from None
+        raise CheckpointError(
+            f"{key}={path}: refused, not loaded: it holds pickled objects of types that no checkpoint of "
+            f"this project holds ({', '.join(sorted(unsafe)[:5])}), and unpickling them could run code"
+        ) from None
+    except Exception as exc:  # a broken archive raises anything from EOFError to RuntimeError
         what = _unloadable(path)
-        said = "" if what.startswith("a truncated") else f"; torch.load said: {exc}"
+        said = "" if what.startswith("a truncated") else f"; torch.load said: {str(exc).splitlines()[0]}"
         raise CheckpointError(f"{key}={path}: {what}{said}") from None
+
+
+def _unsafe_globals(path: Path) -> list[str]:
+    """The pickled classes and functions in the checkpoint at ``path`` that a weights-only load refuses,
+    read from its pickle's opcodes without running any (none for an archive too broken to read)."""
+    import torch
+
+    try:
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # a zip without a readable data.pkl: _unloadable says what it is
+        return []
 
 
 def _unloadable(path: Path) -> str:
@@ -85,6 +142,11 @@ def _unloadable(path: Path) -> str:
         )
     if head.startswith(_ZIP_MAGIC):
         return f"a corrupt zip archive ({size} bytes; checkpoints are zip archives)"
+    if head.startswith(_PICKLE_PROTOCOL_2_PLUS):
+        return (
+            f"a bare pickle ({size} bytes), not a checkpoint (torch.save writes zip archives); not "
+            "loaded: unpickling it could run code"
+        )
     # Binary data shows control bytes within a few hundred bytes; "ignore" copes with a cut UTF-8 tail.
     text = head.decode("utf-8", errors="ignore")
     if text and all(c.isprintable() or c.isspace() for c in text):

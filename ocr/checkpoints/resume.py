@@ -17,7 +17,6 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from ocr.checkpoints.legacy import migrate_checkpoint_callback
 from ocr.checkpoints.reading import load_checkpoint, load_checkpoint_file
 from ocr.utils.run_folder import RunRefusedError, read_run_id
 
@@ -341,12 +340,6 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
         log.warning("Resume: the run was written in %s; its paths now point to %s", saved_dir, run_dir)
         run_config = _rebase(run_config, saved_dir.rstrip("/"), str(run_dir))
     cfg = OmegaConf.create(run_config)
-    migrated = migrate_checkpoint_callback(cfg, composed)
-    if migrated:
-        log.warning(
-            "Resume: the run's config was written by an older version; callbacks.checkpoint migrated: %s",
-            ", ".join(migrated),
-        )
     applied = _apply_overrides(cfg, composed, overrides)
     _refuse_nothing_to_train(cfg, checkpoint, checkpoint_path, step, run_dir)
     with open_dict(cfg):

@@ -31,7 +31,8 @@ _SEEDS = 2**31  # per-sample seeds
 @dataclass
 class LoaderWait:
     """Host seconds the training loop spent blocked in ``next()`` on the train loader (the data-wait
-    figure's numerator), batches received, and the wait for each epoch's first batch."""
+    figure's numerator, ``ocr.lightning_modules.callbacks.progress``), batches received, and the wait for
+    each epoch's first batch."""
 
     seconds: float = 0.0
     batches: int = 0

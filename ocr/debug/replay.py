@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ocr.utils.errors import CheckpointError
+
 __all__ = ["Bundle", "ReplayResult", "find_bundle", "load_bundle", "main", "replay_step"]
 
 EXIT_CLEAN, EXIT_REPRODUCED, EXIT_UNUSABLE = 0, 1, 2
@@ -57,9 +59,10 @@ def find_bundle(path: Path) -> Path:
 
 
 def load_bundle(path: Path) -> Bundle:
-    """Load config, state and the CPU batch (a pickle written by this project: only load your own)."""
-    import torch
+    """Load config, state and the CPU batch (weights-only: a batch.pt of other types is refused)."""
     from omegaconf import OmegaConf
+
+    from ocr.checkpoints.reading import load_checkpoint_file
 
     path = find_bundle(path)
     state = json.loads((path / "state.json").read_text())
@@ -67,7 +70,7 @@ def load_bundle(path: Path) -> Bundle:
         raise FileNotFoundError(
             f"{path}: replay needs config.yaml and batch.pt (the crash happened before a batch?)"
         )
-    batch = torch.load(path / "batch.pt", map_location="cpu", weights_only=False)
+    batch = load_checkpoint_file(path / "batch.pt", "bundle")
     return Bundle(path=path, config=OmegaConf.load(path / "config.yaml"), state=state, batch=batch)
 
 
@@ -101,6 +104,7 @@ def _build(bundle: Bundle, device: str, wanted: str) -> tuple[Any, Any, str]:
     import torch
 
     from ocr.checkpoints.init_from import network_weights
+    from ocr.checkpoints.reading import load_checkpoint_file
     from ocr.lightning_modules.build import build_net_and_loss
 
     cfg = bundle.config
@@ -111,7 +115,7 @@ def _build(bundle: Bundle, device: str, wanted: str) -> tuple[Any, Any, str]:
     net, loss = build_net_and_loss(cfg, weights_free=path is not None)
     if path is None:
         return net.to(device).train(), loss.to(device), f"fresh weights (seed {seed})"
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_checkpoint_file(path, source)
     net.load_state_dict(network_weights(state["state_dict"] if source == "checkpoint" else state))
     if source == "checkpoint":
         described = f"the last checkpoint {path}"
@@ -255,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNUSABLE
     try:
         bundle = load_bundle(args.bundle)
-    except (FileNotFoundError, json.JSONDecodeError) as exc:
+    except (FileNotFoundError, json.JSONDecodeError, CheckpointError) as exc:
         sys.stderr.write(f"replay: {exc}\n")
         return EXIT_UNUSABLE
     state = bundle.state
@@ -265,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         result = replay_step(bundle, args.device, args.weights)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, CheckpointError) as exc:
         sys.stderr.write(f"replay: {exc}\n")
         return EXIT_UNUSABLE
     verdict = "REPRODUCED" if result.reproduced else "NOT REPRODUCED"

@@ -15,8 +15,9 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.metrics.cleval.evaluate import ImageResult, evaluate_image
+from ocr.metrics.cleval.evaluate import ImageResult, match_image
 from ocr.metrics.cleval.options import CLEvalOptions
+from ocr.metrics.cleval.outcomes import BoxOutcomes, box_outcomes
 from ocr.models.postprocess import DBPostProcessor, ProbMap
 from ocr.types import Geometry, Polygon, Prediction
 from ocr.utils.submission import submission_points
@@ -69,14 +70,15 @@ class ImageMaps:
 
 @dataclass(frozen=True)
 class ImageOutcome:
-    """One image's result: its job, polygons and scores in original px, CLEval counts (scored jobs), the
-    (h, w) uint8 preview (when asked) and the worker's seconds."""
+    """One image's result: its job, polygons and scores in original px, CLEval counts and each box's
+    outcome (scored jobs), the (h, w) uint8 preview (when asked) and the worker's seconds."""
 
     job: ImageJob
     prediction: Prediction
     cleval: ImageResult | None
     preview: npt.NDArray[np.uint8] | None
     seconds: float
+    boxes: BoxOutcomes | None = None
 
 
 class CodedProbMap:
@@ -133,18 +135,19 @@ class HostWork:
             found, scores = self.postprocess.image(prob, maps.bitmap, job.geometry)
             # Integer pixels, as the submission CSV holds them: every score is the submission's.
             polygons = [submission_points(p) for p in found]
-            cleval = None
+            cleval, boxes = None, None
             if job.gt is not None:
                 if self.cleval is None:
                     raise ValueError("a scored image, but no CLEval options were given to the workers")
-                cleval = evaluate_image(polygons, job.gt.polygons, job.gt.ignore, job.gt.texts, self.cleval)
+                match = match_image(polygons, job.gt.polygons, job.gt.ignore, job.gt.texts, self.cleval)
+                cleval, boxes = match.result, box_outcomes(match, len(job.gt.polygons), len(polygons))
             preview = None
             if job.preview_long_side > 0:
                 preview = prob_map_in_original_frame(prob[:, :], job.geometry, job.preview_long_side)
         except Exception as exc:  # any failure is reported with the image it happened on
             raise ImageWorkError(f"{job.image_id}: {type(exc).__name__}: {exc}") from exc
         prediction = Prediction(image_id=job.image_id, polygons=polygons, scores=scores)
-        return ImageOutcome(job, prediction, cleval, preview, time.perf_counter() - start)
+        return ImageOutcome(job, prediction, cleval, preview, time.perf_counter() - start, boxes)
 
     def _prob_map(self, maps: ImageMaps) -> ProbMap:
         if maps.table is None:

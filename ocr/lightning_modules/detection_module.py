@@ -45,7 +45,8 @@ class DetectionModule(LightningModule):
         postprocess: the post-processor (probability map -> polygons and scores in original px).
         metric: CLEval metric with ``add_results(per-image results)`` and ``compute()``.
         optimizer: partial optimizer, called with the parameters.
-        scheduler: partial scheduler, called with the optimizer and ``total_steps``.
+        scheduler: partial scheduler, called with the optimizer and ``horizon``, a callable giving the run's
+            optimizer steps as planned at the time it is called.
         channels_last: convert the network and its input images to channels_last (faster convolutions
             on recent GPUs and with oneDNN on CPUs).
         compile: wrap the network with ``torch.compile``. The batch dimension is marked dynamic (the last
@@ -223,15 +224,19 @@ class DetectionModule(LightningModule):
 
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         optimizer = self.optimizer_factory(params=self.parameters())
+        scheduler = self.scheduler_factory(optimizer=optimizer, horizon=self._planned_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _planned_steps(self) -> int:
+        """The run's optimizer steps as planned now (``trainer.max_steps``, which the time budget may
+        shorten, or the epochs' steps): the schedule's horizon."""
         estimated = self.trainer.estimated_stepping_batches
         if not np.isfinite(estimated) or estimated <= 0:
             raise ValueError(
                 f"scheduler: cannot size the schedule, estimated_stepping_batches={estimated}; "
                 "set trainer.max_steps or trainer.max_epochs"
             )
-        total_steps = int(estimated)
-        scheduler = self.scheduler_factory(optimizer=optimizer, total_steps=total_steps)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return int(estimated)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Lightning restores model/optimizer/scheduler/loops on resume; RNG states are ours to keep.

@@ -1,53 +1,110 @@
 """The web app: one HTML page (``page.html``) and a small JSON API over :class:`ServeState`.
 
-Every refused input (an upload that is no usable image, a checkpoint of another model, a control out of
-range) answers 400 with ``{"error": message}``, the page shows the message, and the server goes on.
+Every request passes :class:`RequestGuard` first (its own address in ``Host``, its own page as
+``Origin``, the page's token on a POST). Every refused input (an upload that is no usable image, a
+checkpoint of another model, a parameter of the wrong type or out of range, a model path outside the
+allowed ones) answers 400 with ``{"error": message}`` naming the field or file, the page shows the
+message, and the server goes on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import re
+import math
+import reprlib
 from collections.abc import Callable
 from importlib.resources import files
 from typing import Any
 
 import cv2
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from ocr.data.scan import load_source
 from ocr.reporting.html import with_overlay_script
 from ocr.serve.commands import reproduce_commands
+from ocr.serve.guard import ModelFiles, RequestError, RequestGuard
+from ocr.serve.images import UploadSpool
 from ocr.serve.models import CONTROL_KEYS, ServedModel
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
 from ocr.utils.errors import CheckpointError, UsageError, find_usage_error
 
-__all__ = ["VIEW_LONG_SIDE", "create_app", "outcome_colours"]
+__all__ = ["VIEW_LONG_SIDE", "create_app"]
 
 VIEW_LONG_SIDE = 1600  # px of the image the page shows; polygons stay in original px
 JPEG_QUALITY = 85
+MAX_JSON_BYTES = 64 * 2**10  # an API body holds a few short fields
 
 log = logging.getLogger(__name__)
 
 
-def outcome_colours() -> str:
-    """The ``:root`` CSS block of ``report.html``'s outcome colours, so both pages colour alike."""
-    template = files("ocr.reporting").joinpath("report_template.html").read_text(encoding="utf-8")
-    match = re.search(r":root \{[^}]*\}", template)
-    if match is None:
-        raise ValueError("ocr/reporting/report_template.html: expected a ':root { --matched: ... }' block")
-    return match.group(0)
-
-
-def _page() -> str:
+def _page(token: str) -> str:
     page = files("ocr.serve").joinpath("page.html").read_text(encoding="utf-8")
-    return with_overlay_script(page.replace("/*__OUTCOME_COLOURS__*/", outcome_colours()))
+    return with_overlay_script(page.replace("__SERVE_TOKEN__", token))
 
 
 def _model_info(model: ServedModel) -> dict[str, Any]:
     return {"name": model.name, "key": model.key, "postprocess": model.postprocess}
+
+
+async def _json_fields(request: Request, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON object of ``request``'s body, of at most ``fields``.
+
+    Raises:
+        RequestError: another content type, a body over ``MAX_JSON_BYTES``, not a JSON object, or a
+            field not in ``fields``.
+    """
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise RequestError(f"Content-Type: expected application/json, got {media or 'none'!r}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_JSON_BYTES:
+            raise RequestError(f"body: expected a JSON object of at most {MAX_JSON_BYTES} bytes")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise RequestError("body: expected a JSON object, got text that is not JSON") from None
+    if not isinstance(data, dict):
+        raise RequestError(f"body: expected a JSON object, got a {type(data).__name__}")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise RequestError(f"{unknown[0]}: not a field of this request (expected {', '.join(fields)})")
+    return data
+
+
+def _text(body: dict[str, Any], name: str, default: str | None = None) -> str:
+    """Field ``name`` of ``body``, a string (``default`` when absent).
+
+    Raises:
+        RequestError: absent without a default, or not a string.
+    """
+    value = body.get(name, default)
+    if not isinstance(value, str):
+        raise RequestError(f"{name}: expected a string, got {reprlib.repr(value)}")
+    return value
+
+
+def _controls(body: dict[str, Any]) -> dict[str, float]:
+    """The post-processing controls ``body`` sets, each a finite number (their ranges are the
+    post-processor's to check).
+
+    Raises:
+        RequestError: naming a control that is not a finite number.
+    """
+    controls = {}
+    for name in CONTROL_KEYS:
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise RequestError(f"{name}: expected a finite number, got {reprlib.repr(value)}")
+        controls[name] = float(value)
+    return controls
 
 
 def create_app(
@@ -55,25 +112,42 @@ def create_app(
     browser: SplitBrowser | None,
     loader: Callable[[str, str], ServedModel],
     data_choice: str,
+    guard: RequestGuard,
+    model_files: ModelFiles,
 ) -> FastAPI:
     """The app over ``state``; ``browser`` lists a split when given; ``loader(key, path)`` loads a model
-    the page asks for (``key``: ``ckpt`` or ``onnx_model``); ``data_choice`` names the data config in the
-    commands shown."""
-    app = FastAPI(title="ocr serve", docs_url=None, redoc_url=None)
-    page = _page()
+    the page asks for (``key``: ``ckpt`` or ``onnx_model``) once ``model_files`` allows its path;
+    ``data_choice`` names the data config in the commands shown; ``guard`` checks every request."""
+    app = FastAPI(title="ocr serve", docs_url=None, redoc_url=None, openapi_url=None)
+    page = _page(guard.token)
+
+    @app.middleware("http")
+    async def guarded(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        refused = guard.refusal(request.method, request.headers)
+        if refused is None:
+            response: Response = await call_next(request)
+            return response
+        status, message = refused
+        log.warning("%s %s refused: %s", request.method, request.url.path, message)
+        return JSONResponse({"error": message}, status_code=status)
 
     @app.exception_handler(UsageError)
     async def refused(request: Request, exc: UsageError) -> JSONResponse:
         log.warning("%s %s refused: %s", request.method, request.url.path, exc)
         return JSONResponse({"error": str(exc)}, status_code=400)
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [f"{error['loc'][-1]}: {error['msg']}" for error in exc.errors()]
+        return JSONResponse({"error": "; ".join(problems)}, status_code=400)
+
     @app.exception_handler(KeyError)
     async def not_found(request: Request, exc: KeyError) -> JSONResponse:
         return JSONResponse({"error": str(exc.args[0] if exc.args else exc)}, status_code=404)
 
     @app.get("/", response_class=HTMLResponse)
-    def index() -> str:
-        return page
+    def index() -> HTMLResponse:
+        return HTMLResponse(page, headers={"Cache-Control": "no-store"})
 
     @app.get("/api/info")
     def info() -> dict[str, Any]:
@@ -86,7 +160,12 @@ def create_app(
 
     @app.post("/api/upload")
     async def upload(request: Request, name: str) -> dict[str, str]:
-        return {"key": state.add_upload(await request.body(), name)}
+        declared = request.headers.get("content-length")
+        size = int(declared) if declared is not None and declared.isdigit() else None
+        with UploadSpool(state.upload_dir, name, size) as spool:
+            async for chunk in request.stream():
+                spool.write(chunk)
+        return {"key": state.add_upload(spool)}
 
     @app.get("/api/split")
     def split() -> dict[str, Any]:
@@ -95,11 +174,12 @@ def create_app(
         return browser.listing()
 
     @app.post("/api/detect")
-    def detect(body: dict[str, Any]) -> dict[str, Any]:
-        slot, key = str(body.get("slot", "1")), str(body.get("key", ""))
+    async def detect(request: Request) -> dict[str, Any]:
+        body = await _json_fields(request, ("slot", "key", *CONTROL_KEYS))
+        slot, key, controls = _text(body, "slot", "1"), _text(body, "key"), _controls(body)
         if key not in state.images:
             raise KeyError(f"no image {key!r}: upload it again (the server may have restarted)")
-        card = state.detect(slot, key, {k: body[k] for k in CONTROL_KEYS if body.get(k) is not None})
+        card = state.detect(slot, key, controls)
         split_of = (data_choice, browser.root, browser.split) if state.images[key].truth and browser else None
         card["commands"] = reproduce_commands(
             state.model(slot), card["settings"], state.images[key].path, split_of
@@ -122,12 +202,14 @@ def create_app(
         return Response(state.probability_png(slot, key), media_type="image/png")
 
     @app.post("/api/model")
-    def load_model(body: dict[str, Any]) -> dict[str, Any]:
-        slot, path = str(body.get("slot", "")), str(body.get("path", "")).strip()
+    async def load_model(request: Request) -> dict[str, Any]:
+        body = await _json_fields(request, ("slot", "path"))
+        slot, requested = _text(body, "slot", ""), _text(body, "path", "").strip()
         if slot not in ("1", "2"):
             raise RequestError(f"slot: expected '1' or '2', got {slot!r}")
-        if not path:
+        if not requested:
             raise RequestError("path: expected the path of a .ckpt or .onnx file on the server, got nothing")
+        path = model_files.resolve(requested)
         key = "onnx_model" if path.endswith(".onnx") else ("ckpt" if slot == "1" else "ckpt2")
         try:
             model = loader(key, path)
@@ -142,7 +224,3 @@ def create_app(
         return {"models": {s: _model_info(m) for s, m in sorted(state.models.items())}}
 
     return app
-
-
-class RequestError(UsageError, ValueError):
-    """A request the API refuses (answered 400 with the message)."""

@@ -1,35 +1,44 @@
 """Images the web app works on: uploads checked and stored by content, and the images of a labelled split.
 
-An upload is written to the app's folder under its content hash and read back with the same decoder as
-training and prediction (``ocr.data.images``), so a file that is not an image, a corrupt one, or one
-larger than Pillow's decompression-bomb limit is refused with a message naming the file and why.
+An upload is streamed to a hidden file in the app's folder (refused once it passes the size limit, so an
+oversized one is never held whole), stored under its content hash, and read back with the same decoder as
+training and prediction (``ocr.data.images``): a file that is not an image, a corrupt one, or one larger
+than Pillow's decompression-bomb limit is refused with a message naming the file and why. A name without
+an image suffix gets the suffix of its format, so that ``runners/predict.py image_dir=`` finds it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 
 from PIL import Image
 
 from ocr.data.images import IMAGE_SUFFIXES, ImageReadError, read_header
 from ocr.evaluation.host_work import GroundTruth
 from ocr.utils.errors import UsageError
-from ocr.utils.io import atomic_write_bytes
+from ocr.utils.io import TEMP_SUFFIX, disk_full_error, is_out_of_space
 
 __all__ = [
+    "MAX_NAME_CHARS",
     "MAX_UPLOAD_BYTES",
     "ServedImage",
     "UploadError",
-    "image_key",
+    "UploadSpool",
     "safe_file_name",
     "store_upload",
 ]
 
 MAX_UPLOAD_BYTES = 64 * 2**20
+MAX_NAME_CHARS = 200  # file systems allow 255 bytes; the suffix and temp names need the rest
+# The suffix an upload named without one gets, by the format Pillow finds (those predict lists).
+FORMAT_SUFFIXES = {"JPEG": ".jpg", "PNG": ".png", "BMP": ".bmp", "TIFF": ".tif", "WEBP": ".webp"}
 
 
 class UploadError(UsageError, ValueError):
@@ -47,11 +56,6 @@ class ServedImage:
     truth: GroundTruth | None = field(default=None, repr=False)
 
 
-def image_key(data: bytes) -> str:
-    """A short content hash: the same bytes uploaded twice are one image (and one cached map)."""
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
 def safe_file_name(name: str) -> str:
     """``name``'s last component with characters other than letters, digits, ``.``, ``_``, ``-`` replaced
     by ``_`` (never empty, never hidden)."""
@@ -59,37 +63,121 @@ def safe_file_name(name: str) -> str:
     return cleaned or "upload"
 
 
-def store_upload(data: bytes, name: str, directory: Path) -> tuple[str, ServedImage]:
-    """Check an uploaded file and store it as ``directory/<key>/<name>`` (a folder of its own, that
-    ``runners/predict.py image_dir=`` can be pointed at); returns its key and image.
+class UploadSpool:
+    """An upload as it arrives: written to a hidden temp file in ``directory`` and hashed chunk by chunk,
+    refused as soon as it passes ``MAX_UPLOAD_BYTES``; the temp file is removed when the ``with`` block
+    raises. :func:`store_upload` keeps it.
+
+    Args:
+        name: the file name the user gave it.
+        declared: the request's ``Content-Length`` (None: not given), refused before any byte is read
+            when over the limit.
 
     Raises:
-        UploadError: empty, larger than ``MAX_UPLOAD_BYTES``, not an image Pillow reads, corrupt, or more
-            pixels than Pillow's decompression-bomb limit.
+        UploadError: a name over ``MAX_NAME_CHARS`` characters, or a declared size over the limit.
     """
-    if not data:
-        raise UploadError(f"{name}: empty file (0 bytes), expected an image")
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise UploadError(f"{name}: {len(data) / 2**20:.0f} MiB, over the upload limit of 64 MiB")
-    key = image_key(data)
-    path = atomic_write_bytes(directory / key / safe_file_name(name), data)
+
+    def __init__(self, directory: Path, name: str, declared: int | None) -> None:
+        if len(name) > MAX_NAME_CHARS:
+            raise UploadError(
+                f"name: expected a file name of at most {MAX_NAME_CHARS} characters, got {len(name)}"
+            )
+        if declared is not None and declared > MAX_UPLOAD_BYTES:
+            raise UploadError(f"{name}: {declared / 2**20:.0f} MiB, over the upload limit of 64 MiB")
+        self.name = name
+        self.size = 0
+        self._hash = hashlib.sha256()
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".upload.", suffix=TEMP_SUFFIX)
+        self.path = Path(tmp)
+        self._file = os.fdopen(fd, "wb")
+
+    def __enter__(self) -> UploadSpool:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._file.close()
+        if exc is not None:
+            self.path.unlink(missing_ok=True)
+
+    def write(self, chunk: bytes) -> None:
+        """Append ``chunk``.
+
+        Raises:
+            UploadError: the upload is now over the limit.
+            DiskFullError: the disk is full.
+        """
+        self.size += len(chunk)
+        if self.size > MAX_UPLOAD_BYTES:
+            raise UploadError(f"{self.name}: over the upload limit of 64 MiB (refused after 64 MiB)")
+        self._hash.update(chunk)
+        try:
+            self._file.write(chunk)
+        except OSError as exc:
+            if is_out_of_space(exc):
+                raise disk_full_error(self.path, None) from None
+            raise
+
+    @property
+    def key(self) -> str:
+        """A short content hash: the same bytes uploaded twice are one image (and one cached map)."""
+        return self._hash.hexdigest()[:16]
+
+
+def store_upload(spool: UploadSpool, directory: Path) -> tuple[str, ServedImage]:
+    """Check a received upload and store it as ``directory/<key>/<name>`` (a folder of its own, that
+    ``runners/predict.py image_dir=`` can be pointed at), with its format's suffix when its name has no
+    image suffix; returns its key and image. The spool's file is moved there, or removed when refused.
+
+    Raises:
+        UploadError: empty, not an image Pillow reads, corrupt, more pixels than Pillow's
+            decompression-bomb limit, or a format without an image suffix predict lists.
+    """
+    name, path = spool.name, spool.path
     try:
-        _check_pixels(path, name)
+        if not spool.size:
+            raise UploadError(f"{name}: empty file (0 bytes), expected an image")
+        image_format = _check_pixels(path, name)
         header = read_header(path)
+        stored = directory / spool.key / _stored_name(name, image_format)
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o644)  # mkstemp creates 0600; uploads are read as any other input
+        os.replace(path, stored)
     except (UploadError, ImageReadError) as exc:
-        _remove(path)
+        path.unlink(missing_ok=True)
         if isinstance(exc, UploadError):
             raise
         reason = str(exc).removeprefix(f"{path}: ").replace(f" '{path}'", "")
         if "cannot identify image file" in reason:
             reason = "not an image (Pillow does not recognise its format)"
         raise UploadError(f"{name}: {reason}; expected an image ({', '.join(IMAGE_SUFFIXES)})") from None
-    return key, ServedImage(path, name, header.orig_width, header.orig_height)
+    return spool.key, ServedImage(stored, name, header.orig_width, header.orig_height)
 
 
-def _check_pixels(path: Path, name: str) -> None:
+def _stored_name(name: str, image_format: str | None) -> str:
+    """``name`` made safe, with the suffix of ``image_format`` when it has no image suffix.
+
+    Raises:
+        UploadError: no image suffix and a format predict does not list.
+    """
+    safe = safe_file_name(name)
+    if Path(safe).suffix.lower() in IMAGE_SUFFIXES:
+        return safe
+    suffix = FORMAT_SUFFIXES.get(image_format or "")
+    if suffix is None:
+        raise UploadError(
+            f"{name}: a {image_format or 'unknown'} image; expected one of {', '.join(IMAGE_SUFFIXES)} "
+            "(the formats runners/predict.py reads)"
+        )
+    return safe + suffix
+
+
+def _check_pixels(path: Path, name: str) -> str | None:
     """Refuse an image with more pixels than Pillow's decompression-bomb limit before any is decoded
-    (Pillow itself refuses only twice that, and only warns between).
+    (Pillow itself refuses only twice that, and only warns between); returns its format (None: Pillow
+    does not recognise it, and read_header says what is wrong with it).
 
     Raises:
         UploadError: naming the size and the limit.
@@ -100,21 +188,16 @@ def _check_pixels(path: Path, name: str) -> None:
         try:
             with Image.open(path) as im:
                 width, height = im.size
+                image_format = im.format
         except Image.DecompressionBombError as exc:
             raise UploadError(
                 f"{name}: {exc} (Pillow's decompression-bomb guard); downscale it first"
             ) from None
         except (OSError, SyntaxError, ValueError):
-            return  # read_header says what is wrong with it
+            return None
     if limit is not None and width * height > limit:
         raise UploadError(
             f"{name}: {width} x {height} px is over the limit of {limit / 1e6:.0f} Mpx (Pillow's "
             "decompression-bomb guard); downscale it first"
         )
-
-
-def _remove(path: Path) -> None:
-    """Delete a refused upload and its folder (when a same-content upload did not already fill it)."""
-    path.unlink(missing_ok=True)
-    if not any(path.parent.iterdir()):
-        path.parent.rmdir()
+    return image_format

@@ -12,6 +12,7 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.serve.guard import ModelFiles, RequestGuard, is_loopback
 from ocr.serve.models import ServedModel, load_served_model
 from ocr.serve.state import ServeState
 from ocr.utils.errors import ConfigValueError, UsageError, find_usage_error
@@ -56,6 +57,16 @@ def bind_port(host: str, port: int) -> socket.socket:
         raise ConfigValueError(f"host={host} port={port}: cannot listen there ({exc.strerror})") from None
     sock.listen(128)
     sock.set_inheritable(True)
+    address = sock.getsockname()[0]
+    if not is_loopback(address):
+        log.warning(
+            "host=%s: the app is open to every machine that reaches %s:%d, without a login: anyone there "
+            "can upload images, see them and the split's, and load the models under model_dirs "
+            "(host=127.0.0.1 keeps it to this machine)",
+            host,
+            address,
+            sock.getsockname()[1],
+        )
     return sock
 
 
@@ -86,19 +97,23 @@ def _load(cfg: DictConfig, key: str, path: str) -> ServedModel:
         raise usage from None
 
 
-def build_app(cfg: DictConfig, upload_dir: Path, data_choice: str) -> Any:
-    """The FastAPI app of ``cfg``: the first model must load (else its error is raised); a second one
-    that does not is reported in the console and the page, and the app serves the first alone.
+def build_app(cfg: DictConfig, upload_dir: Path, data_choice: str, address: tuple[str, int]) -> Any:
+    """The FastAPI app of ``cfg`` served at ``address`` (the bound socket's IP address and port): the
+    first model must load (else its error is raised); a second one that does not is reported in the
+    console and the page, and the app serves the first alone.
 
     Raises:
-        UsageError: no model named, the first model unusable, or ``data.root``'s split unreadable.
+        UsageError: no model named, the first model unusable, an entry of ``model_dirs`` that is no
+            folder, or ``data.root``'s split unreadable.
     """
     import_web_stack()
     from ocr.serve.app import create_app
     from ocr.serve.split import SplitBrowser
 
+    slots = _slots(cfg)
+    model_files = ModelFiles([path for _, _, path in slots], [str(folder) for folder in cfg.model_dirs])
     models, errors = {}, {}
-    for slot, key, path in _slots(cfg):
+    for slot, key, path in slots:
         try:
             models[slot] = _load(cfg, key, path)
         except UsageError as exc:
@@ -111,7 +126,8 @@ def build_app(cfg: DictConfig, upload_dir: Path, data_choice: str) -> Any:
     if not OmegaConf.is_missing(cfg.data, "root") and cfg.data.root is not None:
         browser = SplitBrowser(state, cfg.data, cfg.split)
         browser.start()
-    return create_app(state, browser, partial(_load, cfg), data_choice)
+    guard = RequestGuard(*address)
+    return create_app(state, browser, partial(_load, cfg), data_choice, guard, model_files)
 
 
 def run_app(app: Any, sock: socket.socket) -> None:

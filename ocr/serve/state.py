@@ -22,7 +22,7 @@ from ocr.data.scan import load_source
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.models.postprocess import DBPostProcessor
 from ocr.reporting.html import image_card
-from ocr.serve.images import ServedImage, UploadError, store_upload
+from ocr.serve.images import ServedImage, UploadError, UploadSpool, store_upload
 from ocr.serve.models import CONTROL_KEYS, ServedModel
 from ocr.types import Geometry
 from ocr.utils.visualize import colorize_map
@@ -60,15 +60,15 @@ class ServeState:
         self._network_lock = threading.Lock()  # one forward pass at a time: the CPU has few cores
         self._maps_lock = threading.Lock()  # requests and the split's scoring thread share the cache
 
-    def add_upload(self, data: bytes, name: str) -> str:
-        """Store an uploaded file (see :func:`store_upload`); returns its key.
+    def add_upload(self, spool: UploadSpool) -> str:
+        """Store a received upload (see :func:`store_upload`); returns its key.
 
         Raises:
             UploadError: the file is not an image the app can use.
         """
-        key, image = store_upload(data, name, self.upload_dir)
+        key, image = store_upload(spool, self.upload_dir)
         self.images[key] = image
-        log.info("Upload %s (%d x %d px) stored as %s", name, image.width, image.height, key)
+        log.info("Upload %s (%d x %d px) stored as %s", image.name, image.width, image.height, image.path)
         return key
 
     def add_image(self, key: str, image: ServedImage) -> None:

@@ -35,7 +35,7 @@ __all__ = [
     "NonNegativeFloat",
     "NonNegativeInt",
     "PositiveFloat",
-    "RETIRED_KEYS",
+    "Probability",
     "PositiveInt",
     "check_arguments",
     "check_config_types",
@@ -44,12 +44,6 @@ __all__ = [
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 _SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str", Path: "path (str)"}
-# Top-level keys earlier versions read and nothing reads now, with what replaced them: added with ``+`` on a
-# command line from older docs, they would be ignored without a word.
-RETIRED_KEYS = {
-    "debug": "fault injection is a callback now: debug=inject callbacks.inject.kind=KIND "
-    "[callbacks.inject.step=N] (was +debug.inject=KIND +debug.inject_step=N)",
-}
 
 # Keys of a ``_target_`` node that the project reads itself and removes before instantiating the node.
 READ_BESIDE_TARGET = frozenset({"model.init_from"})  # ocr.lightning_modules.build
@@ -77,6 +71,8 @@ class Bounds:
         """What is wrong with ``value`` ("expected ..."), or None; values of other types are not judged."""
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
+        if value != value:  # NaN passes every comparison below
+            return f"expected {self.describe()}, got nan"
         too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
         too_high = self.high is not None and value > self.high
         return f"expected {self.describe()}, got {value}" if too_low or too_high else None
@@ -93,20 +89,17 @@ PositiveInt = Annotated[int, Bounds(low=1)]
 NonNegativeInt = Annotated[int, Bounds(low=0)]
 PositiveFloat = Annotated[float, Bounds(low=0.0, low_open=True)]
 NonNegativeFloat = Annotated[float, Bounds(low=0.0)]
+Probability = Annotated[float, Bounds(0.0, 1.0)]
 
 
 def check_config_types(cfg: DictConfig) -> None:
     """Check every value bound for a ``_target_`` argument against that argument's annotation (type,
-    and :class:`Bounds` where the annotation carries them), and refuse the keys of :data:`RETIRED_KEYS`.
+    and :class:`Bounds` where the annotation carries them).
 
     Raises:
         ConfigValueTypeError: one or more values have the wrong type (all problems are listed).
-        ConfigValueError: the types fit, but values are out of their bounds (all are listed); or a
-            retired key, naming what replaced it.
+        ConfigValueError: the types fit, but values are out of their bounds (all are listed).
     """
-    retired = [f"{key}: {replaced}" for key, replaced in RETIRED_KEYS.items() if key in cfg]
-    if retired:
-        raise ConfigValueError(f"config: no longer read, so refused: {'; '.join(retired)}")
     check_config_values(cfg)
     unknown = _unknown_arguments(cfg, "")
     if unknown:

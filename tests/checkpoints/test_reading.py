@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,10 @@ BAD_FILES = {
     "binary": (
         lambda p: p.write_bytes(bytes(range(256))),
         "not a PyTorch checkpoint (it starts with the bytes",
+    ),
+    "bare pickle": (
+        lambda p: p.write_bytes(pickle.dumps({"state_dict": {}})),
+        "a bare pickle (30 bytes), not a checkpoint (torch.save writes zip archives); not loaded",
     ),
     "saved list": (_saved([1, 2]), "a pickled list, not a checkpoint dict"),
     "state dict": (

@@ -1,7 +1,8 @@
 """runners/serve.py in a real headless Chromium (Playwright, the system's browser) on the tiny checkpoint
 (tests/helpers/tiny_checkpoint.py: the tiny run's network, whose map has text; the shared 3-step training
 run's map is flat at 0.01 and draws nothing): polygons drawn, a threshold moved as runners/predict.py
-says, a text file refused, a second server on the same port refused.
+says, a text file refused, a second server on the same port refused, split images named with # or ?
+shown.
 
 The test writes a screenshot of the app on a real receipt (sroie-compact when present) to
 ``$OCR_SERVE_SCREENSHOT`` (default: the test's tmp folder); docs/images/serve.png is one.
@@ -19,6 +20,7 @@ import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ import pytest
 from PIL import Image
 
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.receipt_fixtures import make_root
+from tests.helpers.receipt_fixtures import block_words, make_root, write_split
 
 pytestmark = pytest.mark.slow  # a server, a browser and one predict run: a minute or more on 2 cores
 
@@ -44,12 +46,9 @@ def _chromium() -> str:
     pytest.skip(f"no Chromium on PATH (looked for {', '.join(BROWSERS)}; apt-get install chromium)")
 
 
-@pytest.fixture
-def server(tmp_path: Path, tiny_checkpoint: Path) -> Iterator[tuple[str, Path, list[str]]]:
-    """(URL, checkpoint, console lines) of runners/serve.py on the tiny checkpoint, browsing the real
-    receipts' test split when present (else a split of block images)."""
-    ckpt = tiny_checkpoint
-    root = SROIE if (SROIE / "jsons" / "test.json").is_file() else make_root(tmp_path / "blocks")
+@contextmanager
+def _serving(root: Path, ckpt: Path, run_dir: Path) -> Iterator[tuple[str, list[str]]]:
+    """(URL, console lines) of runners/serve.py on ``ckpt`` browsing split test of ``root``."""
     cmd = [
         sys.executable,
         "runners/serve.py",
@@ -57,7 +56,7 @@ def server(tmp_path: Path, tiny_checkpoint: Path) -> Iterator[tuple[str, Path, l
         f"data.root={root}",
         "split=test",
         "port=0",
-        f"hydra.run.dir={tmp_path / 'serve'}",
+        f"hydra.run.dir={run_dir}",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "WANDB_MODE": "offline"}
     process = subprocess.Popen(
@@ -79,10 +78,19 @@ def server(tmp_path: Path, tiny_checkpoint: Path) -> Iterator[tuple[str, Path, l
             pytest.fail(f"runners/serve.py printed no URL in {START_TIMEOUT_S} s:\n{''.join(lines)[-3000:]}")
         url = re.search(r"http://\S+", next(line for line in lines if "Serving on" in line))
         assert url is not None
-        yield url.group(0), ckpt, lines
+        yield url.group(0), lines
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.fixture
+def server(tmp_path: Path, tiny_checkpoint: Path) -> Iterator[tuple[str, Path, list[str]]]:
+    """(URL, checkpoint, console lines) of runners/serve.py on the tiny checkpoint, browsing the real
+    receipts' test split when present (else a split of block images)."""
+    root = SROIE if (SROIE / "jsons" / "test.json").is_file() else make_root(tmp_path / "blocks")
+    with _serving(root, tiny_checkpoint, tmp_path / "serve") as (url, lines):
+        yield url, tiny_checkpoint, lines
 
 
 def _predict_count(command: str, tmp_path: Path) -> tuple[int, str]:
@@ -198,6 +206,29 @@ def _second_server_on_the_same_port(url: str, tmp_path: Path) -> None:
     assert f"port={port}: 127.0.0.1:{port} is already in use" in output and "Traceback" not in output
     with urllib.request.urlopen(url + "api/info", timeout=60) as response:
         assert response.status == 200
+
+
+def test_split_images_named_with_hash_or_question_mark_show(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """The page URL-encodes image keys: a name holding # or ? used to cut the URL short."""
+    executable = _chromium()
+    sync_api = pytest.importorskip("playwright.sync_api")
+    root = tmp_path / "data"
+    write_split(root, "test", {"a#1?.png": block_words()})
+    with _serving(root, tiny_checkpoint, tmp_path / "serve") as (url, console):
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(url)
+            page.wait_for_selector("#split div.item", timeout=ANSWER_TIMEOUT_MS)
+            page.locator("#split div.item").first.click()
+            page.wait_for_selector("#panel-1 figure img", timeout=ANSWER_TIMEOUT_MS)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('#panel-1 figure img')]"
+                ".every(img => img.complete && img.naturalWidth > 0)",
+                timeout=ANSWER_TIMEOUT_MS,
+            )
+            browser.close()
+    assert not any("Traceback" in line for line in console), "".join(console)
 
 
 def _screenshot(page: Any, url: str) -> None:

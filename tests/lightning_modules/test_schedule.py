@@ -7,19 +7,14 @@ import lightning as L
 import pytest
 import torch
 
-from ocr.lightning_modules.schedule import (
-    WarmupDecay,
-    build_warmup_scheduler,
-    resize_schedules,
-    warmup_decay_factor,
-)
+from ocr.lightning_modules.schedule import WarmupDecaySchedule, warmup_decay_factor
 from tests.helpers.triage_tiny import TinyModule, tiny_loader
 
 
 def _lrs(kind: str, total: int, warmup_ratio: float) -> list[float]:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = build_warmup_scheduler(
-        opt, total_steps=total, kind=kind, warmup_ratio=warmup_ratio, power=0.9, min_lr_ratio=0.0
+    sched = WarmupDecaySchedule(
+        opt, horizon=lambda: total, kind=kind, warmup_ratio=warmup_ratio, power=0.9, min_lr_ratio=0.0
     )
     lrs = []
     for _ in range(total):
@@ -46,19 +41,21 @@ def test_schedule_is_not_constant_without_warmup() -> None:
 
 def test_schedule_rejects_bad_inputs() -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    with pytest.raises(ValueError, match="total_steps"):
-        build_warmup_scheduler(opt, total_steps=0, kind="poly", warmup_ratio=0.0, power=1.0, min_lr_ratio=0.0)
+    with pytest.raises(ValueError, match="scheduler horizon: expected a positive number"):
+        WarmupDecaySchedule(opt, horizon=lambda: 0, kind="poly", warmup_ratio=0.0, power=1, min_lr_ratio=0.0)
+    with pytest.raises(ValueError, match="scheduler.kind"):
+        WarmupDecaySchedule(opt, horizon=lambda: 10, kind="step", warmup_ratio=0.0, min_lr_ratio=0.0)
     with pytest.raises(ValueError, match="scheduler.kind"):
         warmup_decay_factor(5, total_steps=10, warmup_steps=0, kind="step", power=1.0, min_lr_ratio=0.0)
     with pytest.raises(ValueError, match="scheduler.power"):
-        build_warmup_scheduler(opt, total_steps=10, kind="poly", warmup_ratio=0.1, min_lr_ratio=0.0)
+        WarmupDecaySchedule(opt, horizon=lambda: 10, kind="poly", warmup_ratio=0.1, min_lr_ratio=0.0)
 
 
 @pytest.mark.parametrize("power", [None, 1.0])  # cosine.yaml has no power; old run configs stored 1.0
 def test_cosine_ignores_power(power: float | None) -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = build_warmup_scheduler(
-        opt, total_steps=10, kind="cosine", warmup_ratio=0.0, power=power, min_lr_ratio=0.0
+    sched = WarmupDecaySchedule(
+        opt, horizon=lambda: 10, kind="cosine", warmup_ratio=0.0, power=power, min_lr_ratio=0.0
     )
     for _ in range(5):
         opt.step()
@@ -66,30 +63,36 @@ def test_cosine_ignores_power(power: float | None) -> None:
     assert opt.param_groups[0]["lr"] == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
 
 
-def test_resized_schedule_decays_over_the_new_length_and_survives_a_checkpoint() -> None:
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = build_warmup_scheduler(
-        opt, total_steps=100, kind="poly", warmup_ratio=0.1, power=1.0, min_lr_ratio=0.0
-    )
+def test_the_schedule_follows_its_horizon_and_a_checkpoint_keeps_only_the_step() -> None:
+    """Planned for 100 steps, then 20 (what the time budget does to ``trainer.max_steps``): the LR is the
+    20-step schedule's from then on, and a restore takes the step, not the saved settings."""
+    horizon = [100]
+
+    def schedule(kind: str) -> WarmupDecaySchedule:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        return WarmupDecaySchedule(
+            opt, horizon=lambda: horizon[0], kind=kind, warmup_ratio=0.1, power=1.0, min_lr_ratio=0.0
+        )
+
+    sched = schedule("poly")
     for _ in range(5):
-        opt.step()
+        sched.optimizer.step()
         sched.step()
-    assert resize_schedules([sched], 20) == 1
+    horizon[0] = 20
+    for _ in range(6):
+        sched.optimizer.step()
+        sched.step()
+    assert sched.get_last_lr() == [pytest.approx(1 - 9 / 18)]  # step 11 of 20, 2 warm-up steps
     state = sched.state_dict()
-    restored = build_warmup_scheduler(
-        torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0),
-        total_steps=100,
-        kind="poly",
-        warmup_ratio=0.1,
-        power=1.0,
-        min_lr_ratio=0.0,
-    )
+    assert state["last_epoch"] == 11 and not {"horizon", "kind", "warmup_ratio"} & set(state)
+    restored = schedule("cosine")  # a resume with scheduler=cosine
+    restored.optimizer.param_groups[0]["lr"] = sched.get_last_lr()[0]  # the optimizer, restored first
     restored.load_state_dict(state)
-    [factor] = restored.lr_lambdas
-    assert isinstance(factor, WarmupDecay) and (factor.total_steps, factor.warmup_steps) == (20, 2)
-    assert factor(20) == 0.0 and factor(11) == pytest.approx(1 - 9 / 18)
-    with pytest.raises(ValueError, match="total_steps"):
-        resize_schedules([sched], 0)
+    assert restored.get_last_lr() == [pytest.approx(0.5 * (1 + math.cos(math.pi * 9 / 18)))]
+    for _ in range(9):
+        restored.optimizer.step()
+        restored.step()
+    assert restored.last_epoch == 20 and restored.get_last_lr() == [0.0]
 
 
 class _PolyTiny(TinyModule):
@@ -106,9 +109,9 @@ class _PolyTiny(TinyModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
-        scheduler = build_warmup_scheduler(
+        scheduler = WarmupDecaySchedule(
             optimizer,
-            total_steps=int(self.trainer.estimated_stepping_batches),
+            horizon=lambda: int(self.trainer.estimated_stepping_batches),
             kind=self.kind,
             warmup_ratio=0.25,
             power=0.9,
@@ -150,17 +153,17 @@ def test_a_resume_that_trains_longer_replans_the_schedule_over_the_new_total(
     assert resumed.lrs == pytest.approx(planned.lrs[4:])  # from step 4 on, as if planned for 12 steps
     assert min(resumed.lrs) > 0.0
     assert any(not torch.equal(w, p) for w, p in zip(weights, resumed.parameters(), strict=True))
-    assert "LR schedule re-planned (planned_steps 4 -> 12): from step 4 on" in caplog.text
-    assert "lr 0 -> " in caplog.text
+    assert "Resume: lr 0 -> 0.0" in caplog.text
+    assert f"at step 4, the LR of a {kind} schedule over 12 steps" in caplog.text
 
 
 def test_a_resume_with_the_same_settings_restores_the_schedule_exactly(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def scheduler() -> torch.optim.lr_scheduler.LRScheduler:
+    def scheduler() -> WarmupDecaySchedule:
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-        return build_warmup_scheduler(
-            opt, total_steps=12, kind="poly", warmup_ratio=0.25, power=0.9, min_lr_ratio=0.0
+        return WarmupDecaySchedule(
+            opt, horizon=lambda: 12, kind="poly", warmup_ratio=0.25, power=0.9, min_lr_ratio=0.0
         )
 
     saved = scheduler()
@@ -168,7 +171,8 @@ def test_a_resume_with_the_same_settings_restores_the_schedule_exactly(
         saved.optimizer.step()
         saved.step()
     restored = scheduler()
+    restored.optimizer.load_state_dict(saved.optimizer.state_dict())  # first, as Lightning does
     with caplog.at_level(logging.INFO, logger="ocr.lightning_modules.schedule"):
         restored.load_state_dict(saved.state_dict())
     assert restored.get_last_lr() == saved.get_last_lr() and restored.last_epoch == 5
-    assert "re-planned" not in caplog.text
+    assert "Resume: lr" not in caplog.text

@@ -13,8 +13,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ocr.serve.app import outcome_colours
-
 
 def _png_bytes(width: int = 200, height: int = 120) -> bytes:
     """A receipt-like image: dark text bars on white."""
@@ -86,7 +84,7 @@ def test_refused_uploads_answer_400_and_the_app_goes_on(serve_app: Any) -> None:
 def test_a_checkpoint_of_another_model_is_refused_by_name(serve_app: Any, tmp_path: Path) -> None:
     import torch
 
-    client = serve_app()
+    client = serve_app(f"model_dirs=[{tmp_path}]")
     other = tmp_path / "other.ckpt"
     torch.save({"conv.weight": torch.zeros(3, 3)}, other)
     response = client.post("/api/model", json={"slot": "2", "path": str(other)})
@@ -133,10 +131,6 @@ def test_port_in_use_is_a_clear_error() -> None:
     with pytest.raises(ConfigValueError, match=f"port={port}: 127.0.0.1:{port} is already in use"):
         bind_port("127.0.0.1", port)
     taken.close()
-
-
-def test_outcome_colours_are_the_reports() -> None:
-    assert "--matched:" in outcome_colours() and "--false_positive:" in outcome_colours()
 
 
 @pytest.mark.slow  # an ONNX export: half a minute or more on 2 cores

@@ -1,4 +1,20 @@
-"""Training progress for any console: the rich bar on a terminal, plain log lines everywhere else."""
+"""Training progress for any console, with the run's data-wait figure.
+
+The rich bar on a terminal, plain log lines everywhere else. Both report the share of training time spent
+waiting for the train loader: the train stream (``ocr.data.stream``) adds up the seconds the loop spends
+blocked in ``next()`` on its DataLoader iterator and the wait for each epoch's first batch (host clocks:
+no device sync), divided here by the training wall time between the same moments, validation left out:
+
+- on the bar or in the progress lines, over their own interval;
+- ``train/data_wait`` (over each logging interval) and ``train/first_batch_wait_s`` (each epoch) to the
+  run's loggers (the metrics CSV, wandb), as plain floats;
+- at the end of training one line, ``data wait: 4 % of training step time ...``, or a warning from
+  ``input_bound_share`` on (``input-bound: 61 % of training step time waiting for data ...``) that says
+  what to change; the run's final metrics (``metrics.json``) get ``train/data_wait``.
+
+On a GPU the host runs ahead of the device, so a host-side wait is an upper bound of the time the device
+idles for data.
+"""
 
 from __future__ import annotations
 
@@ -10,29 +26,303 @@ from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.callbacks.progress import ProgressBar
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
-from ocr.lightning_modules.callbacks.data_wait import WaitWindow, loader_wait
+from ocr.data.stream import LoaderWait
+from ocr.utils.text import plural
 
 __all__ = ["PlainProgress", "RichProgress", "progress_bar"]
 
 log = logging.getLogger(__name__)
 
 
-def progress_bar(*, every_n_seconds: float, leave: bool) -> ProgressBar:
+def progress_bar(*, every_n_seconds: float, leave: bool, input_bound_share: float) -> ProgressBar:
     """The rich bar when stdout is a terminal, else :class:`PlainProgress` (``> log``, ``nohup``, CI),
     where a bar's redraws would reach the log as nothing or as noise.
 
     Args:
         every_n_seconds: interval of the plain progress lines.
         leave: keep the rich bar of a finished epoch on the screen.
+        input_bound_share: from this share of training step time spent waiting for data on, the end of
+            training warns that the run is input-bound and says what to change.
     """
     if sys.stdout.isatty():
-        return RichProgress(leave=leave)
-    return PlainProgress(every_n_seconds=every_n_seconds)
+        return RichProgress(leave=leave, input_bound_share=input_bound_share)
+    return PlainProgress(every_n_seconds=every_n_seconds, input_bound_share=input_bound_share)
+
+
+def _loader_wait(trainer: L.Trainer) -> LoaderWait | None:
+    """The train loader's wait record (``ReceiptDataModule.loader_wait``); None without one."""
+    wait = getattr(trainer.datamodule, "loader_wait", None)  # type: ignore[attr-defined]
+    return wait if isinstance(wait, LoaderWait) else None
+
+
+class _WaitWindow:
+    """Seconds waited for data and seconds elapsed since :meth:`restart`."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self._waited_before = 0.0
+
+    def restart(self, wait: LoaderWait) -> None:
+        self.started, self._waited_before = time.perf_counter(), wait.seconds
+
+    def read(self, wait: LoaderWait) -> tuple[float, float]:
+        """(seconds waited, seconds elapsed) in the window; (0, 0) when it was never started."""
+        if self.started is None:
+            return 0.0, 0.0
+        return wait.seconds - self._waited_before, time.perf_counter() - self.started
+
+
+class _DataWait(ProgressBar):
+    """The data-wait figures both bars share: the loggers' share, the first-batch waits, the end-of-run
+    summary, and the share over the bar's own window (:meth:`_take_wait_text`)."""
+
+    def __init__(self, *, input_bound_share: float, **bar_args: Any) -> None:
+        super().__init__(**bar_args)  # the bar's own (RichProgressBar: leave)
+        if not 0 < input_bound_share <= 1:
+            raise ValueError(
+                "callbacks.progress_bar.input_bound_share: expected a share in (0, 1], "
+                f"got {input_bound_share}"
+            )
+        self.input_bound_share = input_bound_share
+        self._bar_window = _WaitWindow()
+        self._log_window = _WaitWindow()
+        self._waited = self._elapsed = 0.0  # over the fit's training windows
+        self._last_logged_step = -1
+        self._first_batches_before = 0  # first-batch waits recorded before this fit
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        wait = _loader_wait(trainer)
+        if wait is not None:
+            # The first batch was fetched when Lightning set up the loader: its wait counts from there.
+            self._first_batches_before = max(0, len(wait.first_batch) - 1)
+            self._log_window.restart(wait)
+            self._bar_window.restart(wait)
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        wait = _loader_wait(trainer)
+        step = trainer.global_step
+        every = max(1, trainer.log_every_n_steps)  # type: ignore[attr-defined]  # set by Lightning's connector
+        if wait is None or step % every or step == self._last_logged_step:
+            return
+        self._last_logged_step = step
+        share = self._close(wait)
+        if share is not None:
+            _log(trainer, {"train/data_wait": share})
+        self._log_window.restart(wait)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_start(trainer, pl_module)
+        wait = _loader_wait(trainer)
+        if wait is not None and _fitting(trainer):
+            self._close(wait)
+            self._log_window.started = None  # validation time is not step time
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        wait = _loader_wait(trainer)
+        if wait is not None and _fitting(trainer):
+            self._log_window.restart(wait)
+            self._bar_window.restart(wait)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        wait = _loader_wait(trainer)
+        if wait is not None and wait.first_batch:
+            _log(trainer, {"train/first_batch_wait_s": wait.first_batch[-1]})
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        wait = _loader_wait(trainer)
+        if wait is None:
+            return
+        self._close(wait)
+        self._log_window.started = None
+        if self._elapsed <= 0:
+            return
+        share = self._waited / self._elapsed
+        # Read by runners/train.py with the other final metrics (metrics.json, the printed summary).
+        trainer.callback_metrics["train/data_wait"] = torch.tensor(share)
+        if trainer.is_global_zero:
+            self._summarise(trainer, wait, share)
+
+    def _take_wait_text(self, trainer: L.Trainer) -> str | None:
+        """``data wait 61 %`` over the bar's window (and ``(epoch start 0.48 s)``: the latest epoch's
+        first-batch wait, when one was waited for), then a new window; None without a train stream or an
+        open window."""
+        wait = _loader_wait(trainer)
+        if wait is None:
+            return None
+        waited, elapsed = self._bar_window.read(wait)
+        self._bar_window.restart(wait)
+        if elapsed <= 0:
+            return None
+        text = f"data wait {100 * min(1.0, waited / elapsed):.0f} %"
+        if wait.first_batch and wait.first_batch[-1] >= 0.005:
+            text += f" (epoch start {wait.first_batch[-1]:.2f} s)"
+        return text
+
+    def _close(self, wait: LoaderWait) -> float | None:
+        """Add the open logging window to the fit's totals; its share (None when it holds no time)."""
+        waited, elapsed = self._log_window.read(wait)
+        self._waited += waited
+        self._elapsed += elapsed
+        return min(1.0, waited / elapsed) if elapsed > 0 else None
+
+    def _summarise(self, trainer: L.Trainer, wait: LoaderWait, share: float) -> None:
+        firsts = wait.first_batch[self._first_batches_before :]
+        later = firsts[1:]
+        first = f"first batch of an epoch: {firsts[0]:.2f} s at the start" if firsts else "no epoch started"
+        if later:
+            first += f", {sum(later) / len(later):.3f} s on average after ({plural(len(later), 'epoch')})"
+        if share < self.input_bound_share:
+            log.info("data wait: %.0f %% of training step time waiting for data; %s", 100 * share, first)
+            return
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]
+        workers = getattr(datamodule, "num_workers", None)
+        cache = (getattr(datamodule, "dataset_options", None) or {}).get("cache_dir", "")
+        advice = [f"raise data.num_workers (now {workers}; up to one per spare CPU core)"]
+        if cache is None:
+            advice.append("cache decoded images (data.cache_dir='${paths.data_dir}/cache', quoted)")
+        advice.append("or cut the per-sample work (data.train_transform: train_long_side, crop_size)")
+        log.warning(
+            "input-bound: %.0f %% of training step time waiting for data (%s). The loader builds batches "
+            "slower than the model trains them: %s. docs/benchmarks.md, 'Data wait', has the figures.",
+            100 * share,
+            first,
+            ", ".join(advice),
+        )
+
+
+class RichProgress(_DataWait, RichProgressBar):
+    """Lightning's rich bar with the data-wait share over the last ``WINDOW_SECONDS`` among its metrics."""
+
+    WINDOW_SECONDS = 10.0
+
+    def __init__(self, *, leave: bool, input_bound_share: float) -> None:
+        super().__init__(input_bound_share=input_bound_share, leave=leave)
+        self._shown: str | None = None
+
+    def get_metrics(
+        self, trainer: L.Trainer, pl_module: L.LightningModule
+    ) -> dict[str, int | str | float | dict[str, float]]:
+        metrics = super().get_metrics(trainer, pl_module)
+        started = self._bar_window.started
+        if started is not None and time.perf_counter() - started >= self.WINDOW_SECONDS:
+            self._shown = self._take_wait_text(trainer)
+        if self._shown is not None:
+            metrics["data"] = self._shown.removeprefix("data ")
+        return metrics
+
+
+class PlainProgress(_DataWait):
+    """Logs ``step 120/200 (60%) | epoch 3 | loss 0.8123 | 12.3 img/s | data wait 4 % | elapsed 1:02 |
+    ETA 0:41`` every ``every_n_seconds`` during training, and a line with the validation metrics after
+    each validation. The data-wait share is over the same interval as the rate (validations left out).
+
+    Lines go through ``logging`` (console and ``train.log``), on global rank 0 only. Reading the loss
+    costs one host-device sync per line, not per step.
+
+    Args:
+        every_n_seconds: seconds between two progress lines (0 = after every step).
+        input_bound_share: see :func:`progress_bar`.
+    """
+
+    def __init__(self, *, every_n_seconds: float, input_bound_share: float) -> None:
+        super().__init__(input_bound_share=input_bound_share)
+        if not every_n_seconds >= 0:
+            raise ValueError(f"callbacks.progress_bar.every_n_seconds: expected >= 0, got {every_n_seconds}")
+        self.every_n_seconds = every_n_seconds
+        self._enabled = True
+        self._start = 0.0
+        self._start_step = 0
+        self._window_start = 0.0
+        self._window_images = 0
+        self._last_line = 0.0
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        self._start = self._window_start = self._last_line = time.monotonic()
+        self._start_step = trainer.global_step  # a resumed run's rate counts its own steps only
+        self._window_images = 0
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if not self._enabled:
+            return
+        self._window_images += _batch_size(batch) or 0
+        now = time.monotonic()
+        if now - self._last_line < self.every_n_seconds:
+            return
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        parts = [self._position(trainer)]
+        if isinstance(loss, Tensor):
+            parts.append(f"loss {float(loss):.4f}")
+        if self._window_images and now > self._window_start:
+            parts.append(f"{self._window_images / (now - self._window_start):.1f} img/s")
+        data_wait = self._take_wait_text(trainer)
+        if data_wait is not None:
+            parts.append(data_wait)
+        log.info(" | ".join([*parts, self._timing(trainer, now)]))
+        self._last_line = self._window_start = now
+        self._window_images = 0
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if not self._enabled or trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
+            return
+        scores = {
+            k: float(v)
+            for k, v in trainer.callback_metrics.items()
+            if k.startswith("val/") and isinstance(v, Tensor) and v.numel() == 1
+        }
+        metrics = " ".join(f"{k} {v:.4f}" for k, v in sorted(scores.items())) or "no metrics"
+        now = time.monotonic()
+        log.info("validation at %s | %s | %s", self._position(trainer), metrics, self._timing(trainer, now))
+        # The throughput window restarts: validation time is not training speed.
+        self._window_start = self._last_line = now
+        self._window_images = 0
+
+    def _position(self, trainer: L.Trainer) -> str:
+        total = _total(trainer)
+        step = trainer.global_step
+        done = f"step {step}/{total} ({100 * step / total:.0f}%)" if total else f"step {step}"
+        return f"{done} | epoch {trainer.current_epoch}"
+
+    def _timing(self, trainer: L.Trainer, now: float) -> str:
+        elapsed = now - self._start
+        text = f"elapsed {_clock(elapsed)}"
+        total, done = _total(trainer), trainer.global_step - self._start_step
+        if total and done > 0:
+            # Wall time per step so far, validations included: they recur until the end.
+            text += f" | ETA {_clock(elapsed / done * max(total - trainer.global_step, 0))}"
+        return text
+
+
+def _total(trainer: L.Trainer) -> int | None:
+    total = trainer.estimated_stepping_batches
+    return int(total) if math.isfinite(total) and total > 0 else None
 
 
 def _clock(seconds: float) -> str:
@@ -49,157 +339,12 @@ def _batch_size(batch: Any) -> int | None:
     return int(batch.shape[0]) if isinstance(batch, Tensor) and batch.ndim else None
 
 
-def _data_wait(window: WaitWindow, trainer: L.Trainer) -> str | None:
-    """``data wait 61 %`` over ``window`` (and ``, epoch start 0.48 s``: the latest epoch's first-batch
-    wait, when one was waited for); None without a train stream or an open window."""
-    wait = loader_wait(trainer)
-    share = window.share(wait) if wait is not None else None
-    if wait is None or share is None:
-        return None
-    text = f"data wait {100 * share:.0f} %"
-    if wait.first_batch and wait.first_batch[-1] >= 0.005:
-        text += f" (epoch start {wait.first_batch[-1]:.2f} s)"
-    return text
+def _fitting(trainer: L.Trainer) -> bool:
+    return trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
 
 
-class RichProgress(RichProgressBar):
-    """Lightning's rich bar with the data-wait share (``ocr.lightning_modules.callbacks.data_wait``) over
-    the last ``WINDOW_SECONDS`` among its metrics."""
-
-    WINDOW_SECONDS = 10.0
-
-    def __init__(self, *, leave: bool) -> None:
-        super().__init__(leave=leave)
-        self._window = WaitWindow()
-        self._shown: str | None = None
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        super().on_train_start(trainer, pl_module)
-        wait = loader_wait(trainer)
-        if wait is not None:
-            self._window.restart(wait)
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        super().on_validation_end(trainer, pl_module)
-        wait = loader_wait(trainer)
-        if wait is not None and trainer.state.fn == TrainerFn.FITTING:
-            self._window.restart(wait)  # validation time is not step time
-
-    def get_metrics(
-        self, trainer: L.Trainer, pl_module: L.LightningModule
-    ) -> dict[str, int | str | float | dict[str, float]]:
-        metrics = super().get_metrics(trainer, pl_module)
-        wait = loader_wait(trainer)
-        started = self._window.started
-        if wait is not None and started is not None and time.perf_counter() - started >= self.WINDOW_SECONDS:
-            self._shown = _data_wait(self._window, trainer)
-            self._window.restart(wait)
-        if self._shown is not None:
-            metrics["data"] = self._shown.removeprefix("data ")
-        return metrics
-
-
-class PlainProgress(ProgressBar):
-    """Logs ``step 120/200 (60%) | epoch 3 | loss 0.8123 | 12.3 img/s | data wait 4 % | elapsed 1:02 |
-    ETA 0:41`` every ``every_n_seconds`` during training, and a line with the validation metrics after
-    each validation. The data-wait share is over the same interval as the rate (validations left out).
-
-    Lines go through ``logging`` (console and ``train.log``), on global rank 0 only. Reading the loss
-    costs one host-device sync per line, not per step.
-
-    Args:
-        every_n_seconds: seconds between two progress lines (0 = after every step).
-    """
-
-    def __init__(self, *, every_n_seconds: float) -> None:
-        super().__init__()
-        if not every_n_seconds >= 0:
-            raise ValueError(f"callbacks.progress_bar.every_n_seconds: expected >= 0, got {every_n_seconds}")
-        self.every_n_seconds = every_n_seconds
-        self._enabled = True
-        self._start = 0.0
-        self._start_step = 0
-        self._window_start = 0.0
-        self._window_images = 0
-        self._last_line = 0.0
-        self._wait_window = WaitWindow()
-
-    def disable(self) -> None:
-        self._enabled = False
-
-    def enable(self) -> None:
-        self._enabled = True
-
-    @property
-    def is_enabled(self) -> bool:
-        return self._enabled
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start = self._window_start = self._last_line = time.monotonic()
-        self._start_step = trainer.global_step  # a resumed run's rate counts its own steps only
-        self._window_images = 0
-        self._restart_wait(trainer)
-
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        if not self._enabled:
-            return
-        self._window_images += _batch_size(batch) or 0
-        now = time.monotonic()
-        if now - self._last_line < self.every_n_seconds:
-            return
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        parts = [self._position(trainer)]
-        if isinstance(loss, Tensor):
-            parts.append(f"loss {float(loss):.4f}")
-        if self._window_images and now > self._window_start:
-            parts.append(f"{self._window_images / (now - self._window_start):.1f} img/s")
-        data_wait = _data_wait(self._wait_window, trainer)
-        if data_wait is not None:
-            parts.append(data_wait)
-        log.info(" | ".join([*parts, self._timing(trainer, now)]))
-        self._last_line = self._window_start = now
-        self._window_images = 0
-        self._restart_wait(trainer)
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self._enabled or trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
-            return
-        scores = {
-            k: float(v)
-            for k, v in trainer.callback_metrics.items()
-            if k.startswith("val/") and isinstance(v, Tensor) and v.numel() == 1
-        }
-        metrics = " ".join(f"{k} {v:.4f}" for k, v in sorted(scores.items())) or "no metrics"
-        now = time.monotonic()
-        log.info("validation at %s | %s | %s", self._position(trainer), metrics, self._timing(trainer, now))
-        # The throughput window restarts: validation time is not training speed.
-        self._window_start = self._last_line = now
-        self._window_images = 0
-        self._restart_wait(trainer)
-
-    def _restart_wait(self, trainer: L.Trainer) -> None:
-        wait = loader_wait(trainer)
-        if wait is not None:
-            self._wait_window.restart(wait)
-
-    def _position(self, trainer: L.Trainer) -> str:
-        total = self._total(trainer)
-        step = trainer.global_step
-        done = f"step {step}/{total} ({100 * step / total:.0f}%)" if total else f"step {step}"
-        return f"{done} | epoch {trainer.current_epoch}"
-
-    def _timing(self, trainer: L.Trainer, now: float) -> str:
-        elapsed = now - self._start
-        text = f"elapsed {_clock(elapsed)}"
-        total, done = self._total(trainer), trainer.global_step - self._start_step
-        if total and done > 0:
-            # Wall time per step so far, validations included: they recur until the end.
-            text += f" | ETA {_clock(elapsed / done * max(total - trainer.global_step, 0))}"
-        return text
-
-    @staticmethod
-    def _total(trainer: L.Trainer) -> int | None:
-        total = trainer.estimated_stepping_batches
-        return int(total) if math.isfinite(total) and total > 0 else None
+def _log(trainer: L.Trainer, metrics: dict[str, float]) -> None:
+    """Plain floats straight to the loggers: a tensor logged through the module would be copied to the
+    device (a sync on CUDA)."""
+    for logger in trainer.loggers:
+        logger.log_metrics({**metrics, "epoch": trainer.current_epoch}, step=trainer.global_step)

@@ -9,12 +9,12 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from ocr.checkpoints.saving import RunCheckpoint
 from ocr.lightning_modules.callbacks import time_budget
-from ocr.lightning_modules.callbacks.time_budget import BudgetPlan, Costs, TimeBudget, plan_epochs
-from ocr.lightning_modules.schedule import WarmupDecay, build_warmup_scheduler
-from tests.helpers.triage_tiny import TinyModule, run_checkpoint, tiny_loader
+from ocr.lightning_modules.callbacks.time_budget import BudgetPlan, Costs, TimeBudget, plan_steps
+from ocr.lightning_modules.schedule import WarmupDecaySchedule
+from tests.helpers.triage_tiny import TinyModule, quiet_cpu_trainer, run_checkpoint, tiny_loader
 
 SECONDS_PER_STEP = 1.0
 
@@ -22,15 +22,18 @@ SECONDS_PER_STEP = 1.0
 def _plan(
     seconds_left: float, *, max_steps: int = -1, val_every: int = 1, steps_done: int = 0
 ) -> tuple[int, bool]:
+    """Planned steps (in epochs of 10 steps) and whether they fit."""
     costs = Costs(
         seconds_per_step=1.0,
         steps_done=steps_done,
-        steps_per_epoch=10,
+        steps_per_block=10,
+        val_every=val_every,
         seconds_per_validation=5.0,
         seconds_after_fit=0.0,
         seconds_left=seconds_left,
     )
-    return plan_epochs(costs, max_steps, val_every)
+    steps, fits = plan_steps(costs, max_steps)
+    return steps // 10, fits
 
 
 def test_plan_takes_the_most_epochs_that_fit() -> None:
@@ -70,15 +73,18 @@ def test_a_resumed_plan_trains_at_least_one_more_epoch() -> None:
 
 
 class _ScheduledTiny(TinyModule):
-    """TinyModule with the project's warm-up + poly schedule, each step advancing a fake clock."""
+    """TinyModule with the project's poly schedule (recording each step's LR), each step advancing a fake
+    clock."""
 
     def __init__(self, clock: SimpleNamespace) -> None:
         super().__init__()
         self.clock = clock
         self.validations = 0
+        self.lrs: list[float] = []
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         self.clock.now += SECONDS_PER_STEP
+        self.lrs.append(self.trainer.optimizers[0].param_groups[0]["lr"])
         return super().training_step(batch, batch_idx)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -89,9 +95,13 @@ class _ScheduledTiny(TinyModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
-        total = int(self.trainer.estimated_stepping_batches)
-        scheduler = build_warmup_scheduler(
-            optimizer, total_steps=total, kind="poly", warmup_ratio=0.0, power=1.0, min_lr_ratio=0.0
+        scheduler = WarmupDecaySchedule(
+            optimizer,
+            horizon=lambda: int(self.trainer.estimated_stepping_batches),
+            kind="poly",
+            warmup_ratio=0.0,
+            power=1.0,
+            min_lr_ratio=0.0,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -100,22 +110,19 @@ def _fit(
     tmp_path: Path,
     callback: TimeBudget,
     module: L.LightningModule,
-    checkpoint: RunCheckpoint | None = None,
+    *extra: Callback,
+    ckpt_path: Path | None = None,
     **trainer_args: Any,
 ) -> L.Trainer:
-    trainer = L.Trainer(
-        default_root_dir=tmp_path,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=checkpoint is not None,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[callback] if checkpoint is None else [callback, checkpoint],
-        **{"max_epochs": 100, "max_steps": 200, "check_val_every_n_epoch": 1, **trainer_args},
+    limits = {"max_epochs": 100, "max_steps": 200, "check_val_every_n_epoch": 1, **trainer_args}
+    trainer = quiet_cpu_trainer(tmp_path, [callback, *extra], **limits)
+    trainer.fit(
+        module,
+        train_dataloaders=tiny_loader(),
+        val_dataloaders=tiny_loader(),
+        ckpt_path=ckpt_path,
+        weights_only=False,
     )
-    trainer.fit(module, train_dataloaders=tiny_loader(), val_dataloaders=tiny_loader())
     return trainer
 
 
@@ -128,7 +135,13 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     return fake
 
 
-def test_budget_sets_steps_schedule_and_validation(tmp_path: Path, clock: SimpleNamespace, caplog) -> None:
+def _lr(trainer: L.Trainer) -> float:
+    return float(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def test_budget_plans_the_steps_and_the_schedule_ends_with_them(
+    tmp_path: Path, clock: SimpleNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
     # 8 images of batch 2: 4 steps per epoch at 1 s, 0.5 s per image; a validation of 8 images at
     # eval_cost 1.5 is planned at 6 s. Measured after 1 + 2 steps, at t = 3 s: 57 s left, minus the
     # 20 s reserve. Validating every epoch, E epochs cost (4E - 3) + 6E <= 37, so E = 4: 16 steps.
@@ -136,14 +149,14 @@ def test_budget_sets_steps_schedule_and_validation(tmp_path: Path, clock: Simple
     module = _ScheduledTiny(clock)
     with caplog.at_level(logging.INFO, logger=time_budget.__name__):
         trainer = _fit(tmp_path, callback, module)
-    assert callback.plan == BudgetPlan(16, val_every=1, seconds_per_step=1.0)
+    assert callback.plan == BudgetPlan(16, seconds_per_step=1.0)
     assert trainer.global_step == 16 and module.validations == 4
-    [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
-    assert isinstance(factor, WarmupDecay) and factor.total_steps == 16
-    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-9)  # decayed to the end
-    assert any("training 16 steps (4 epochs)" in r.getMessage() for r in caplog.records)
-    [cut] = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert "training 16 of the configured 200 steps" in cut.getMessage()
+    assert trainer.lr_scheduler_configs[0].scheduler.horizon() == 16
+    assert module.lrs[8] == pytest.approx(0.1 * (1 - 8 / 16))  # the schedule of the planned 16 steps
+    assert _lr(trainer) == pytest.approx(0.0, abs=1e-9)  # decayed to the end
+    [cut] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "training 16 steps (4 epochs), validating every 1 epoch and at the last (about 6 s each)" in cut
+    assert "; 16 of the configured 200 steps: time_budget_minutes=null trains them all" in cut
     assert callback.cut_summary(trainer.global_step) == (
         "time budget: trained 16 of 200 steps in time_budget_minutes=1 (time_budget_minutes=null trains them "
         "all; a larger budget trains more)"
@@ -151,7 +164,7 @@ def test_budget_sets_steps_schedule_and_validation(tmp_path: Path, clock: Simple
 
 
 def test_validation_every_n_steps_is_planned_in_whole_intervals(
-    tmp_path: Path, clock: SimpleNamespace, caplog
+    tmp_path: Path, clock: SimpleNamespace, caplog: pytest.LogCaptureFixture
 ) -> None:
     # As above, but validating every 6 steps (check_val_every_n_epoch=None): I intervals cost
     # (6I - 3) + 6I <= 37, so I = 3: 18 steps, validated after steps 6, 12 and 18 (the last one too).
@@ -173,16 +186,17 @@ class _SlowingTiny(_ScheduledTiny):
 
 
 def test_budget_trains_fewer_epochs_when_steps_slow_down(
-    tmp_path: Path, clock: SimpleNamespace, caplog
+    tmp_path: Path, clock: SimpleNamespace, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Planned at 1 s/step: 16 steps (as above). Epoch 3 runs at 6 s/step and ends at t = 33.2 s (two
     # measured validations of 0.4 s): a fourth epoch (24 s + 0.4 s + the 20 s reserve) no longer fits.
     callback = TimeBudget(minutes=1.0, test_after_fit=False, measure_steps=2, skip_steps=1)
+    module = _SlowingTiny(clock)
     with caplog.at_level(logging.WARNING, logger=time_budget.__name__):
-        trainer = _fit(tmp_path, callback, _SlowingTiny(clock))
-    assert trainer.global_step == 12 and callback.plan == BudgetPlan(12, val_every=1, seconds_per_step=6.0)
-    [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
-    assert factor.total_steps == 12  # the schedule ends with the run
+        trainer = _fit(tmp_path, callback, module)
+    assert trainer.global_step == 12 and callback.plan == BudgetPlan(12, seconds_per_step=6.0)
+    assert trainer.lr_scheduler_configs[0].scheduler.horizon() == 12
+    assert _lr(trainer) == pytest.approx(0.0, abs=1e-9)  # the schedule still ends with the run
     assert clock.now < 60.0 - callback.reserve_seconds
     assert "steps take 6.00 s now (1.00 s when planned); training 12 steps instead of 16" in caplog.text
 
@@ -200,14 +214,13 @@ class _SlowingAfterFirstEpoch(_ScheduledTiny):
         self.log("val/hmean", 0.5)
 
 
-def test_the_last_epoch_of_a_replanned_run_validates_and_leaves_a_best_checkpoint(
+def test_the_last_epoch_of_a_shortened_plan_validates_and_leaves_a_best_checkpoint(
     tmp_path: Path, clock: SimpleNamespace, caplog: pytest.LogCaptureFixture
 ) -> None:
     # 4 steps per epoch, validating every 4 epochs. Planned at t = 3 s with 63 s left (a 20 s reserve; the
     # validation data is not loaded yet, so validations are priced at 0 s): 11 epochs, validating after
     # epochs 4, 8 and 11. From the second epoch on steps take 10 s: the rest fits only if the run ends with
-    # that epoch, which then is the last and must validate. Re-planned only after Lightning had decided
-    # not to validate it, the run ended without any validation and without a best checkpoint.
+    # that epoch, which then is the last and must validate.
     callback = TimeBudget(minutes=1.1, test_after_fit=False, measure_steps=2, skip_steps=1)
     module = _SlowingAfterFirstEpoch(clock)
     checkpoint = run_checkpoint(tmp_path / "checkpoints")
@@ -233,27 +246,26 @@ def test_budget_off_leaves_the_run_alone(tmp_path: Path, clock: SimpleNamespace)
     assert callback.plan is None and trainer.global_step == 10
 
 
-def _resumed(minutes: float, plan: BudgetPlan, configured: tuple[int, int] | None) -> TimeBudget:
-    """A TimeBudget restored from a checkpoint of ``plan``, made for ``configured`` (steps, interval);
-    None: a checkpoint written before the configured length was saved."""
+def test_a_resume_keeps_the_plan_and_its_schedule(tmp_path: Path, clock: SimpleNamespace) -> None:
+    """Stopped at step 8 of the 16 planned, then resumed: the same 16 steps, at the same LRs."""
+    callback = TimeBudget(minutes=1.0, test_after_fit=False, measure_steps=2, skip_steps=1)
+    planned = _ScheduledTiny(clock)
+    every_8 = ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=8, save_top_k=-1)
+    _fit(tmp_path, callback, planned, every_8)
+    clock.now = 0.0
+    resumed = _ScheduledTiny(clock)
+    again = TimeBudget(minutes=1.0, test_after_fit=False, measure_steps=2, skip_steps=1)
+    trainer = _fit(tmp_path / "resumed", again, resumed, ckpt_path=tmp_path / "step=8.ckpt")
+    assert again.plan == callback.plan and trainer.global_step == 16
+    assert resumed.lrs == pytest.approx(planned.lrs[8:])
+
+
+def _resumed(minutes: float, plan: BudgetPlan, planned_for: tuple[int, int]) -> TimeBudget:
+    """A TimeBudget restored from a checkpoint of ``plan``, made for ``planned_for`` (configured steps,
+    validation interval) and ``minutes``."""
     resumed = TimeBudget(minutes=minutes, test_after_fit=False)
-    state: dict[str, Any] = {"plan": asdict(plan)}
-    if configured is not None:
-        state.update(configured=list(configured), minutes=minutes)
-    resumed.load_state_dict(state)
+    resumed.load_state_dict({"plan": asdict(plan), "planned_for": [*planned_for, minutes]})
     return resumed
-
-
-@pytest.mark.parametrize("configured", [(200, 1), None])
-def test_resumed_run_keeps_the_saved_plan(
-    tmp_path: Path, clock: SimpleNamespace, configured: tuple[int, int] | None
-) -> None:
-    resumed = _resumed(1.0, BudgetPlan(8, val_every=2, seconds_per_step=1.0), configured)
-    module = _ScheduledTiny(clock)
-    trainer = _fit(tmp_path, resumed, module)
-    assert trainer.global_step == 8 and module.validations == 1
-    [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
-    assert factor.total_steps == 8
 
 
 def test_a_resume_that_trains_longer_plans_again(
@@ -261,7 +273,7 @@ def test_a_resume_that_trains_longer_plans_again(
 ) -> None:
     """`resume=<run> trainer.max_steps=16` after a run planned for its 8 configured steps: the saved plan
     (8 steps) would end the resumed run at once."""
-    resumed = _resumed(10.0, BudgetPlan(8, val_every=1, seconds_per_step=1.0), (8, 1))
+    resumed = _resumed(10.0, BudgetPlan(8, seconds_per_step=1.0), (8, 1))
     with caplog.at_level(logging.INFO, logger=time_budget.__name__):
         trainer = _fit(tmp_path, resumed, _ScheduledTiny(clock), max_steps=16)
     assert trainer.global_step == 16 and resumed.plan is not None and resumed.plan.max_steps == 16
@@ -276,10 +288,46 @@ def test_an_interval_that_does_not_divide_the_epochs_still_validates_the_last(
     tmp_path: Path, clock: SimpleNamespace
 ) -> None:
     # 28 steps of 4 per epoch: 7 epochs, validating every 2 and at the last: after epochs 2, 4, 6 and 7.
-    resumed = _resumed(10.0, BudgetPlan(28, val_every=2, seconds_per_step=1.0), (200, 2))
+    resumed = _resumed(10.0, BudgetPlan(28, seconds_per_step=1.0), (200, 2))
     module = _ScheduledTiny(clock)
     trainer = _fit(tmp_path, resumed, module, check_val_every_n_epoch=2)
     assert trainer.global_step == 28 and module.validations == 4
+
+
+class _Scored(TinyModule):
+    """Logs a score that grows with the step, and records the steps it validated at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.validated_at: list[int] = []
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.log("val/hmean", self.global_step / 100)
+
+    def on_validation_epoch_end(self) -> None:
+        self.validated_at.append(self.global_step)
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        # Fewer steps than an epoch: Lightning alone validates never; mid-epoch: not the last 2 steps.
+        ({"max_steps": 3, "max_epochs": 5}, [3]),
+        ({"max_steps": 6, "max_epochs": 5}, [4, 6]),
+        # The last of 3 epochs is off the interval of 2: Lightning alone scores step 8 only.
+        ({"max_steps": -1, "max_epochs": 3, "check_val_every_n_epoch": 2}, [8, 12]),
+    ],
+)
+def test_without_a_budget_the_final_weights_are_validated_and_kept_as_best(
+    tmp_path: Path, limits: dict[str, int], expected: list[int]
+) -> None:
+    module = _Scored()  # 4 steps per epoch
+    callbacks = [TimeBudget(minutes=None, test_after_fit=True), run_checkpoint(tmp_path / "checkpoints")]
+    trainer = quiet_cpu_trainer(tmp_path, callbacks, **limits)
+    trainer.fit(module, tiny_loader(), tiny_loader())
+    assert module.validated_at == expected and trainer.global_step == expected[-1]
+    [best] = (tmp_path / "checkpoints").glob("best_*.ckpt")
+    assert best.name.startswith(f"best_hmean{expected[-1] / 100:.4f}")
 
 
 @pytest.mark.parametrize(("age", "counts_from"), [(30.0, 970.0), (600.0, 1000.0)])
@@ -304,7 +352,7 @@ def test_a_run_that_fits_keeps_its_configured_steps(tmp_path: Path, clock: Simpl
     # 10 steps (not a whole number of 4-step epochs) at 1 s, two 6 s validations: far inside 5 minutes.
     callback = TimeBudget(minutes=5.0, test_after_fit=True, measure_steps=2, skip_steps=1)
     trainer = _fit(tmp_path, callback, _ScheduledTiny(clock), max_steps=10)
-    assert callback.plan == BudgetPlan(10, val_every=1, seconds_per_step=1.0)
+    assert callback.plan == BudgetPlan(10, seconds_per_step=1.0)
     assert trainer.global_step == 10 and callback.cut_summary(10) is None
 
 
@@ -316,17 +364,16 @@ def test_a_budget_never_adds_steps(tmp_path: Path, clock: SimpleNamespace) -> No
 
 
 def test_a_run_bounded_by_epochs_that_fits_keeps_its_schedule(tmp_path: Path, clock: SimpleNamespace) -> None:
-    """max_steps=-1 with max_epochs: the configured length is the epochs' steps, and nothing is resized."""
+    """max_steps=-1 with max_epochs: the configured length is the epochs' steps, and nothing is set."""
     callback = TimeBudget(minutes=5.0, test_after_fit=True, measure_steps=2, skip_steps=1)
     trainer = _fit(tmp_path, callback, _ScheduledTiny(clock), max_steps=-1, max_epochs=3)
-    assert callback.plan == BudgetPlan(12, val_every=1, seconds_per_step=1.0) and trainer.global_step == 12
-    [factor] = trainer.lr_scheduler_configs[0].scheduler.lr_lambdas
-    assert factor.total_steps == 12 and trainer.max_steps == -1
+    assert callback.plan == BudgetPlan(12, seconds_per_step=1.0) and trainer.global_step == 12
+    assert trainer.lr_scheduler_configs[0].scheduler.horizon() == 12 and trainer.max_steps == -1
 
 
 def test_validation_size_comes_from_the_datamodule_before_the_first_validation() -> None:
     """Lightning loads validation data at the first validation; the plan is made before that."""
     datamodule = SimpleNamespace(val_dataloader=lambda: tiny_loader(num=8))
-    trainer = SimpleNamespace(num_val_batches=[], datamodule=datamodule, limit_val_batches=1.0)
+    trainer = SimpleNamespace(val_dataloaders=None, datamodule=datamodule, limit_val_batches=1.0)
     assert time_budget._val_images(trainer) == 8
     assert time_budget._val_images(SimpleNamespace(**{**vars(trainer), "limit_val_batches": 0})) == 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ocr.debug.gpu_proof_checks import (
+from ocr.debug.sanitizer import EXIT_NOT_FOUND
+from ocr.utils.fault_exit import EXIT_CUDA_FAULT, closing_line
+from tests.gpu_proof.checks import (
     check_bad_index,
     check_benchmark,
     check_doctor,
@@ -19,8 +21,6 @@ from ocr.debug.gpu_proof_checks import (
     markdown_summary,
     verdict,
 )
-from ocr.debug.sanitizer import EXIT_NOT_FOUND
-from ocr.utils.fault_exit import EXIT_CUDA_FAULT, closing_line
 from tests.helpers.sanitizer_reports import ASSERT  # a memcheck report of PyTorch's index bounds assert
 
 
