@@ -21,7 +21,6 @@ export starts.
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,7 +30,6 @@ from omegaconf import DictConfig, OmegaConf
 from ocr.checkpoints.inference_settings import apply_stored_settings, export_long_side, stored_setting_keys
 from ocr.machine.hardware import register_resolvers
 from ocr.run.entry import entry, quiet_third_party, save_config
-from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.errors import ConfigValueError
 
 register_resolvers()
@@ -215,5 +213,4 @@ def _refuse(report: Any, output: Path, error: type[Exception]) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
     export.main()

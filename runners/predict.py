@@ -13,7 +13,6 @@ unreadable image gets an empty row and no overlay. Under DDP, rank 0 gathers and
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +23,6 @@ from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
 from ocr.run.entry import entry, quiet_third_party, save_config
-from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.errors import ConfigValueError
 
 register_resolvers()
@@ -102,5 +100,4 @@ def predict(cfg: DictConfig) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
     predict.main()

@@ -18,7 +18,6 @@ corrupt) is left out and named in a warning. Train on it beside the labelled set
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
 from ocr.run.entry import entry, load_runner, quiet_third_party, save_config
-from ocr.utils.commands import accept_unquoted_paths
 
 register_resolvers()
 quiet_third_party()
@@ -112,5 +110,4 @@ def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
     pseudo_label.main()

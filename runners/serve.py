@@ -14,7 +14,6 @@ message.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -22,7 +21,6 @@ from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
 from ocr.run.entry import entry, quiet_third_party
-from ocr.utils.commands import accept_unquoted_paths
 
 register_resolvers()
 quiet_third_party()
@@ -43,5 +41,4 @@ def serve(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt", "ckpt2"))  # old checkpoint names hold "="
     serve.main()

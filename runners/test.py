@@ -10,7 +10,6 @@ uv run runners/test.py -m ckpt=... split=val postprocess.thresh=0.2,0.3 postproc
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
 from ocr.run.entry import entry, format_metrics, quiet_third_party, save_config
-from ocr.utils.commands import accept_unquoted_paths
 from ocr.utils.errors import ConfigValueError
 
 register_resolvers()
@@ -74,5 +72,4 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt",))  # old checkpoint names hold "="
     evaluate.main()

@@ -7,7 +7,6 @@ uv run runners/train.py resume=outputs/train/<run>   # continue a run with its o
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,7 +17,7 @@ from ocr.checkpoints.reading import allow_checkpoint_types
 from ocr.checkpoints.resume import Resume
 from ocr.machine.hardware import register_resolvers
 from ocr.run.entry import entry, format_metrics, instantiate_all, quiet_third_party, save_config
-from ocr.utils.commands import accept_unquoted_paths, run_next_commands
+from ocr.utils.commands import run_next_commands
 
 register_resolvers()
 quiet_third_party()
@@ -86,5 +85,4 @@ def train(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    sys.argv = accept_unquoted_paths(sys.argv, ("ckpt_path",))  # old checkpoint names hold "="
     train.main()

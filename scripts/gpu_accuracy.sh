@@ -79,7 +79,7 @@ proxy_pid=$!
 pretrain_pids=()
 for m in $MODELS; do
   timeout "$T_PRE" "$PYTHON" runners/train.py experiment=synthetic_pretrain "model=$m" hardware=auto \
-    "machine.pretrain.num_train=$NUM_TRAIN" "machine.pretrain.num_eval=$NUM_EVAL" \
+    "data.synthetic.num_train=$NUM_TRAIN" "data.synthetic.num_val=$NUM_EVAL" "data.synthetic.num_test=$NUM_EVAL" \
     "data.synthetic.long_side=$LONG" "trainer.max_steps=$PRE_STEPS" "trainer.val_check_interval=$PRE_STEPS" \
     trainer.check_val_every_n_epoch=null time_budget_minutes=null test_after_fit=false \
     "data.num_workers=$(( $(nproc) / 3 ))" pipeline.workers=2 "hydra.run.dir=$WORK/pretrain_$m" \

@@ -19,4 +19,4 @@ if [[ -n "${PROOF_WHEELS:-}" ]]; then
     echo "[gpu_proof] could not install the wheels of PROOF_WHEELS=$PROOF_WHEELS into $SITE" >&2; exit 2; }
   export PYTHONPATH="$PYTHONPATH:$SITE"
 fi
-exec "$PYTHON" -m ocr.debug.gpu_proof "$@"
+exec "$PYTHON" -m tests.gpu_proof "$@"

@@ -13,9 +13,9 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from ocr.debug.gpu_proof import TINY_CPU_RUN
 from ocr.run.config import compose_config
 from ocr.run.entry import load_runner
+from tests.gpu_proof.steps import TINY_CPU_RUN
 from tests.helpers.paths import REPO_ROOT
 
 os.environ.setdefault("WANDB_MODE", "offline")

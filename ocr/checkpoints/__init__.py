@@ -1,1 +1,1 @@
-"""Checkpoints: written, read, upgraded, started from (``model.init_from``) and resumed; how a run starts."""
+"""Checkpoints: written, read, started from (``model.init_from``) and resumed; how a run starts."""

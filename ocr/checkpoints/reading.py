@@ -1,5 +1,4 @@
-"""Read a checkpoint file written by training: what a file that is not one is instead, and the run config
-stored by an older version brought to today's layout (``ocr.checkpoints.legacy``).
+"""Read a checkpoint file written by training, and say what a file that is not one is instead.
 
 Test, predict, export, resume and ``model.init_from`` read through :func:`load_checkpoint`; nothing here
 builds a module (``ocr.lightning_modules.restore`` does). Every load is weights-only: a file that holds
@@ -13,7 +12,6 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from ocr.checkpoints.legacy import upgrade_run_config
 from ocr.utils.errors import CheckpointError, InputNotFoundError
 
 __all__ = ["allow_checkpoint_types", "load_checkpoint", "load_checkpoint_file"]
@@ -59,8 +57,7 @@ def allow_checkpoint_types() -> None:
 
 def load_checkpoint(path: str | Path, key: str = "ckpt") -> dict[str, Any]:
     """Load a checkpoint written by ``runners/train.py`` on the CPU (what test, predict, resume and
-    ``model.init_from`` start from); a run config stored by an older version is upgraded
-    (:func:`upgrade_run_config`). Errors name the path as the value of the config ``key``.
+    ``model.init_from`` start from). Errors name the path as the value of the config ``key``.
 
     Raises:
         InputNotFoundError: naming the path when it is not a file.
@@ -74,7 +71,6 @@ def load_checkpoint(path: str | Path, key: str = "ckpt") -> dict[str, Any]:
         raise CheckpointError(
             f"{key}={path}: expected a checkpoint written by runners/train.py, got {problem}"
         )
-    checkpoint["ocr_config"] = upgrade_run_config(checkpoint["ocr_config"])
     return checkpoint
 
 

@@ -1,12 +1,12 @@
-"""Geometry of the photo augmentation: a page bent and seen by a tilted camera, on a larger canvas.
+"""The bend of the photo augmentation: a page bent and laid on a larger canvas (albumentations has no bend).
 
 One inverse map per sample, canvas px -> page px, resamples the page in a single ``cv2.remap``: the canvas
-point ``q`` sees the bent-page point ``r = H^-1 q`` (``H``: the camera's homography) and the bent-page point
-``r`` shows the flat-page point ``s = r + d(r)`` (``d``: a smooth sinusoidal displacement, the bend). The map
-is evaluated on a coarse grid (every ``GRID`` px) and interpolated bilinearly, which costs a fraction of a
-full-size evaluation and differs from it by far less than a pixel (the field is smooth; the tests check
-the points within 0.5 px). Points go forward exactly: ``d`` is inverted by fixed-point iteration (the bend
-is a contraction: ``|grad d| < 1``), then ``H`` applies.
+point ``q`` sees the bent-page point ``r = H^-1 q`` (``H``: the page's placement on the canvas) and the
+bent-page point ``r`` shows the flat-page point ``s = r + d(r)`` (``d``: a smooth sinusoidal displacement,
+the bend). The map is evaluated on a coarse grid (every ``GRID`` px) and interpolated bilinearly, which
+costs a fraction of a full-size evaluation and differs from it by far less than a pixel (the field is
+smooth; the tests check the points within 0.5 px). Points go forward exactly: ``d`` is inverted by
+fixed-point iteration (the bend is a contraction: ``|grad d| < 1``), then ``H`` applies.
 
 Coordinates are continuous (pixel ``i`` spans ``[i, i + 1)``), as in ``ocr.data.warp``.
 """
@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["EDGE", "GRID", "Bend", "PageWarp", "camera_homography", "densify", "inverse_map", "remap_page"]
+__all__ = ["EDGE", "GRID", "Bend", "PageWarp", "densify", "inverse_map", "remap_page"]
 
 GRID = 8  # px between the nodes of the coarse inverse map
 EDGE = 2 * GRID  # px: the page keeps this far off the canvas edge, where the map is clamped
@@ -91,7 +91,7 @@ class Bend:
 
 @dataclass(frozen=True)
 class PageWarp:
-    """A page (flat-page px) bent by ``bend``, then seen through ``homography`` (bent-page px -> canvas px)
+    """A page (flat-page px) bent by ``bend``, then placed by ``homography`` (bent-page px -> canvas px)
     on a ``canvas`` = (width, height) image."""
 
     bend: Bend
@@ -129,30 +129,6 @@ def densify(points: npt.NDArray[np.float64], max_segment: float) -> npt.NDArray[
     return np.concatenate(out, axis=0)
 
 
-def camera_homography(
-    width: float, height: float, pitch: float, yaw: float, roll: float, focal: float
-) -> npt.NDArray[np.float64]:
-    """(3, 3) page px -> image px of a ``width`` x ``height`` page turned by ``pitch``/``yaw``/``roll``
-    (degrees, about the page's x, y and z axes through its centre) and seen by a pinhole camera ``focal``
-    page-long-sides away, scaled back so that the page's projected area equals its own."""
-    long_side = max(width, height)
-    corners = np.array([[0, 0], [width, 0], [width, height], [0, height]], np.float64)
-    centred = np.concatenate([corners - (width / 2.0, height / 2.0), np.zeros((4, 1))], axis=1)
-    a, b, c = np.deg2rad([pitch, yaw, roll])
-    rx = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
-    ry = np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]])
-    rz = np.array([[np.cos(c), -np.sin(c), 0], [np.sin(c), np.cos(c), 0], [0, 0, 1]])
-    turned = centred @ (rz @ ry @ rx).T
-    f = focal * long_side
-    projected = f * turned[:, :2] / (f + turned[:, 2:3])
-    (ax, ay), (bx, by) = projected[2] - projected[0], projected[3] - projected[1]
-    area = 0.5 * abs(float(ax * by - ay * bx))  # a quadrilateral's area from its diagonals
-    projected *= math.sqrt(width * height / area)
-    return cv2.getPerspectiveTransform(corners.astype(np.float32), projected.astype(np.float32)).astype(
-        np.float64
-    )
-
-
 def inverse_map(warp: PageWarp) -> npt.NDArray[np.float32]:
     """The remap's (H, W, 2) float32 map: for each canvas pixel, the (x, y) flat-page pixel index it reads
     (OpenCV's convention, centres at integers), from a coarse grid interpolated bilinearly.
@@ -160,7 +136,7 @@ def inverse_map(warp: PageWarp) -> npt.NDArray[np.float32]:
     ``cv2.resize`` of the (gh, gw) grid to (H, W) interpolates canvas pixel centres exactly between nodes
     placed at continuous ``(i + 0.5) * W / gw``; only the outer half cell (at most ``GRID / 2`` px) holds
     its nearest node's value, which is why the page keeps ``2 * GRID`` px off the canvas edge
-    (``PhotoAugment.draw_warp``).
+    (``PhotoAugment.draw_bend``).
     """
     width, height = warp.canvas
     gw, gh = -(-width // GRID) + 1, -(-height // GRID) + 1

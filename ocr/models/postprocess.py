@@ -6,7 +6,7 @@ so a contour traced on the thresholded map lies on the same coordinates the targ
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import cv2
 import numpy as np
@@ -16,7 +16,7 @@ from cv2.typing import MatLike
 
 from ocr.geometry import to_original
 from ocr.types import Geometry, Polygon
-from ocr.utils.config_types import Bounds, NonNegativeFloat, PositiveInt, check_arguments
+from ocr.utils.config_types import NonNegativeFloat, PositiveInt, Probability, check_arguments
 from ocr.utils.errors import ConfigValueError
 
 if TYPE_CHECKING:  # post-processing worker processes run without importing torch
@@ -33,7 +33,6 @@ __all__ = [
 
 OutputMode = Literal["polygon", "box"]
 OUTPUT_MODES = ("polygon", "box")
-Probability = Annotated[float, Bounds(0.0, 1.0)]
 # Douglas-Peucker tolerance for polygon mode, relative to the contour perimeter (DB reference: 0.01).
 APPROX_EPSILON_RATIO = 0.01
 # pyclipper works on integers: offset in 1/256 px so the result keeps sub-pixel precision.
@@ -189,7 +188,7 @@ class DBPostProcessor:
         max_candidates: PositiveInt,
         min_size: NonNegativeFloat,
         output: OutputMode,
-        extend_ends: NonNegativeFloat = 0.0,  # the default reads exports whose sidecar predates it
+        extend_ends: NonNegativeFloat = 0.0,
     ) -> None:
         if output not in OUTPUT_MODES:
             raise ConfigValueError(f"postprocess.output: expected one of {OUTPUT_MODES}, got {output!r}")

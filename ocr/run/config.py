@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from ocr.utils.config_types import RETIRED_KEYS, check_config_types
+from ocr.utils.config_types import check_config_types
 from ocr.utils.errors import ConfigValueError
 
 __all__ = ["CONFIG_DIR", "check_config", "compose_config"]
@@ -163,16 +163,13 @@ def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | 
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Refuse a retired key, then apply the value rules, then check every value bound for a ``_target_``
+    """Apply the value rules, then check every value bound for a ``_target_``
     argument against that argument's annotation and every key against the target's parameters.
 
     Raises:
         ConfigValueError: one line per value out of range (all are listed), naming the key, the value and
-            the range; a key no target takes; a retired key, naming what replaced it.
+            the range; a key no target takes.
         ConfigValueTypeError: values of the wrong type (all are listed).
     """
-    retired = [f"{key}: {replaced}" for key, replaced in RETIRED_KEYS.items() if key in cfg]
-    if retired:
-        raise ConfigValueError(f"config: no longer read, so refused: {'; '.join(retired)}")
     _check_values(cfg)
     check_config_types(cfg)

@@ -1,9 +1,4 @@
-"""Command lines that paste: the next commands a training run prints, and old checkpoint names on input.
-
-Checkpoints used to be named ``best-hmean=0.9312-epoch=07.ckpt``; Hydra's override grammar refuses an
-unquoted ``=`` in a value, so ``ckpt=<such a path>`` failed unless quoted twice. New names hold no ``=``,
-and the runners quote old ones on the command line before Hydra reads it.
-"""
+"""Command lines that paste: the next commands a training run prints, quoted for the shell and Hydra."""
 
 from __future__ import annotations
 
@@ -17,7 +12,6 @@ from typing import Any
 import yaml
 
 __all__ = [
-    "accept_unquoted_paths",
     "next_commands",
     "override",
     "resume_command",
@@ -41,18 +35,6 @@ def override(key: str, value: object) -> str:
     if _PLAIN.fullmatch(text):
         return f"{key}={text}"
     return shlex.quote(f"{key}={_hydra_quoted(text)}")
-
-
-def accept_unquoted_paths(argv: Sequence[str], keys: Sequence[str]) -> list[str]:
-    """``argv`` with each ``<key>=<value>`` for ``keys`` quoted for Hydra when the value holds ``=``
-    (an old checkpoint name pasted as printed) and is not quoted already."""
-    fixed = []
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if sep and key in keys and "=" in value and value[:1] not in ("'", '"'):
-            arg = f"{key}={_hydra_quoted(value)}"
-        fixed.append(arg)
-    return fixed
 
 
 def run_overrides(run_dir: Path) -> list[str]:

@@ -1,13 +1,14 @@
-"""A composed config against the signatures of its ``_target_`` classes and functions.
+"""Type check of a composed config against the signatures of its ``_target_`` classes and functions.
 
-Hydra checks keys (struct mode) but not the types of values bound for ``_target_`` arguments.
-:func:`check_config_types` reads each target's annotated signature and names the full key of every value
-of the wrong type or out of range, all at once, before anything is instantiated; the one config check of
-a run (``ocr.run.config.check_config``) applies it after the value rules. Sizes, counts and thresholds
-declare their range in the signature, ``batch_size: PositiveInt`` or ``thresh: Annotated[float,
-Bounds(0.0, 1.0)]``; :func:`check_arguments` applies the same bounds to a constructor called without a
-config. Annotations it cannot judge (generic callables, protocols, type variables, unresolvable names)
-are left to the constructor.
+Hydra checks keys (struct mode) but not the types of values bound for ``_target_`` arguments, so
+``data.batch_size=abc`` used to fail inside the constructor with ``full_key: data``. This pass reads each
+target's annotated signature and names the full key of every value of the wrong type, all at once,
+before anything is instantiated. Annotations it cannot judge (generic callables and iterables, protocols,
+type variables, unresolvable names) are not checked: the constructor still validates those.
+
+Sizes, counts and thresholds declare their range in the signature, ``batch_size: PositiveInt`` or
+``thresh: Annotated[float, Bounds(0.0, 1.0)]``, so ``data.batch_size=-2`` is named here, at config read,
+not by torch once the data loader starts; :func:`check_arguments` applies the same bounds in a constructor.
 """
 
 from __future__ import annotations
@@ -33,20 +34,18 @@ __all__ = [
     "NonNegativeFloat",
     "NonNegativeInt",
     "PositiveFloat",
+    "Probability",
     "PositiveInt",
-    "RETIRED_KEYS",
-    "bounds_problem",
     "check_arguments",
     "check_config_types",
-    "parameter_hints",
 ]
 
-# Top-level keys earlier versions read and nothing reads now, with what replaced them: added with ``+`` on a
-# command line from older docs, they would be ignored without a word.
-RETIRED_KEYS = {
-    "debug": "fault injection is a callback now: debug=inject callbacks.inject.kind=KIND "
-    "[callbacks.inject.step=N] (was +debug.inject=KIND +debug.inject_step=N)",
-}
+_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+_SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
+_SCALARS = {bool: "bool", int: "int", float: "float", str: "str", Path: "path (str)"}
+
+# Keys of a ``_target_`` node that the project reads itself and removes before instantiating the node.
+READ_BESIDE_TARGET = frozenset({"model.init_from"})  # ocr.lightning_modules.build
 
 
 class ConfigValueTypeError(UsageError, TypeError):
@@ -89,63 +88,16 @@ PositiveInt = Annotated[int, Bounds(low=1)]
 NonNegativeInt = Annotated[int, Bounds(low=0)]
 PositiveFloat = Annotated[float, Bounds(low=0.0, low_open=True)]
 NonNegativeFloat = Annotated[float, Bounds(low=0.0)]
-
-
-def check_arguments(target: Any, prefix: str, **values: Any) -> None:
-    """The :class:`Bounds` of ``target``'s annotated parameters applied to ``values`` (for a constructor
-    called without a config; ``prefix`` is its config group, named in the message).
-
-    Raises:
-        ConfigValueError: naming every value out of its bounds.
-    """
-    hints = parameter_hints(target)
-    problems = [
-        f"{prefix}.{name}: {problem}"
-        for name, value in values.items()
-        if (problem := bounds_problem(value, hints.get(name))) is not None
-    ]
-    if problems:
-        raise ConfigValueError("; ".join(problems))
-
-
-def bounds_problem(value: Any, hint: Any) -> str | None:
-    """What is out of the :class:`Bounds` of an ``Annotated`` ``hint`` about ``value``, or None."""
-    if typing.get_origin(hint) is not Annotated:
-        return None
-    found = (b.problem(value) for b in hint.__metadata__ if isinstance(b, Bounds))
-    return next((p for p in found if p is not None), None)
-
-
-def parameter_hints(target: Any) -> dict[str, Any]:
-    """Annotation of each parameter of a class's constructor or a function (postponed ones evaluated)."""
-    # A class's own __init__, which mypy flags as read off an instance.
-    function = inspect.unwrap(target.__init__ if isinstance(target, type) else target)  # type: ignore[misc]
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return {}
-    namespace = getattr(function, "__globals__", {})
-    hints = {}
-    for name, parameter in parameters.items():
-        annotation = parameter.annotation
-        if isinstance(annotation, str):  # postponed evaluation (from __future__ import annotations)
-            try:
-                annotation = eval(annotation, namespace)  # noqa: S307 - what typing.get_type_hints does
-            except Exception:  # noqa: BLE001 - e.g. a name imported only under TYPE_CHECKING
-                continue
-        if annotation is not inspect.Parameter.empty:
-            hints[name] = annotation
-    return hints
+Probability = Annotated[float, Bounds(0.0, 1.0)]
 
 
 def check_config_types(cfg: DictConfig) -> None:
-    """Check every value bound for a ``_target_`` argument against that argument's annotation (type, and
-    :class:`Bounds` where it carries them), and every key of a ``_target_`` node against its parameters.
+    """Check every value bound for a ``_target_`` argument against that argument's annotation (type,
+    and :class:`Bounds` where the annotation carries them).
 
     Raises:
-        ConfigValueTypeError: values of the wrong type (all problems are listed).
-        ConfigValueError: the types fit, but values are out of their bounds (all are listed); or a key no
-            target takes.
+        ConfigValueTypeError: one or more values have the wrong type (all problems are listed).
+        ConfigValueError: the types fit, but values are out of their bounds (all are listed).
     """
     unknown = _unknown_arguments(cfg, "")
     if unknown:
@@ -166,11 +118,21 @@ def check_config_types(cfg: DictConfig) -> None:
     )
 
 
-_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
-_SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
-_SCALARS = {bool: "bool", int: "int", float: "float", str: "str", Path: "path (str)"}
-# Keys of a ``_target_`` node that the project reads itself and removes before instantiating the node.
-READ_BESIDE_TARGET = frozenset({"model.init_from"})  # ocr.lightning_modules.build
+def check_arguments(target: Any, prefix: str, **values: Any) -> None:
+    """The :class:`Bounds` of ``target``'s annotated parameters applied to ``values`` (for a constructor
+    called without a config; ``prefix`` is its config group, named in the message).
+
+    Raises:
+        ConfigValueError: naming every value out of its bounds.
+    """
+    hints = _parameter_hints(target)
+    problems = [
+        f"{prefix}.{name}: {problem}"
+        for name, value in values.items()
+        if (problem := _bounds_problem(value, hints.get(name))) is not None
+    ]
+    if problems:
+        raise ConfigValueError("; ".join(problems))
 
 
 class _OutOfRange(str):
@@ -183,6 +145,13 @@ def _any_range(problems: list[str]) -> bool:
 
 def _all_range(problems: list[str]) -> bool:
     return all(isinstance(p, _OutOfRange) for p in problems)
+
+
+def _bounds_problem(value: Any, hint: Any) -> str | None:
+    if typing.get_origin(hint) is not Annotated:
+        return None
+    found = (b.problem(value) for b in hint.__metadata__ if isinstance(b, Bounds))
+    return next((p for p in found if p is not None), None)
 
 
 def _check_node(node: DictConfig, path: str) -> list[str]:
@@ -249,7 +218,29 @@ def _node_hints(node: DictConfig) -> dict[str, Any]:
         target = get_object(str(node._target_))
     except Exception:  # noqa: BLE001 - a target that cannot load is instantiate's error to report
         return {}
-    return parameter_hints(target)
+    return _parameter_hints(target)
+
+
+def _parameter_hints(target: Any) -> dict[str, Any]:
+    """Annotation of each parameter of a class's constructor or a function (postponed ones evaluated)."""
+    # A class's own __init__, which mypy flags as read off an instance.
+    function = inspect.unwrap(target.__init__ if isinstance(target, type) else target)  # type: ignore[misc]
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return {}
+    namespace = getattr(function, "__globals__", {})
+    hints = {}
+    for name, parameter in parameters.items():
+        annotation = parameter.annotation
+        if isinstance(annotation, str):  # postponed evaluation (from __future__ import annotations)
+            try:
+                annotation = eval(annotation, namespace)  # noqa: S307 - what typing.get_type_hints does
+            except Exception:  # noqa: BLE001 - e.g. a name imported only under TYPE_CHECKING
+                continue
+        if annotation is not inspect.Parameter.empty:
+            hints[name] = annotation
+    return hints
 
 
 def _check(value: Any, hint: Any, path: str) -> list[str]:
@@ -258,7 +249,7 @@ def _check(value: Any, hint: Any, path: str) -> list[str]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Annotated:
         problems = _check(value, args[0], path)
-        bounds = None if problems else bounds_problem(value, hint)
+        bounds = None if problems else _bounds_problem(value, hint)
         return problems + ([_OutOfRange(f"{path}: {bounds}")] if bounds else [])
     if origin in (typing.Union, types.UnionType):
         results = [(arg, _check(value, arg, path)) for arg in args]

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import save_file
 from torch import Tensor, nn
@@ -16,7 +15,6 @@ from torch import Tensor, nn
 from ocr.lightning_modules.build import build_module, build_net_and_loss
 from ocr.run.config import compose_config
 
-OLD_RUN_CONFIG = Path(__file__).parent / "fixtures" / "old_run_config.yaml"
 TINY_MODEL = ["hardware=cpu", "model.decoder.channels=16"]
 
 Compose = Callable[..., DictConfig]
@@ -48,15 +46,8 @@ def _assert_equal(net: nn.Module, expected: dict[str, Tensor], prefix: str = "ne
         torch.testing.assert_close(value, expected[prefix + key], rtol=0, atol=0, msg=key)
 
 
-@pytest.mark.parametrize("layout", ["today", "old"])
-def test_a_checkpoint_of_either_layout_loads_its_network(
-    layout: str, source: dict[str, Tensor], tmp_path: Path
-) -> None:
-    config = (
-        yaml.safe_load(OLD_RUN_CONFIG.read_text())
-        if layout == "old"
-        else OmegaConf.to_container(compose_config("train", TINY_MODEL, tmp_path), resolve=False)
-    )
+def test_a_run_checkpoint_loads_its_network(source: dict[str, Tensor], tmp_path: Path) -> None:
+    config = OmegaConf.to_container(compose_config("train", TINY_MODEL, tmp_path), resolve=False)
     path = tmp_path / "best.ckpt"
     torch.save({"state_dict": source, "ocr_config": config, "epoch": 3, "global_step": 40}, path)
     _assert_equal(_net(path), source)

@@ -203,29 +203,6 @@ def test_the_run_directory_is_the_resumed_run_or_a_new_one(name: str, overrides:
     assert cfg.hydra.output_subdir is None
 
 
-def test_an_old_checkpoint_callback_config_is_migrated(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Runs written before RunCheckpoint's every_n_steps/minutes stored Lightning's own keys."""
-    path = _save(tmp_path, "last.ckpt", 9)
-    checkpoint = torch.load(path, weights_only=False)
-    checkpoint["ocr_config"]["callbacks"]["checkpoint"].update(
-        {"save_last": True, "every_n_epochs": None, "every_n_train_steps": 50}
-    )
-    torch.save(checkpoint, path)
-    composed = _composed(
-        tmp_path, callbacks={"checkpoint": {"dirpath": "x", "every_n_steps": None, "every_n_minutes": 30}}
-    )
-    with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.resume"):
-        node = _resume(composed, []).config.callbacks.checkpoint
-    assert OmegaConf.to_container(node) == {
-        "dirpath": str(tmp_path / "checkpoints"),
-        "every_n_steps": 50,
-        "every_n_minutes": 30,
-    }
-    assert "migrated" in caplog.text and "every_n_train_steps -> every_n_steps=50" in caplog.text
-
-
 @pytest.mark.parametrize("defect", ["stale", "unreadable"])
 def test_a_stale_or_unreadable_checkpoint_json_is_not_trusted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, defect: str

@@ -1,17 +1,28 @@
-"""The photo augmentation: every geometric op moves points exactly where it moves pixels (0.5 px)."""
+"""The photo augmentation: every geometric op moves points exactly where it moves pixels (0.5 px), and its
+values are refused in one line by the config check."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from omegaconf import DictConfig
 
 from ocr.data.photo import BendParams, CameraParams, PerspectiveParams, PhotoAugment, SceneParams
-from ocr.data.photo_geometry import Bend, PageWarp, camera_homography, remap_page
-from ocr.data.photo_light import BACKGROUNDS
+from ocr.data.photo_geometry import Bend, PageWarp, remap_page
+from ocr.data.photo_scene import BACKGROUNDS
 from ocr.data.warp import render_crop
+from ocr.utils.config_types import check_config_types
+from ocr.utils.errors import UsageError
+from tests.helpers.paths import REPO_ROOT
 from tests.helpers.receipt_fixtures import train_transform
 
 PAGE_W, PAGE_H = 240, 360
@@ -52,20 +63,6 @@ def _shifted(homography: np.ndarray, dx: float, dy: float) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    ("pitch", "yaw", "roll", "focal"), [(25, 0, 0, 0.9), (-15, 20, 8, 1.2), (5, -25, -8, 2.5)]
-)
-def test_perspective_points_follow_pixels_and_equal_opencv(
-    pitch: float, yaw: float, roll: float, focal: float
-) -> None:
-    homography = _shifted(camera_homography(PAGE_W, PAGE_H, pitch, yaw, roll, focal), 200, 250)
-    warp = PageWarp(Bend(PAGE_W, PAGE_H), homography, (400, 500))
-    _, centres = _dotted_page()
-    expected = cv2.perspectiveTransform(centres.reshape(-1, 1, 2), homography).reshape(-1, 2)
-    np.testing.assert_allclose(warp.map_points(centres), expected, atol=1e-6)
-    assert _max_error(warp) < 0.5
-
-
-@pytest.mark.parametrize(
     ("amp_x", "periods_x", "amp_y", "periods_y"),
     [(6.0, 1.2, 0.0, 0.0), (0.0, 0.0, -5.0, 0.7), (7.0, 0.4, 4.0, 1.1)],
 )
@@ -79,11 +76,11 @@ def test_bend_points_follow_pixels(amp_x: float, periods_x: float, amp_y: float,
 
 
 def test_drawn_warps_points_follow_pixels() -> None:
-    """Bend, camera and margins together, drawn as training draws them (strong settings)."""
+    """Bend and margins together, drawn as training draws them (strong settings)."""
     augment = _augment(p=1.0)
     for seed in range(4):
         augment.set_random_seed(seed)
-        warp = augment.draw_warp(PAGE_W, PAGE_H)
+        warp = augment.draw_bend(PAGE_W, PAGE_H)
         assert not warp.bend.flat
         assert _max_error(warp) < 0.5
 
@@ -111,30 +108,49 @@ def test_folding_bend_is_refused() -> None:
         Bend(100, 100, 30.0, 1.0, 0.0).invert(np.zeros((1, 2)))
 
 
-def _augment(p: float, max_long_side: int | None = None, **changes: object) -> PhotoAugment:
-    camera = CameraParams(0.5, 0.12, 0.3, (0.8, 2.5), 0.3, (2.0, 7.0), 0.6, (2.0, 8.0), 0.6, (20.0, 60.0))
+def _augment(
+    p: float, max_long_side: int | None = None, pixels: bool = True, **changes: object
+) -> PhotoAugment:
+    """Strong settings; ``pixels=False``: no light or camera op (a shadow's edge would move centroids)."""
+    camera = CameraParams(0.5, 0.12, 0.3, (0.8, 2.5), 0.3, (2.0, 7.0), 0.6, (2.0, 8.0), 0.6, (20, 60))
+    scene = SceneParams((0.02, 0.15), BACKGROUNDS, (0.1, 0.5), 0.8, (0.1, 0.5), 0.5, (0.2, 0.55))
+    if not pixels:
+        camera = CameraParams(0.0, 0.12, 0.0, (0.8, 2.5), 0.0, (2.0, 7.0), 0.0, (2.0, 8.0), 0.0, (20, 60))
+        scene = dataclasses.replace(scene, p_light=0.0, p_shadow=0.0)
     return PhotoAugment(
         p=p,
         max_long_side=max_long_side,
-        perspective=PerspectiveParams(1.0, 25.0, 8.0, (0.9, 2.5)),
+        perspective=PerspectiveParams(1.0, (0.03, 0.07), 8.0),
         bend=BendParams(1.0, (0.01, 0.02), (0.3, 1.2)),
-        scene=SceneParams((0.02, 0.15), BACKGROUNDS, (0.1, 0.5), 0.8, (0.1, 0.5), 0.5, (0.2, 0.55)),
+        scene=scene,
         camera=dataclasses.replace(camera, **changes),  # type: ignore[arg-type]
     )
 
 
-def test_a_large_page_is_scaled_down_first_and_its_polygons_with_it() -> None:
-    page, centres = _dotted_page()
-    squares = [
-        np.array([[x - 2.5, y - 2.5], [x + 2.5, y - 2.5], [x + 2.5, y + 2.5], [x - 2.5, y + 2.5]])
+def _squares(centres: np.ndarray, half: float = 2.5) -> list[np.ndarray]:
+    return [
+        np.array([[x - half, y - half], [x + half, y - half], [x + half, y + half], [x - half, y + half]])
         for x, y in centres
     ]
-    augment = _augment(
-        p=1.0, max_long_side=PAGE_H // 2, p_cast=0.0, p_defocus=0.0, p_motion=0.0, p_noise=0.0, p_jpeg=0.0
-    )
-    augment.scene = dataclasses.replace(augment.scene, p_light=0.0)  # a shadow's edge would move centroids
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_photo_points_follow_pixels_through_bend_camera_and_turn(seed: int) -> None:
+    """The whole geometry as training draws it: the bend (ours), albumentations' perspective and turn."""
+    page, centres = _dotted_page()
+    augment = _augment(p=1.0, pixels=False)
+    augment.set_random_seed(seed)
+    photo, polygons = augment.render(page, _squares(centres))
+    errors = [np.linalg.norm(_centroid(photo, p.mean(axis=0), radius=7) - p.mean(axis=0)) for p in polygons]
+    assert max(errors) < 0.5
+    assert photo.shape[:2] != page.shape[:2]  # the camera really moved the page
+
+
+def test_a_large_page_is_scaled_down_first_and_its_polygons_with_it() -> None:
+    page, centres = _dotted_page()
+    augment = _augment(p=1.0, max_long_side=PAGE_H // 2, pixels=False)
     augment.set_random_seed(5)
-    photo, polygons = augment.render(page, squares)
+    photo, polygons = augment.render(page, _squares(centres))
     assert max(photo.shape[:2]) < PAGE_H * 0.8  # half-size page plus margins
     errors = [np.linalg.norm(_centroid(photo, p.mean(axis=0), radius=5) - p.mean(axis=0)) for p in polygons]
     assert max(errors) < 0.5
@@ -159,27 +175,55 @@ def test_same_seed_same_photo_and_points_other_seed_differs() -> None:
     assert len(pa) == len(polygons)
 
 
-def test_p_zero_is_off_and_config_keys_are_exact() -> None:
+def test_p_zero_is_off_and_unknown_backgrounds_and_reversed_ranges_are_refused() -> None:
     augment = _augment(p=0.0)
     assert augment(np.zeros((8, 8, 3), np.uint8), []) is None
-    with pytest.raises(ValueError, match=r"photo\.bend: expected exactly the keys"):
-        PhotoAugment(
-            p=1.0,
-            max_long_side=None,
-            perspective=augment.perspective,
-            bend={"p": 1.0},
-            scene=augment.scene,
-            camera=augment.camera,
-        )
-    with pytest.raises(ValueError, match="backgrounds"):
-        PhotoAugment(
-            p=1.0,
-            max_long_side=None,
-            perspective=augment.perspective,
-            bend=augment.bend,
-            scene={**dataclasses.asdict(augment.scene), "backgrounds": ["lawn"]},
-            camera=augment.camera,
-        )
+    parts = {"perspective": augment.perspective, "bend": augment.bend, "camera": augment.camera}
+    lawn = dataclasses.replace(augment.scene, backgrounds=("lawn",))
+    with pytest.raises(ValueError, match=r"photo\.scene\.backgrounds: expected some of"):
+        PhotoAugment(p=1.0, max_long_side=None, scene=lawn, **parts)  # type: ignore[arg-type]
+    reversed_margin = dataclasses.replace(augment.scene, margin=(0.2, 0.1))
+    with pytest.raises(ValueError, match=r"photo\.scene\.margin: expected \[min, max\], got \[0.2, 0.1\]"):
+        PhotoAugment(p=1.0, max_long_side=None, scene=reversed_margin, **parts)  # type: ignore[arg-type]
+
+
+def test_bad_photo_values_are_refused_by_the_runner_naming_their_keys(tmp_path: Path) -> None:
+    """Issue 40: both were accepted (and the JPEG quality clamped to 100); now the config check refuses
+    them before any data loads, each line naming its key."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
+    photo = "data.train_transform.photo"
+    cmd = [
+        sys.executable,
+        "runners/train.py",
+        "data=receipts",
+        f"data.root={tmp_path / 'receipts'}",
+        f"{photo}.perspective.p=2",
+        f"{photo}.camera.jpeg_quality=[200,300]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    result = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    console = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in console, console
+    assert f"{photo}.perspective.p: expected a value in [0.0, 1.0], got 2\n" in console
+    assert f"{photo}.camera.jpeg_quality[0]: expected a value in [1, 100], got 200\n" in console
+    assert f"{photo}.camera.jpeg_quality[1]: expected a value in [1, 100], got 300" in console
+
+
+@pytest.mark.parametrize(
+    ("add", "override", "message"),
+    [
+        ("", "bend.amplitude=[0.1]", "bend.amplitude: expected 2 items"),
+        ("", "scene.light=[0.1,1.5]", "scene.light[1]: expected a value in [0.0, 1.0], got 1.5"),
+        ("+", "scene.blur=3", "scene.blur: not an argument of ocr.data.photo.SceneParams"),
+    ],
+)
+def test_the_config_check_types_every_photo_value(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, add: str, override: str, message: str
+) -> None:
+    photo = "data.train_transform.photo"
+    cfg = compose_cfg("train", ["data=receipts", "data.root=/receipts", f"{add}{photo}.{override}"], tmp_path)
+    with pytest.raises(UsageError, match=re.escape(f"{photo}.{message}")):
+        check_config_types(cfg)
 
 
 def test_train_transform_with_photo_is_seeded_and_renders_as_the_device_path() -> None:

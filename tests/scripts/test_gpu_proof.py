@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ocr.debug import gpu_proof
-from ocr.debug.gpu_proof_checks import StepResult
-from ocr.debug.gpu_proof_steps import GPU_ESTIMATE_S, PHASES, STEPS, TESTS, Plan, Step, StepRun
 from ocr.run.config import compose_config
 from ocr.run.faults import EXIT_CUDA_FAULT
+from tests.gpu_proof import run as gpu_proof
+from tests.gpu_proof.checks import StepResult
+from tests.gpu_proof.steps import GPU_ESTIMATE_S, PHASES, STEPS, TESTS, Plan, Step, StepRun
 from tests.helpers.paths import REPO_ROOT
 
 MINUTES = {"train_bf16": 2.0, "train_fp32": 1.0}

@@ -1,6 +1,6 @@
 """One command that proves the CUDA paths on a GPU machine: ``scripts/gpu_proof.sh [options]``.
 
-The plan (``ocr.debug.gpu_proof_steps``), in phases ordered by value, the steps of a phase side by side:
+The plan (``tests.gpu_proof.steps``), in phases ordered by value, the steps of a phase side by side:
 
 1. ``doctor`` (exit 0, the GPU rows ok); ``bad_index`` (``callbacks.inject.kind=bad_index``: the device-side
    assert ends the run by itself within 10 s, exit 84, our explanation last, ``.FAILURE`` and the crash
@@ -41,9 +41,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ocr.debug import gpu_proof_checks as checks
-from ocr.debug.gpu_proof_checks import StepResult
-from ocr.debug.gpu_proof_steps import (
+from ocr.utils.io import atomic_write_json, atomic_write_text
+from tests.gpu_proof import checks
+from tests.gpu_proof.checks import StepResult
+from tests.gpu_proof.steps import (
     GPU_ESTIMATE_S,
     PHASES,
     STEPS,
@@ -54,7 +55,6 @@ from ocr.debug.gpu_proof_steps import (
     Step,
     StepRun,
 )
-from ocr.utils.io import atomic_write_json, atomic_write_text
 
 __all__ = ["STEPS", "TINY_CPU_RUN", "main", "run_phases"]
 
@@ -390,7 +390,3 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copy2(path, args.copy_to / path.name)
     _say(f"{verdict.upper()}: {out / 'summary.md'} (files: {tarball})")
     return 0 if verdict == "pass" else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
-"""The steps of ``scripts/gpu_proof.sh`` and the plan that runs them (``ocr.debug.gpu_proof`` drives it).
+"""The steps of ``scripts/gpu_proof.sh`` and the plan that runs them (``tests.gpu_proof.run`` drives it).
 
-Each step is a command, the folder it writes into, a timeout and a check (``ocr.debug.gpu_proof_checks``).
+Each step is a command, the folder it writes into, a timeout and a check (``tests.gpu_proof.checks``).
 The plan is a list of phases, run one after the other, ordered by value; the steps of a phase run side by
 side. A step whose result is a timing, or is sized by time, runs alone in its phase: the benchmark, each
 training. The others (doctor, the injected faults, the compiled proof run, the sanitizer runs, the tests)
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ocr.debug import gpu_proof_checks as checks
-from ocr.debug.gpu_proof_checks import StepResult
+from tests.gpu_proof import checks
+from tests.gpu_proof.checks import StepResult
 
 __all__ = ["PHASES", "STEPS", "TINY_CPU_RUN", "Plan", "Step", "StepRun", "inject_overrides"]
 

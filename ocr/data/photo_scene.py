@@ -1,11 +1,12 @@
-"""Pixels of the photo augmentation: procedural backgrounds, and what a phone camera does to the light.
+"""The scene of the photographed page: procedural backgrounds (albumentations has none) with the page's
+drop shadow, the page laid over them, and uneven light (``A.Illumination`` does the same at full size in
+float, 30 times slower).
 
-Pure functions of a numpy ``Generator`` and an image; nothing here moves a pixel to another place, so the
-polygons are not concerned (``ocr.data.photo_geometry`` moves them). Sizes that are lengths on the page
-(blur radii, background patterns) are given in px of a 1024 px long side and scaled to the image.
-Smooth fields (light, shading, shadows) are drawn at 1/8 size and resized; full-size work is uint8
-OpenCV arithmetic, and noise comes from OpenCV's generator seeded from ``rng`` (it is per thread, and a
-DataLoader worker builds its samples in one thread), so a sample is the same for the same seed.
+Pure functions of a numpy ``Generator`` and images; nothing here moves a pixel, so the polygons are not
+concerned. Pattern sizes are given in px of a 1024 px long side and scaled to the image. Smooth fields
+are drawn at 1/8 size and resized; full-size work is uint8 OpenCV arithmetic, and noise comes from OpenCV's
+generator seeded from ``rng`` (it is per thread, and a DataLoader worker builds its samples in one thread),
+so a sample is the same for the same seed.
 """
 
 from __future__ import annotations
@@ -14,17 +15,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-__all__ = [
-    "BACKGROUNDS",
-    "background",
-    "colour_cast",
-    "defocus",
-    "composite",
-    "jpeg",
-    "motion_blur",
-    "sensor_noise",
-    "uneven_light",
-]
+__all__ = ["BACKGROUNDS", "background", "composite", "uneven_light"]
 
 BACKGROUNDS = ("wood", "cloth", "paper", "table")
 Image = npt.NDArray[np.uint8]
@@ -124,85 +115,13 @@ def composite(page: Image, coverage: npt.NDArray[np.uint8], surface: Image) -> I
     return cv2.add(page, cv2.multiply(surface, uncovered, scale=1.0 / 255.0))  # type: ignore[return-value]
 
 
-def uneven_light(rng: np.random.Generator, image: Image, strength: float, shadow: float) -> Image:
-    """Multiply by a light field: a gradient, a vignette and blotches of depth ``strength`` (0..1), and,
-    when ``shadow`` > 0, a soft-edged cast shadow (a hand, a phone) of that darkness over part of it."""
+def uneven_light(rng: np.random.Generator, image: Image, strength: float) -> Image:
+    """Multiply by a light field drawn at 1/8 size: a gradient, a vignette and blotches of depth
+    ``strength`` (0..1)."""
     h, w = image.shape[:2]
     sh, sw = h // 8 + 1, w // 8 + 1
     xs, ys = _coords(sh, sw)
     gx, gy = (np.float32(v) for v in rng.uniform(-1, 1, 2))
     s = np.float32(strength)
-    gain = 1.0 + s * (gx * xs + gy * ys) - s * 0.5 * (xs * xs + ys * ys)
-    gain = gain + s * 0.3 * _smooth(rng, sh, sw, 3)
-    if shadow > 0:
-        gain = gain * (1.0 - np.float32(shadow) * _cast_shadow(rng, sh, sw))
-    small = gain.astype(np.float32)
-    full = cv2.resize(cv2.merge([small, small, small]), (w, h), interpolation=cv2.INTER_LINEAR)
-    return cv2.multiply(image, full, dtype=cv2.CV_8U)  # type: ignore[return-value]
-
-
-def _cast_shadow(rng: np.random.Generator, h: int, w: int) -> Plane:
-    """(h, w) float32 in [0, 1]: a blurred random quadrilateral coming in from one edge."""
-    mask = np.zeros((h, w), np.float32)
-    depth = rng.uniform(0.2, 0.6)
-    along, inner = np.sort(rng.uniform(0, 1, 2)), np.sort(rng.uniform(0, 1, 2))
-    # (along the edge, into the image) in [0, 1], then turned to a random edge
-    shape = np.array(
-        [[along[0], 0], [along[1], 0], [inner[1], depth], [inner[0], depth * rng.uniform(0.6, 1)]]
-    )
-    edge = int(rng.integers(4))
-    if edge in (1, 3):
-        shape = shape[:, ::-1]
-    if edge in (2, 3):
-        shape = 1.0 - shape
-    cv2.fillPoly(mask, [np.round(shape * (w, h)).astype(np.int32)], 1.0)
-    return cv2.GaussianBlur(mask, (0, 0), rng.uniform(0.5, 3.0) * max(h, w) / 128.0)  # type: ignore[return-value]
-
-
-def colour_cast(rng: np.random.Generator, image: Image, strength: float) -> Image:
-    """Per-channel gains (a white balance gone warm, cool, green...) within ``1 +- strength``."""
-    gains = 1.0 + rng.uniform(-strength, strength, 3)
-    return cv2.transform(image, np.diag(gains))  # type: ignore[return-value]
-
-
-def defocus(image: Image, radius: float) -> Image:
-    """Out of focus: a Gaussian blur of standard deviation ``radius / 2`` (that of a disk of ``radius`` px;
-    separable, so a large radius costs little)."""
-    return cv2.GaussianBlur(image, (0, 0), max(radius, 0.1) / 2.0)  # type: ignore[return-value]
-
-
-def motion_blur(image: Image, length: float, angle: float) -> Image:
-    """Camera shake: convolve with a line ``length`` px long at ``angle`` degrees (a line over 6 px at half
-    size, where the convolution costs a quarter)."""
-    half = length > 6.0
-    work = cv2.resize(image, (0, 0), fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA) if half else image
-    length = length / 2.0 if half else length
-    size = int(np.ceil(length)) | 1
-    kernel = np.zeros((size, size), np.float32)
-    c, dx, dy = size // 2, np.cos(np.deg2rad(angle)) * length / 2, np.sin(np.deg2rad(angle)) * length / 2
-    cv2.line(kernel, (round(c - dx), round(c - dy)), (round(c + dx), round(c + dy)), 1.0, 1, cv2.LINE_AA)
-    out = cv2.filter2D(work, -1, kernel / kernel.sum(), borderType=cv2.BORDER_REFLECT)
-    if half:
-        out = cv2.resize(out, (image.shape[1], image.shape[0]), interpolation=cv2.INTER_LINEAR)
-    return out  # type: ignore[return-value]
-
-
-def sensor_noise(rng: np.random.Generator, image: Image, std: float) -> Image:
-    """Gaussian noise of ``std`` grey levels per channel, drawn at half size and spread over 2 x 2 pixels
-    (demosaicing correlates a sensor's noise over neighbours; a quarter of the draws)."""
-    h, w = image.shape[:2]
-    noise = cv2.resize(
-        _gauss(rng, ((h + 1) // 2, (w + 1) // 2, 3), std), (w, h), interpolation=cv2.INTER_NEAREST
-    )
-    return cv2.add(image, noise, dtype=cv2.CV_8U)  # type: ignore[return-value]
-
-
-def jpeg(image: Image, quality: int) -> Image:
-    """Round-trip through a JPEG of ``quality`` (RGB in, RGB out; OpenCV encodes BGR)."""
-    ok, data = cv2.imencode(".jpg", image[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
-    if not ok:
-        raise RuntimeError(f"photo jpeg: encoding at quality {quality} failed")
-    decoded = cv2.imdecode(data, cv2.IMREAD_COLOR)
-    if decoded is None:
-        raise RuntimeError(f"photo jpeg: decoding at quality {quality} failed")
-    return np.ascontiguousarray(decoded[..., ::-1])
+    gain = 1.0 + s * (gx * xs + gy * ys) - s * 0.5 * (xs * xs + ys * ys) + s * 0.3 * _smooth(rng, sh, sw, 3)
+    return _multiply(image, cv2.resize(gain.astype(np.float32), (w, h), interpolation=cv2.INTER_LINEAR))  # type: ignore[arg-type]
