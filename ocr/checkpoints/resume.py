@@ -69,9 +69,7 @@ class Resume:
     overrides: list[str]
     data_fingerprint: str | None
     run_id: str | None  # the run the checkpoint belongs to, when it is this run (None: not recorded)
-    world_size: int | None = (
-        None  # processes of the run that wrote the checkpoint (ocr.checkpoints.world_size)
-    )
+    world_size: int | None = None  # processes of the run that wrote the checkpoint
     summary: str = ""  # what resumes from where, logged once the run folder is claimed
 
     @property
@@ -126,19 +124,6 @@ def _checkpoint_step(path: Path) -> int:
                 )
     # Killed between the rename and the JSON: the checkpoint itself is complete (else named as truncated).
     return int(load_checkpoint_file(path, "checkpoint", mmap=True)["global_step"])
-
-
-def _sidecar_fingerprint(meta: Path) -> str | None:
-    """The data fingerprint in a checkpoint's JSON sidecar (checkpoints before it was stored inside),
-    None when the sidecar is missing or unreadable (the data then cannot be checked, and is said so)."""
-    if not meta.is_file():
-        return None
-    try:
-        found = json.loads(meta.read_text()).get("data_fingerprint")
-    except (OSError, ValueError, AttributeError) as exc:
-        log.warning("Resume: cannot read the data fingerprint in %s (%s: %s)", meta, type(exc).__name__, exc)
-        return None
-    return found if isinstance(found, str) else None
 
 
 def _readable_hpc_checkpoints(run_dir: Path) -> list[Path]:
@@ -358,8 +343,6 @@ def resume_run(composed: DictConfig, overrides: Sequence[str], folder_id: str | 
             log.info("Resume: metrics go to csv/%s/ (the run's csv/metrics.csv is kept)", csv_logger.version)
     OmegaConf.set_struct(cfg, True)
     fingerprint = checkpoint.get("data_fingerprint")
-    if fingerprint is None:
-        fingerprint = _sidecar_fingerprint(Path(f"{checkpoint_path}.json"))
     summary = (
         f"Resuming {run_dir} from {checkpoint_path.name} (epoch {checkpoint.get('epoch')}, step {step}) with "
         f"the run's own config; command-line overrides applied: {', '.join(applied) or 'none'}"

@@ -67,8 +67,7 @@ def estimate_checkpoint_bytes(module: L.LightningModule) -> int:
 
 class RunCheckpoint(ModelCheckpoint):
     """Keeps ``best_hmean0.9312_epoch07.ckpt`` (by ``monitor``, ``save_top_k`` of them) and ``last.ckpt`` in
-    ``dirpath``; the names hold no ``=``, so a printed path works unquoted in a Hydra override. Restored best
-    tracking keeps the paths it names, so a run from before the rename still replaces its best file.
+    ``dirpath``; the names hold no ``=``, so a printed path works unquoted in a Hydra override.
     ``last.ckpt`` is rewritten at every validation, at the end of training, and between validations every
     ``every_n_steps`` steps or ``every_n_minutes`` minutes (checked every ``TIME_CHECK_EVERY_N_STEPS``). Each
     checkpoint is written to ``<name>.tmp`` and renamed, with ``<name>.json`` beside it (step, config,

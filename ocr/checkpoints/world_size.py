@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ocr.checkpoints.resume import ResumeRefusedError
 from ocr.machine.distributed import launch_info
@@ -27,8 +27,7 @@ def planned_world_size(cfg: DictConfig) -> int:
     info = launch_info()
     if info.launcher in ("torchelastic", "slurm"):
         return info.world_size
-    # A run config written before trainer.num_nodes existed ran on one node.
-    return int(OmegaConf.select(cfg, "trainer.num_nodes", default=1)) * device_processes(cfg.trainer.devices)
+    return int(cfg.trainer.num_nodes) * device_processes(cfg.trainer.devices)
 
 
 def check_world_size(saved: int | None, cfg: DictConfig, checkpoint: Path, allow_change: bool) -> None:
@@ -45,7 +44,7 @@ def check_world_size(saved: int | None, cfg: DictConfig, checkpoint: Path, allow
     per_process = int(cfg.data.batch_size) * int(cfg.trainer.accumulate_grad_batches)
     message = (
         f"resume: {checkpoint} was written by a run of {saved} processes, this one has {now} "
-        f"(trainer.num_nodes={OmegaConf.select(cfg, 'trainer.num_nodes', default=1)}, "
+        f"(trainer.num_nodes={cfg.trainer.num_nodes}, "
         f"trainer.devices={cfg.trainer.devices}, "
         f"launcher: {launch_info().launcher}). That changes the effective batch ({per_process} x {saved} = "
         f"{per_process * saved} -> {per_process} x {now} = {per_process * now} images per optimizer step; "

@@ -221,24 +221,6 @@ def test_a_stale_or_unreadable_checkpoint_json_is_not_trusted(
 
 
 @pytest.mark.parametrize(
-    ("sidecar", "expected"), [('{"data_fingerprint": "aaaa1111"}', "aaaa1111"), ("[1, 2", None)]
-)
-def test_an_older_checkpoint_fingerprint_comes_from_its_sidecar_when_readable(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, sidecar: str, expected: str | None
-) -> None:
-    """Checkpoints written before the fingerprint was stored inside keep it in their JSON sidecar only."""
-    path = _save(tmp_path, "last.ckpt", 9)
-    checkpoint = torch.load(path, weights_only=False)
-    del checkpoint["data_fingerprint"]
-    torch.save(checkpoint, path)
-    Path(f"{path}.json").write_text(sidecar)
-    with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.resume"):
-        resume = _resume(_composed(tmp_path), [f"resume={tmp_path}"])
-    assert resume.data_fingerprint == expected
-    assert (expected is None) == ("cannot read the data fingerprint" in caplog.text)
-
-
-@pytest.mark.parametrize(
     ("key", "value", "run_value"), [("model.decoder.channels", 64, 128), ("optimizer.lr", 0.01, 0.001)]
 )
 def test_a_change_that_the_checkpoint_would_undo_is_refused(

@@ -171,37 +171,6 @@ def test_resume_from_a_validation_checkpoint_is_exact(tmp_path: Path) -> None:
         torch.testing.assert_close(other, value, rtol=0, atol=0, msg=name)
 
 
-class ImprovingModule(TinyModule):
-    """val/hmean rises by 0.1 each epoch."""
-
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self.log("val/hmean", 0.1 * self.current_epoch)
-
-
-def _fit_improving(
-    root: Path, max_epochs: int, ckpt_path: Path | None = None, old_names: bool = False
-) -> None:
-    checkpoint = _run_checkpoint(root / "checkpoints")
-    if old_names:  # as written before the names lost their "="
-        checkpoint.filename = "best-hmean={val/hmean:.4f}-epoch={epoch:02d}"
-    trainer = _quiet_trainer(root, [checkpoint], max_epochs=max_epochs)
-    trainer.fit(ImprovingModule(), tiny_loader(), tiny_loader(num=2), ckpt_path=ckpt_path, weights_only=False)
-
-
-def test_a_run_resumed_from_old_checkpoint_names_keeps_tracking_its_best(tmp_path: Path) -> None:
-    folder = tmp_path / "checkpoints"
-    _fit_improving(tmp_path, max_epochs=2, old_names=True)
-    assert sorted(p.name for p in folder.glob("best*.ckpt")) == ["best-hmean=0.1000-epoch=01.ckpt"]
-    _fit_improving(tmp_path, max_epochs=3, ckpt_path=folder / "last.ckpt")
-    # The better checkpoint replaced the old-named best, JSON included.
-    assert sorted(p.name for p in folder.iterdir()) == [
-        "best_hmean0.2000_epoch02.ckpt",
-        "best_hmean0.2000_epoch02.ckpt.json",
-        "last.ckpt",
-        "last.ckpt.json",
-    ]
-
-
 def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
     dirpath = tmp_path / "checkpoints"
     dirpath.mkdir()
