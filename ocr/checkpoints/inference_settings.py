@@ -37,17 +37,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Choice:
-    """Where one setting's value came from.
+    """Where one setting's value came from (``stored``: the checkpoint's or export's, None: none)."""
 
-    Attributes:
-        key: full config key (``postprocess.thresh``).
-        value: the value used.
-        stored: the value in the checkpoint or export (None when it holds none).
-        from_command_line: the command line set it (else the stored value was taken, when there is one).
-    """
-
-    key: str
-    value: Any
+    key: str  # full config key (postprocess.thresh)
+    value: Any  # the value used
     stored: Any
     from_command_line: bool
 
@@ -78,23 +71,10 @@ def stored_setting_keys(cfg: DictConfig, *, targets: bool = False) -> list[str]:
 def apply_stored_settings(
     cfg: DictConfig, stored: Mapping[str, Any], keys: Sequence[str], source: str
 ) -> list[Choice]:
-    """Set each of ``keys`` in ``cfg`` to its value in ``stored`` unless ``cfg.command_line`` set it; log
-    where each value came from (one line), and warn for each ``data.*`` value the command line changed.
-
-    Args:
-        cfg: this invocation's config, changed in place; ``command_line`` lists its overrides (Hydra's
-            ``overrides.task`` in a run, the composing code's overrides under ``compose_config``).
-        stored: the run config of the checkpoint (or the export's sidecar), same key layout.
-        keys: full keys to take (see :func:`stored_setting_keys`).
-        source: what ``stored`` is, for the log ("the checkpoint's training run").
-
-    Returns:
-        One :class:`Choice` per key.
-
-    Raises:
-        ConfigValueError, ConfigValueTypeError: a value taken from ``stored`` fails the config check
-            (``mean: "abc"`` in a sidecar), naming ``source`` and the key.
-    """
+    """Set each of ``keys`` in ``cfg`` (in place) to its value in ``stored`` (the checkpoint's run config or
+    the export's sidecar) unless ``cfg.command_line`` set it; log where each came from, warn for each
+    ``data.*`` value the command line changed, and return one :class:`Choice` per key. A stored value that
+    fails the config check raises its UsageError naming ``source`` (what ``stored`` is, for the log)."""
     # A config composed by other means than a Hydra run or compose_config has no command line to read.
     overrides = OmegaConf.select(cfg, "command_line", default=[], throw_on_resolution_failure=False)
     given = command_line_keys([str(o) for o in overrides or []])

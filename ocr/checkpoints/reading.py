@@ -56,15 +56,8 @@ def allow_checkpoint_types() -> None:
 
 
 def load_checkpoint(path: str | Path, key: str = "ckpt") -> dict[str, Any]:
-    """Load a checkpoint written by ``runners/train.py`` on the CPU (what test, predict, resume and
-    ``model.init_from`` start from). Errors name the path as the value of the config ``key``.
-
-    Raises:
-        InputNotFoundError: naming the path when it is not a file.
-        CheckpointError: naming the path and what the file is instead of such a checkpoint: empty,
-            a truncated checkpoint or another broken zip, a text file, other bytes, or an object without the
-            weights and run config (a bare state dict, a Lightning checkpoint from elsewhere, ...).
-    """
+    """Load a checkpoint written by ``runners/train.py`` on the CPU; errors name the path as the value of
+    the config ``key`` (CheckpointError also for an object without the weights and run config)."""
     checkpoint = load_checkpoint_file(path, key)
     problem = _not_a_run_checkpoint(checkpoint)
     if problem:
@@ -75,14 +68,8 @@ def load_checkpoint(path: str | Path, key: str = "ckpt") -> dict[str, Any]:
 
 
 def load_checkpoint_file(path: str | Path, key: str = "ckpt", *, mmap: bool = False) -> Any:
-    """``torch.load(weights_only=True)`` of ``path`` on the CPU, with a file that cannot be loaded named
-    as the value of ``key`` and said what it is.
-
-    Raises:
-        InputNotFoundError: the path is not a file.
-        CheckpointError: the file is empty, truncated, a text file, a bare pickle or other bytes, or holds
-            pickled objects of other types than a checkpoint's (refused unread: they could run code).
-    """
+    """``torch.load(weights_only=True)`` of ``path`` on the CPU. InputNotFoundError: not a file;
+    CheckpointError: what the file is instead (empty, truncated, text, a bare pickle, unsafe types)."""
     path = Path(path)
     if not path.is_file():
         what = "a directory" if path.is_dir() else "no such file"

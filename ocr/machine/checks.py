@@ -21,6 +21,7 @@ from ocr.machine.environment import (
     required_cpu_flags,
     wsl_info,
 )
+from ocr.utils.io import free_bytes
 
 __all__ = [
     "CheckResult",
@@ -214,17 +215,9 @@ def check_wsl(output_dir: Path) -> CheckResult:
     return CheckResult("wsl", "ok", detail)
 
 
-def _existing_parent(path: Path) -> Path:
-    path = path.resolve()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def check_disk(output_dir: Path) -> CheckResult:
     """Free disk space where checkpoints and logs are written."""
-    usage = shutil.disk_usage(_existing_parent(output_dir))
-    free_gib = usage.free / 2**30
+    free_gib = free_bytes(output_dir)[0] / 2**30
     detail = f"{free_gib:.1f} GiB free under {output_dir}"
     fail_below, warn_below = MIN_FREE_DISK_GIB
     if free_gib < fail_below:

@@ -70,18 +70,9 @@ def next_commands(
     more_training: str,
 ) -> str:
     """The commands that test, predict with, export and resume this run, one per line under a comment.
-
-    Test, predict and export read the evaluation transform and the post-processing from the checkpoint, so
-    only the run's data options that choose the images (dataset, splits, loader) are passed on.
-
-    Args:
-        runners: the ``runners/`` folder (shown relative to the working directory).
-        checkpoint: the checkpoint to test, predict with and export.
-        run_dir: the run directory (what ``resume=`` takes).
-        overrides: the run's command-line overrides; its data options are passed on to test and predict.
-        image_dir: images to predict (None: a placeholder the user replaces).
-        more_training: the override that extends the run's budget, e.g. ``trainer.max_steps=400``.
-    """
+    The checkpoint carries the evaluation transform and post-processing, so of the run's ``overrides`` only
+    the data options that choose the images are passed on; ``image_dir`` None prints a placeholder, and
+    ``more_training`` extends the run's budget (``trainer.max_steps=400``)."""
     launcher = f"uv run {os.path.relpath(runners)}"
     data = " ".join(shlex.quote(o) for o in _data_overrides(overrides))
     ckpt = override("ckpt", checkpoint)

@@ -54,13 +54,8 @@ class ConfigValueTypeError(UsageError, TypeError):
 
 @dataclass(frozen=True)
 class Bounds:
-    """``Annotated`` metadata: the interval a numeric argument must lie in (None: unbounded on that side).
-
-    Attributes:
-        low: smallest allowed value.
-        high: largest allowed value.
-        low_open: ``low`` itself is not allowed (a ratio that must be > 0).
-    """
+    """``Annotated`` metadata: the interval a numeric argument must lie in (None: unbounded on that side;
+    ``low_open``: ``low`` itself is not allowed)."""
 
     low: float | None = None
     high: float | None = None
@@ -92,13 +87,8 @@ Probability = Annotated[float, Bounds(0.0, 1.0)]
 
 
 def check_config_types(cfg: DictConfig) -> None:
-    """Check every value bound for a ``_target_`` argument against that argument's annotation (type,
-    and :class:`Bounds` where the annotation carries them).
-
-    Raises:
-        ConfigValueTypeError: one or more values have the wrong type (all problems are listed).
-        ConfigValueError: the types fit, but values are out of their bounds (all are listed).
-    """
+    """Check every value bound for a ``_target_`` argument against its annotation and :class:`Bounds`;
+    ConfigValueTypeError lists wrong types, ConfigValueError (types fit) values out of bounds."""
     unknown = _unknown_arguments(cfg, "")
     if unknown:
         raise ConfigValueError(f"config: {'; '.join(unknown)} (a key added with '+' reaches the constructor)")
@@ -112,19 +102,16 @@ def check_config_types(cfg: DictConfig) -> None:
             f"config: {len(problems)} value(s) out of range (fix them in the YAML or on the command line):"
             f"{listed}"
         )
+    some_range = any(isinstance(p, _OutOfRange) for p in problems)
     raise ConfigValueTypeError(
-        f"config: {len(problems)} value(s) of the wrong type{' or out of range' * _any_range(problems)} (fix "
+        f"config: {len(problems)} value(s) of the wrong type{' or out of range' * some_range} (fix "
         f"them in the YAML or on the command line):{listed}"
     )
 
 
 def check_arguments(target: Any, prefix: str, **values: Any) -> None:
-    """The :class:`Bounds` of ``target``'s annotated parameters applied to ``values`` (for a constructor
-    called without a config; ``prefix`` is its config group, named in the message).
-
-    Raises:
-        ConfigValueError: naming every value out of its bounds.
-    """
+    """The :class:`Bounds` of ``target``'s parameters applied to ``values`` (a constructor called without a
+    config; ``prefix``: its config group); ConfigValueError names every value out of its bounds."""
     hints = _parameter_hints(target)
     problems = [
         f"{prefix}.{name}: {problem}"
@@ -137,10 +124,6 @@ def check_arguments(target: Any, prefix: str, **values: Any) -> None:
 
 class _OutOfRange(str):
     """A problem message about a value's bounds (the others are about its type)."""
-
-
-def _any_range(problems: list[str]) -> bool:
-    return any(isinstance(p, _OutOfRange) for p in problems)
 
 
 def _all_range(problems: list[str]) -> bool:
@@ -212,13 +195,10 @@ def _parameters(node: DictConfig) -> set[str] | None:
 
 def _node_hints(node: DictConfig) -> dict[str, Any]:
     """Annotation of each parameter of the node's ``_target_`` (empty when it has none or cannot load)."""
-    if "_target_" not in node:
-        return {}
     try:
-        target = get_object(str(node._target_))
+        return _parameter_hints(get_object(str(node._target_))) if "_target_" in node else {}
     except Exception:  # noqa: BLE001 - a target that cannot load is instantiate's error to report
         return {}
-    return _parameter_hints(target)
 
 
 def _parameter_hints(target: Any) -> dict[str, Any]:

@@ -1,11 +1,9 @@
 """The project's own, expected errors: one marker class decides what a runner reports as a message alone.
 
-An error this project raises on purpose about what it was given (a config value, an input file, a
-checkpoint, an annotation, a refused resume, a full disk, an output folder it cannot write) derives from
-:class:`UsageError`, together with the built-in class callers catch (``ValueError``, ``OSError``, ...).
-Its message is the whole report: it names the key or file, what was expected and what came instead.
-The runners print it alone on the console and keep the traceback for the run's log file
-(:mod:`ocr.run.entry`); any other exception is a bug and keeps its traceback. Standard library only.
+An error raised on purpose about what the project was given derives from :class:`UsageError` and the
+built-in class callers catch (``ValueError``, ``OSError``, ...); its message is the whole report, which
+the runners print alone, the traceback going to the run's log (:mod:`ocr.run.entry`). Any other
+exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations

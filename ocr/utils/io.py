@@ -37,11 +37,8 @@ class DiskFullError(UsageError, OSError):
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically, creating parent directories first.
-
-    Raises:
-        DiskFullError: when the disk (or quota) is full; the temp file is removed first.
-    """
+    """Write ``data`` to ``path`` atomically, creating parent directories first (DiskFullError when the
+    disk or quota is full, the temp file removed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)

@@ -27,12 +27,9 @@ class SubmissionError(UsageError, ValueError):
 
 
 def submission_points(polygon: npt.ArrayLike) -> npt.NDArray[np.float32]:
-    """``polygon``'s points as the submission holds them: rounded to integer pixels (float32 array).
-
-    Predictions are rounded once, where they are made (``ocr.evaluation.host_work.HostWork``), so
-    validation, test, the results page, ``predictions.json`` and this CSV all score the same polygons: an
-    evaluation of the CSV (``runners/evaluate.py``) then equals ``runners/test.py`` on the same checkpoint.
-    """
+    """``polygon``'s points rounded to integer pixels (float32). Predictions are rounded once, where they
+    are made (``ocr.evaluation.host_work``), so every output and ``runners/evaluate.py`` of this CSV score
+    the same polygons as ``runners/test.py``."""
     return np.rint(np.asarray(polygon, dtype=np.float64)).astype(np.float32)
 
 
@@ -46,11 +43,8 @@ def _format_polygon(polygon: npt.ArrayLike, name: str, index: int) -> str:
 
 
 def write_submission_csv(path: str | Path, predictions: Mapping[str, Sequence[npt.ArrayLike]]) -> Path:
-    """Write the submission atomically (rows in mapping order; coordinates rounded to integers).
-
-    Raises:
-        ValueError: a polygon that is not finite (K >= 3, 2), naming the image and polygon.
-    """
+    """Write the submission atomically (rows in mapping order; coordinates rounded to integers);
+    ValueError names a polygon that is not finite (K >= 3, 2)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(HEADER)
@@ -80,13 +74,8 @@ def _parse_polygons(field: str, where: str) -> list[npt.NDArray[np.float32]]:
 
 
 def read_submission_csv(path: str | Path) -> dict[str, list[npt.NDArray[np.float32]]]:
-    """Read a submission into ``{filename: [(K, 2) float32 polygons]}``.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        SubmissionError: a wrong header, a row without two fields, a duplicate file name or a bad
-            polygon, naming the file and the line.
-    """
+    """Read a submission into ``{filename: [(K, 2) float32 polygons]}``; SubmissionError names the file
+    and line of a wrong header, a row without two fields, a duplicate file name or a bad polygon."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"submission CSV not found: {path}")
