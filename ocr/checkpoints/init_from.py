@@ -77,28 +77,17 @@ def load_init_weights(net: nn.Module, init_from: str | Path) -> None:
     net.load_state_dict(weights, strict=False)
     loaded = len(own) - len(missing) - len(fresh)
     log.info("Loaded %d of %d network tensors from %s <model.init_from>", loaded, len(own), path)
-    if fresh:
-        log.warning(
-            "model.init_from=%s: the file's decoder is another family (its tensor names differ from the "
-            "network's); %d decoder/head tensors of other shapes keep their initial weights: %s",
-            init_from,
-            len(fresh),
-            _first(fresh),
-        )
-    if missing:
-        log.warning(
-            "model.init_from=%s: %d network tensors are not in the file and keep their initial weights: %s",
-            init_from,
-            len(missing),
-            _first(missing),
-        )
-    if unexpected:
-        log.warning(
-            "model.init_from=%s: %d tensors of the file are not in the network and are ignored: %s",
-            init_from,
-            len(unexpected),
-            _first(unexpected),
-        )
+    for keys, what in (
+        (
+            fresh,
+            "the file's decoder is another family (its tensor names differ from the network's); %d "
+            "decoder/head tensors of other shapes keep their initial weights",
+        ),
+        (missing, "%d network tensors are not in the file and keep their initial weights"),
+        (unexpected, "%d tensors of the file are not in the network and are ignored"),
+    ):
+        if keys:
+            log.warning(f"model.init_from=%s: {what}: %s", init_from, len(keys), _first(keys))
 
 
 def _drop_other_family_tensors(

@@ -125,15 +125,13 @@ def cpu_info() -> dict[str, Any]:
         "logical_cpus": os.cpu_count(),
         "flags_known": bool(flags),
         "flags": {flag: flag in flags for flag in interesting},
-        "torch_capability": None,
     }
-    if "torch" in sys.modules or _importable("torch"):
-        try:
-            import torch
+    try:
+        import torch
 
-            info["torch_capability"] = torch.backends.cpu.get_cpu_capability()
-        except Exception as exc:
-            info["torch_capability"] = f"error: {exc}"
+        info["torch_capability"] = torch.backends.cpu.get_cpu_capability()
+    except Exception as exc:
+        info["torch_capability"] = f"error: {exc}"
     return info
 
 
@@ -232,9 +230,3 @@ def _read_text(path: str) -> str | None:
         return Path(path).read_text(errors="replace")
     except OSError:
         return None
-
-
-def _importable(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None

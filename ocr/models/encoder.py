@@ -98,11 +98,11 @@ class TimmEncoder(nn.Module):
 
 
 def _create(name: str, pretrained: bool, out_indices: tuple[int, ...]) -> nn.Module:
-    if not pretrained:
-        return timm.create_model(name, pretrained=False, features_only=True, out_indices=out_indices)
     try:
-        return timm.create_model(name, pretrained=True, features_only=True, out_indices=out_indices)
+        return timm.create_model(name, pretrained=pretrained, features_only=True, out_indices=out_indices)
     except (OSError, RuntimeError, ValueError) as exc:
+        if not pretrained:
+            raise
         raise RuntimeError(
             f"model.encoder: downloading pretrained weights for {name!r} failed ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}); pass model.encoder.pretrained=false "
