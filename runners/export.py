@@ -2,20 +2,12 @@
 
 uv run runners/export.py ckpt=outputs/train/<run>/checkpoints/best.ckpt [format=onnx] [long_side=1024]
 
-The input side, mean/std and post-processing that the parity check runs with and the sidecar records for
-``predict.py backend=onnx`` are the checkpoint's unless given on the command line (``long_side=``,
-``postprocess.*``). Writes ``model.onnx`` (dynamic batch, height and width) and ``model.onnx.json`` into
-the run directory; ``runners/predict.py backend=onnx onnx_model=<file.onnx>`` predicts with it. Both are
-made in a hidden folder beside ``output`` and replace a previous model only once checked: a failed parity
-check (or one that compared no image or no polygon) exits 1 with the figures, and it, an error, Ctrl-C or
-SIGTERM leaves a previous model and sidecar as they were.
-
-``quantize=int8`` writes a statically quantised model instead (ONNX Runtime, QDQ, per-channel weights),
-calibrated on ``calibration.num_images`` images of the checkpoint's ``calibration.split``; the fp32 export
-is checked as above first, then the int8 model is scored against the fp32 network with CLEval on the val
-split, and refused (not written, exit 1 with the figures) if it loses more than ``parity.max_hmean_drop``.
-The calibration settings, the calibration images and a writable ``output`` folder are checked before the
-export starts.
+Input side, mean/std and post-processing are the checkpoint's unless given (``long_side=``,
+``postprocess.*``). Writes ``model.onnx`` (dynamic batch, height, width) and ``model.onnx.json`` for
+``predict.py backend=onnx``, staged beside ``output``: a failed parity check (or one that compared
+nothing) exits 1 with the figures, and it, an error or a signal leaves a previous model as it was.
+``quantize=int8`` writes a static QDQ int8 model calibrated on ``calibration.*``, refused (exit 1) when
+its CLEval hmean on val drops more than ``parity.max_hmean_drop`` below the fp32 network's.
 """
 
 from __future__ import annotations

@@ -3,12 +3,9 @@
 uv run runners/predict.py ckpt=outputs/train/<run>/checkpoints/last.ckpt image_dir=path/to/images
 uv run runners/predict.py backend=onnx onnx_model=outputs/export/<run>/model.onnx image_dir=path/to/images
 
-``backend=onnx`` runs the network exported by ``runners/export.py`` with ONNX Runtime on the CPU; the data
-pipeline, post-processing and outputs are the same. The evaluation transform and the post-processing come
-from the checkpoint (or the export's sidecar) unless given on the command line.
-
-A folder without image files is an error (exit 1) that names it and the extensions looked for. An
-unreadable image gets an empty row and no overlay. Under DDP, rank 0 gathers and writes everything.
+``backend=onnx`` runs ``runners/export.py``'s network with ONNX Runtime on the CPU, with the same pipeline
+and outputs. The evaluation transform and post-processing come from the checkpoint (or the export's
+sidecar) unless given. A folder without images exits 1; an unreadable image gets an empty row.
 """
 
 from __future__ import annotations

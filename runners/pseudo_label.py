@@ -3,16 +3,11 @@
 uv run runners/pseudo_label.py ckpt=<teacher .ckpt> image_dir=<unlabelled images> [output=<dataset>]
     [pseudo.text_score=0.7] [pseudo.ignore_score=0.4] [split=train] [images=link|copy|none] [overwrite=false]
 
-Predicts as ``runners/predict.py`` does (the checkpoint's evaluation transform and post-processing, except
-``postprocess.box_thresh``: every candidate is kept so the pseudo thresholds decide). A detection whose
-score is at least ``pseudo.text_score`` becomes text, one from ``pseudo.ignore_score`` up don't-care
-(``ignore: true``), a lower one is dropped. Writes ``<output>/jsons/<split>.json`` (with ``img_w``/``img_h``),
-the images into ``<output>/images/<split>/`` (links by default) and ``<output>/pseudo_labels.json`` (the
-thresholds and counts, also logged). An ``output`` that already holds a dataset (or the checkpoint) is
-refused unless ``overwrite=true``, which keeps the annotation file it replaces as ``<split>.json.<time>.bak``;
-an ``image_dir`` inside ``output`` is always refused. An image that does not decode whole (truncated,
-corrupt) is left out and named in a warning. Train on it beside the labelled set with
-``data.extra_train_roots=[<output>]`` (README, "Train on your own receipts").
+Predicts as ``runners/predict.py`` does, keeping every candidate (no ``box_thresh``): a score from
+``pseudo.text_score`` up is text, from ``pseudo.ignore_score`` up don't-care, lower is dropped. Writes
+``<output>/jsons/<split>.json``, ``<output>/images/<split>/`` and ``<output>/pseudo_labels.json``; an
+existing dataset is replaced only with ``overwrite=true`` (its annotations kept as ``.bak``). Train on it
+with ``data.extra_train_roots=[<output>]``.
 """
 
 from __future__ import annotations

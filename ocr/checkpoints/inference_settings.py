@@ -1,11 +1,8 @@
 """The inference settings a checkpoint (or an ONNX export) carries, and which of them an invocation uses.
 
-A model is trained, validated and exported with one evaluation transform (long side, mean, std, fill),
-one definition of its loss targets and one post-processing. ``runners/test.py``, ``runners/predict.py``
-and ``runners/export.py`` take them from the checkpoint's run config (``predict.py backend=onnx`` from the
-export's sidecar), as MMOCR and docTR read them from the model's config; a value given on this
-invocation's command line wins and is logged beside the stored one. So the printed next commands need
-only the options that choose the images to score the checkpoint as it was validated.
+Test, predict and export take the evaluation transform, loss targets and post-processing from the
+checkpoint's run config (``backend=onnx``: the export's sidecar), as MMOCR and docTR read them from the
+model's config; a value on the command line wins and is logged beside the stored one.
 """
 
 from __future__ import annotations

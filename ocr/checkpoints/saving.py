@@ -140,7 +140,9 @@ class RunCheckpoint(ModelCheckpoint):
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._saving_off(trainer):
-            self._save_topk_and_last(trainer)
+            candidates = self._monitor_candidates(trainer)
+            self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The final state, also when training stopped between validations.
@@ -221,11 +223,6 @@ class RunCheckpoint(ModelCheckpoint):
             or trainer.state.fn != TrainerFn.FITTING
             or trainer.sanity_checking
         )
-
-    def _save_topk_and_last(self, trainer: L.Trainer) -> None:
-        candidates = self._monitor_candidates(trainer)
-        self._save_topk_checkpoint(trainer, candidates)
-        self._save_last_checkpoint(trainer, candidates)
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         # Same steps as ModelCheckpoint._save_checkpoint, with the rename before loggers hear of the file.

@@ -19,8 +19,8 @@ def build_net_and_loss(cfg: DictConfig, *, weights_free: bool = False) -> tuple[
     """The network of ``cfg.model`` (from ``model.init_from`` when set) and the loss of ``cfg.loss``;
     ``weights_free`` builds random weights (no download, no weights file), for a caller that loads a
     checkpoint's weights or only measures memory."""
-    # Absent from run configs stored before it existed. A recipe's required value that was not given
-    # (experiment=receipts_finetune) fails naming it, except where no weights are loaded.
+    # A recipe's required value that was not given (experiment=receipts_finetune) fails naming it,
+    # except where no weights are loaded.
     init_from = OmegaConf.select(
         cfg,
         "model.init_from",

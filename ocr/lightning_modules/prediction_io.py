@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-import cv2
 import torch.distributed as dist
 
 from ocr.data.annotations import ImageRecord, Word, save_annotations
@@ -19,7 +18,7 @@ from ocr.types import Prediction
 from ocr.utils.errors import InputNotFoundError
 from ocr.utils.io import atomic_write_bytes
 from ocr.utils.submission import write_submission_csv
-from ocr.utils.visualize import draw_polygons
+from ocr.utils.visualize import draw_polygons, encode_image
 
 __all__ = [
     "OverlayReport",
@@ -119,11 +118,8 @@ def save_overlays(
         except ImageReadError:
             unreadable.append(pred["image_id"])
             continue
-        canvas = draw_polygons(image, pred["polygons"])
-        ok, png = cv2.imencode(".png", cv2.cvtColor(canvas, cv2.COLOR_RGB2BGR))
-        if not ok:
-            raise ValueError(f"{pred['image_id']}: OpenCV could not encode its overlay as PNG")
-        atomic_write_bytes(out_dir / f"{pred['image_id']}.png", png.tobytes())
+        png = encode_image(draw_polygons(image, pred["polygons"]), ".png", f"{pred['image_id']} overlay")
+        atomic_write_bytes(out_dir / f"{pred['image_id']}.png", png)
         written += 1
     if unreadable:
         log.warning(

@@ -1,9 +1,7 @@
 """What the launcher (torchrun, SLURM's ``srun``, Lightning's own) tells a process about its place in a run.
 
 Read from environment variables only, so the doctor, the resolvers and every callback see the same facts
-before and after the process group exists: torchrun's ``RANK``, ``LOCAL_RANK``, ``GROUP_RANK``,
-``LOCAL_WORLD_SIZE``, ``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``; SLURM's ``SLURM_*`` task, node and job ids;
-Lightning's ``NODE_RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``.
+before and after the process group exists.
 """
 
 from __future__ import annotations

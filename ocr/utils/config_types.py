@@ -1,14 +1,10 @@
 """Type check of a composed config against the signatures of its ``_target_`` classes and functions.
 
-Hydra checks keys (struct mode) but not the types of values bound for ``_target_`` arguments, so
-``data.batch_size=abc`` used to fail inside the constructor with ``full_key: data``. This pass reads each
-target's annotated signature and names the full key of every value of the wrong type, all at once,
-before anything is instantiated. Annotations it cannot judge (generic callables and iterables, protocols,
-type variables, unresolvable names) are not checked: the constructor still validates those.
-
-Sizes, counts and thresholds declare their range in the signature, ``batch_size: PositiveInt`` or
-``thresh: Annotated[float, Bounds(0.0, 1.0)]``, so ``data.batch_size=-2`` is named here, at config read,
-not by torch once the data loader starts; :func:`check_arguments` applies the same bounds in a constructor.
+Hydra checks keys (struct mode) but not the types of values bound for ``_target_`` arguments: this pass
+names the full key of every value of the wrong type, or out of the range its annotation declares
+(``batch_size: PositiveInt``, ``Annotated[float, Bounds(0.0, 1.0)]``), all at once, before anything is
+instantiated. Annotations it cannot judge (callables, protocols, type variables) are left to the
+constructor; :func:`check_arguments` applies the same bounds in a constructor called without a config.
 """
 
 from __future__ import annotations
