@@ -224,9 +224,8 @@ def _check_fixed_key(run_cfg: DictConfig, key: str, value: Any, override: str) -
 def _check_same_run(
     run_dir: Path, folder_id: str | None, checkpoint_path: Path, run_config: dict[str, Any], allow: bool
 ) -> bool:
-    """Whether the checkpoint belongs to the run in ``run_dir`` (``folder_id``: its ``run.json``'s identity;
-    by run identity when both record one, else by where the file lies); another run's is refused unless
-    ``allow``."""
+    """Whether the checkpoint belongs to the run in ``run_dir`` (by run identity when both record one, else
+    by where the file lies); another run's is refused unless ``allow``."""
     checkpoint_id = run_config.get("run_id")
     if folder_id is not None and checkpoint_id is not None:
         same = folder_id == checkpoint_id
@@ -306,10 +305,8 @@ def _has_key(cfg: DictConfig, key: str) -> bool:
 
 
 def resume_run(composed: DictConfig, overrides: Sequence[str], folder_id: str | None) -> Resume:
-    """The run's own config (from its checkpoint) with this invocation's key ``overrides`` (Hydra's
-    ``overrides.task``) applied, and the checkpoint (``folder_id``: the folder's run identity).
-    FileNotFoundError: no checkpoint; ResumeRefusedError: an override that cannot apply, or another output
-    directory."""
+    """The run's own config (from its checkpoint) with this invocation's key ``overrides`` applied, and the
+    checkpoint (``folder_id``: the folder's run identity); FileNotFoundError: no checkpoint."""
     run_dir = Path(composed.resume).resolve()
     refuse_file_resume(composed.resume)
     if not run_dir.is_dir() or not any(run_dir.iterdir()):  # empty: the folder Hydra made for this run

@@ -118,17 +118,14 @@ def usable_cores() -> int:
 
 
 def auto_workers(cap: int, devices: Any = 1) -> int:
-    """DataLoader workers per training process: the usable cores shared by the training processes (DDP),
-    minus one for each main process, at most ``cap``. ``devices`` is any ``trainer.devices`` value
-    (see :func:`device_processes`)."""
+    """DataLoader workers per training process: the usable cores shared by the ``devices`` processes, minus
+    one for each main process, at most ``cap``."""
     return max(0, min(int(cap), usable_cores() // device_processes(devices) - 1))
 
 
 def node_workers(cap: int, devices: Any = 1) -> int:
-    """DataLoader workers per training process of a multi-node run: SLURM's ``--cpus-per-task`` minus one
-    for the process itself (srun gives each task its own cores, so the usable cores are one task's, not the
-    node's), else :func:`auto_workers` (torchrun: the node's cores shared by its processes); at most ``cap``.
-    """
+    """DataLoader workers per process of a multi-node run, at most ``cap``: SLURM's ``--cpus-per-task``
+    minus one (srun gives each task its own cores), else :func:`auto_workers` (torchrun)."""
     cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
     if distributed.launch_info().launcher == "slurm" and cpus.isdigit():
         return max(0, min(int(cap), int(cpus) - 1))
@@ -146,9 +143,7 @@ def first_set(value: Any, default: Any) -> Any:
 
 
 def register_resolvers() -> None:
-    """Register the ``hw.*`` resolvers (``pick``, ``precision``, ``workers``, ``node_workers``, ``num_nodes``,
-    ``devices_per_node``), ``first_set`` and the ``dist.*`` names of the run directory and each rank's log
-    and config record (``ocr.machine.distributed``), once."""
+    """Register the ``hw.*``, ``first_set`` and ``dist.*`` resolvers, once."""
     resolvers: dict[str, Callable[..., Any]] = {
         "hw.pick": pick,
         "hw.precision": auto_precision,
