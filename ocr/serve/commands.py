@@ -27,28 +27,14 @@ def reproduce_commands(
     image_path: Path,
     split: tuple[str, str, str] | None,
 ) -> dict[str, str]:
-    """``predict`` on the image's folder (an upload has a folder of its own) and, for a split image,
-    ``test`` on the split, each with the page's post-processing controls.
-
-    Args:
-        settings: the post-processing values in use (``thresh``, ``box_thresh``, ``unclip_ratio``, ...).
-        image_path: the image file the page shows.
-        split: (data config choice, data root, split name) for an image of a split, else None.
-    """
+    """``predict`` on the image's folder and, for an image of ``split`` (data choice, root, split name),
+    ``test`` on the split, each with the page's post-processing ``settings``."""
     tail = _controls(settings)
     predict = ["uv", "run", "runners/predict.py", *_model_args(model), f"image_dir={image_path.parent}"]
     commands = {"predict": shlex.join([*predict, *tail])}
     if split is not None and model.key != "onnx_model":
         data, root, name = split
         chosen = f"split={name}" if name in ("val", "test") else f"data.test_split={name}"
-        test = [
-            "uv",
-            "run",
-            "runners/test.py",
-            f"ckpt={model.name}",
-            f"data={data}",
-            f"data.root={root}",
-            chosen,
-        ]
-        commands["test"] = shlex.join([*test, *tail])
+        test = ["uv", "run", "runners/test.py", f"ckpt={model.name}", f"data={data}", f"data.root={root}"]
+        commands["test"] = shlex.join([*test, chosen, *tail])
     return commands

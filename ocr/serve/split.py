@@ -25,11 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class SplitBrowser:
-    """The images of split ``split`` of ``data_cfg.root``, registered in ``state`` as ``<split>/<file>``.
-
-    Raises:
-        UsageError: the split's annotation file or images are missing (the data module's messages).
-    """
+    """The images of split ``split`` of ``data_cfg.root``, registered in ``state`` as ``<split>/<file>``."""
 
     def __init__(self, state: ServeState, data_cfg: DictConfig, split: str) -> None:
         datamodule = instantiate(data_cfg, root=data_cfg.root, test_split=split, synthetic=None)
