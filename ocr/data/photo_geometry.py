@@ -1,12 +1,9 @@
 """The bend of the photo augmentation: a page bent and laid on a larger canvas (albumentations has no bend).
 
-One inverse map per sample, canvas px -> page px, resamples the page in a single ``cv2.remap``: the canvas
-point ``q`` sees the bent-page point ``r = H^-1 q`` (``H``: the page's placement on the canvas) and the
-bent-page point ``r`` shows the flat-page point ``s = r + d(r)`` (``d``: a smooth sinusoidal displacement,
-the bend). The map is evaluated on a coarse grid (every ``GRID`` px) and interpolated bilinearly, which
-costs a fraction of a full-size evaluation and differs from it by far less than a pixel (the field is
-smooth; the tests check the points within 0.5 px). Points go forward exactly: ``d`` is inverted by
-fixed-point iteration (the bend is a contraction: ``|grad d| < 1``), then ``H`` applies.
+One ``cv2.remap`` per sample: canvas point ``q`` sees bent-page point ``r = H^-1 q`` (``H``: the placement)
+and ``r`` shows flat-page point ``s = r + d(r)`` (``d``: a smooth sinusoidal bend), evaluated every ``GRID``
+px and interpolated. Points go forward exactly: ``d`` is inverted by fixed-point iteration (``|grad d| <
+1``), then ``H`` applies.
 
 Coordinates are continuous (pixel ``i`` spans ``[i, i + 1)``), as in ``ocr.data.warp``.
 """
