@@ -15,14 +15,8 @@ log = logging.getLogger(__name__)
 
 
 class ReportCollector:
-    """Keeps, per image, the predictions, the ground truth (test) and a small probability map.
-
-    A sink of the module's :class:`~ocr.evaluation.pipeline.EvalPipeline`: the workers that post-process
-    an image also draw its probability map in the original frame, so the steps are unchanged.
-
-    Args:
-        prob_long_side: long side in px of the kept probability maps (0 keeps none).
-    """
+    """A sink of the module's :class:`~ocr.evaluation.pipeline.EvalPipeline` that keeps, per image, the
+    predictions, the ground truth (test) and a probability map of ``prob_long_side`` px (0: none)."""
 
     def __init__(self, *, prob_long_side: int) -> None:
         self.preview_long_side = prob_long_side
