@@ -147,8 +147,7 @@ class DetectionModule(LightningModule):
         self._evaluate_step(batch, "val", self.val_metric)
 
     def on_validation_epoch_end(self) -> None:
-        add_scores(self.pipeline.finish(), self.val_metric)
-        self._log_metric("val", self.val_metric)
+        self._end_evaluation("val", self.val_metric)
 
     def on_test_epoch_start(self) -> None:
         self.pipeline.start(device=self.device, cleval=self.test_metric.options, keep_predictions=False)
@@ -157,8 +156,7 @@ class DetectionModule(LightningModule):
         self._evaluate_step(batch, "test", self.test_metric)
 
     def on_test_epoch_end(self) -> None:
-        add_scores(self.pipeline.finish(), self.test_metric)
-        self._log_metric("test", self.test_metric)
+        self._end_evaluation("test", self.test_metric)
 
     def on_predict_epoch_start(self) -> None:
         self.pipeline.start(device=self.device, cleval=None, keep_predictions=True)
@@ -191,7 +189,8 @@ class DetectionModule(LightningModule):
                 prob_logits = output.prob_logits
         add_scores(self.pipeline.submit_logits(prob_logits, batch, scored=True), metric)
 
-    def _log_metric(self, stage: str, metric: Any) -> None:
+    def _end_evaluation(self, stage: str, metric: Any) -> None:
+        add_scores(self.pipeline.finish(), metric)  # the batches still in the pipeline
         # compute() gathers every rank's counts, so each rank scores the whole split; the max over ranks
         # makes the logged value one number everywhere (exact, unlike a mean), so no rank can pick another
         # best checkpoint, stop early at another epoch or re-plan the time budget from another score.
@@ -208,7 +207,7 @@ class DetectionModule(LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _planned_steps(self) -> int:
-        """The schedule's horizon: the run's optimizer steps as planned now (the time budget may shorten it)."""
+        """The schedule's horizon: the run's optimizer steps as planned now (the time budget may cut it)."""
         estimated = self.trainer.estimated_stepping_batches
         if not np.isfinite(estimated) or estimated <= 0:
             raise ValueError(

@@ -149,11 +149,6 @@ def boxes_from_bitmap(
     return polygons, scores
 
 
-def _clip_to_image(polygon: Polygon, geometry: Geometry) -> Polygon:
-    upper = np.array([geometry.orig_width, geometry.orig_height], dtype=np.float32)
-    return np.clip(polygon, 0.0, upper).astype(np.float32)
-
-
 class DBPostProcessor:
     """:func:`boxes_from_bitmap` on the map binarised at ``thresh``, results mapped to original px."""
 
@@ -224,4 +219,5 @@ class DBPostProcessor:
             output=self.output,
             extend_ends=self.extend_ends,
         )
-        return [_clip_to_image(p, geometry) for p in to_original(polygons_px, geometry)], scores
+        upper = np.array([geometry.orig_width, geometry.orig_height], dtype=np.float32)
+        return [np.clip(p, 0.0, upper).astype(np.float32) for p in to_original(polygons_px, geometry)], scores

@@ -26,7 +26,7 @@ from torch import Tensor
 from ocr.data.stream import LoaderWait
 from ocr.utils.text import plural
 
-__all__ = ["PlainProgress", "RichProgress", "progress_bar"]
+__all__ = ["PlainProgress", "RichProgress", "images_in", "progress_bar"]
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ class PlainProgress(_DataWait):
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if not self._enabled:
             return
-        self._window_images += _batch_size(batch) or 0
+        self._window_images += images_in(batch)
         now = time.monotonic()
         if now - self._last_line < self.every_n_seconds:
             return
@@ -305,12 +305,10 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def _batch_size(batch: Any) -> int | None:
-    if isinstance(batch, Mapping):
-        batch = batch.get("images")
-    elif isinstance(batch, list | tuple) and batch:
-        batch = batch[0]
-    return int(batch.shape[0]) if isinstance(batch, Tensor) and batch.ndim else None
+def images_in(batch: Any) -> int:
+    """The images of a training batch (0 when it holds no ``images`` tensor)."""
+    images = batch.get("images") if isinstance(batch, Mapping) else None
+    return int(images.shape[0]) if isinstance(images, Tensor) and images.ndim else 0
 
 
 def _fitting(trainer: L.Trainer) -> bool:

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from ocr.lightning_modules.callbacks.progress import images_in
 from ocr.lightning_modules.ranks import decided_on_rank_zero
 from ocr.utils.text import plural
 
@@ -202,7 +203,7 @@ class TimeBudget(Callback):
             if step - first <= self.skip_steps:
                 self._timer = (first, step, now)
             elif step - timed_from >= self.measure_steps:
-                self._images_per_batch = _images_in(batch)
+                self._images_per_batch = images_in(batch)
                 self._decide(trainer, (now - since) / (step - timed_from), cap=self._configured[0])
         if trainer.enable_validation and _is_last_step(trainer):
             if trainer.check_val_every_n_epoch is not None:
@@ -320,11 +321,6 @@ def _steps_per_block(trainer: L.Trainer) -> int:
     if trainer.check_val_every_n_epoch is None and check is not None and math.isfinite(check):
         batches = int(check)
     return max(1, math.ceil(batches / trainer.accumulate_grad_batches))
-
-
-def _images_in(batch: Any) -> int:
-    images = batch.get("images") if isinstance(batch, dict) else None
-    return int(images.shape[0]) if images is not None else 1
 
 
 def _val_images(trainer: L.Trainer) -> int:
