@@ -28,7 +28,7 @@ from ocr.serve.images import UploadSpool
 from ocr.serve.models import CONTROL_KEYS, ServedModel
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
-from ocr.utils.errors import CheckpointError, UsageError, find_usage_error
+from ocr.utils.errors import CheckpointError, UsageError
 
 __all__ = ["VIEW_LONG_SIDE", "create_app", "outcome_colours"]
 
@@ -208,14 +208,11 @@ def create_app(
         path = model_files.resolve(requested)
         key = "onnx_model" if path.endswith(".onnx") else ("ckpt" if slot == "1" else "ckpt2")
         try:
-            model = loader(key, path)
-        except Exception as exc:  # Hydra's instantiate wraps a constructor's error
-            usage = find_usage_error(exc)
-            if usage is None:
-                raise CheckpointError(
-                    f"{key}={path}: could not be loaded ({type(exc).__name__}: {exc})"
-                ) from exc
-            raise usage from None
+            model = loader(key, path)  # raises a constructor's UsageError unwrapped
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(f"{key}={path}: could not be loaded ({type(exc).__name__}: {exc})") from exc
         state.set_model(slot, model)
         return {"models": _models(state)}
 
