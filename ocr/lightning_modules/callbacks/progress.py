@@ -14,7 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
@@ -24,14 +24,17 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
 from ocr.data.stream import LoaderWait
+from ocr.utils.config_types import Bounds, NonNegativeFloat
 from ocr.utils.text import plural
 
 __all__ = ["PlainProgress", "RichProgress", "images_in", "progress_bar"]
 
 log = logging.getLogger(__name__)
 
+Share = Annotated[float, Bounds(0.0, 1.0, low_open=True)]  # bounds checked when the config is read
 
-def progress_bar(*, every_n_seconds: float, leave: bool, input_bound_share: float) -> ProgressBar:
+
+def progress_bar(*, every_n_seconds: NonNegativeFloat, leave: bool, input_bound_share: Share) -> ProgressBar:
     """The rich bar when stdout is a terminal, else :class:`PlainProgress` (``> log``, ``nohup``, CI)."""
     if sys.stdout.isatty():
         return RichProgress(leave=leave, input_bound_share=input_bound_share)
@@ -67,11 +70,6 @@ class _DataWait(ProgressBar):
 
     def __init__(self, *, input_bound_share: float, **bar_args: Any) -> None:
         super().__init__(**bar_args)  # the bar's own (RichProgressBar: leave)
-        if not 0 < input_bound_share <= 1:
-            raise ValueError(
-                "callbacks.progress_bar.input_bound_share: expected a share in (0, 1], "
-                f"got {input_bound_share}"
-            )
         self.input_bound_share = input_bound_share
         self._bar_window = _WaitWindow()
         self._log_window = _WaitWindow()
@@ -213,8 +211,6 @@ class PlainProgress(_DataWait):
 
     def __init__(self, *, every_n_seconds: float, input_bound_share: float) -> None:
         super().__init__(input_bound_share=input_bound_share)
-        if not every_n_seconds >= 0:
-            raise ValueError(f"callbacks.progress_bar.every_n_seconds: expected >= 0, got {every_n_seconds}")
         self.every_n_seconds = every_n_seconds
         self._enabled = True
         self._start = 0.0

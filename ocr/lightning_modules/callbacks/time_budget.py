@@ -25,6 +25,7 @@ from lightning.pytorch.callbacks import Callback
 
 from ocr.lightning_modules.callbacks.progress import images_in
 from ocr.lightning_modules.ranks import decided_on_rank_zero
+from ocr.utils.config_types import NonNegativeInt, PositiveFloat, PositiveInt
 from ocr.utils.text import plural
 
 __all__ = ["BudgetPlan", "Costs", "TimeBudget", "plan_steps", "rest_cost", "run_started", "validations"]
@@ -115,20 +116,13 @@ class TimeBudget(Callback):
     def __init__(
         self,
         *,
-        minutes: float | None,
+        minutes: PositiveFloat | None,  # bounds checked when the config is read
         test_after_fit: bool,
-        measure_steps: int = 5,
-        skip_steps: int = 2,
+        measure_steps: PositiveInt = 5,
+        skip_steps: NonNegativeInt = 2,
         eval_cost: float = 1.5,
         reserve_seconds: float = 20.0,
     ) -> None:
-        if minutes is not None and minutes <= 0:
-            raise ValueError(f"time_budget.minutes: expected a positive number or null, got {minutes}")
-        if measure_steps < 1 or skip_steps < 0:
-            raise ValueError(
-                "time_budget: expected measure_steps >= 1 and skip_steps >= 0, "
-                f"got {measure_steps} and {skip_steps}"
-            )
         self.minutes = minutes
         self.test_after_fit = test_after_fit
         self.measure_steps = measure_steps
