@@ -5,13 +5,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ocr.evaluation.host_work import ImageOutcome, prob_map_in_original_frame
+from ocr.evaluation.host_work import GroundTruth, ImageOutcome, prob_map_in_original_frame
 from ocr.evaluation.pipeline import EvalPipeline
 from ocr.lightning_modules.prediction_io import gather_predictions
 
-__all__ = ["ReportCollector", "attach_report_collector", "prob_map_in_original_frame"]
+__all__ = ["ReportCollector", "attach_report_collector", "prob_map_in_original_frame", "report_record"]
 
 log = logging.getLogger(__name__)
+
+
+def report_record(image_id: str, polygons: Any, scores: Any, truth: GroundTruth | None) -> dict[str, Any]:
+    """The record ``image_card`` and ``analyse_records`` read: predictions, and labels when given."""
+    record: dict[str, Any] = {"image_id": image_id, "polygons": polygons, "scores": scores}
+    if truth is not None:
+        record |= {"gt_polygons": truth.polygons, "gt_ignore": truth.ignore, "gt_texts": truth.texts}
+    return record
 
 
 class ReportCollector:
@@ -25,14 +33,9 @@ class ReportCollector:
     def add(self, outcome: ImageOutcome) -> None:
         """Keep one image's record."""
         prediction = outcome.prediction
-        record: dict[str, Any] = {
-            "image_id": prediction["image_id"],
-            "polygons": prediction["polygons"],
-            "scores": prediction["scores"],
-        }
-        if outcome.job.gt is not None:
-            gt = outcome.job.gt
-            record |= {"gt_polygons": gt.polygons, "gt_ignore": gt.ignore, "gt_texts": gt.texts}
+        record = report_record(
+            prediction["image_id"], prediction["polygons"], prediction["scores"], outcome.job.gt
+        )
         if outcome.preview is not None:
             record["prob_map"] = outcome.preview
         self._records.append(record)

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from ocr.data.scan import load_source
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.models.postprocess import DBPostProcessor
+from ocr.reporting.collect import report_record
 from ocr.reporting.html import image_card
 from ocr.serve.images import ServedImage, UploadError, UploadSpool, store_upload
 from ocr.serve.models import CONTROL_KEYS, ServedModel
@@ -111,11 +112,8 @@ class ServeState:
         started = time.perf_counter()
         polygons, scores = postprocess(prob_map, geometry, settings)
         seconds = time.perf_counter() - started
-        record: dict[str, Any] = {"image_id": image.name, "polygons": polygons, "scores": scores}
-        truth = image.truth
-        if truth is not None:
-            record |= {"gt_polygons": truth.polygons, "gt_ignore": truth.ignore, "gt_texts": truth.texts}
-        card, _ = image_card(0, record, self.options if truth is not None else None)
+        record = report_record(image.name, polygons, scores, image.truth)
+        card, _ = image_card(0, record, self.options if image.truth is not None else None)
         card |= {
             "size": [geometry.orig_width, geometry.orig_height],
             "settings": settings,
