@@ -29,16 +29,7 @@ from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.cleval.outcomes import box_outcomes, count_outcomes
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
-__all__ = [
-    "ANALYSIS_NAME",
-    "BucketScore",
-    "ImageErrors",
-    "ScoreAnalysis",
-    "analyse_records",
-    "bucket_labels",
-    "box_heights",
-    "write_analysis",
-]
+__all__ = ["ScoreAnalysis", "analyse_records", "bucket_labels", "box_heights", "write_analysis"]
 
 ANALYSIS_NAME = "errors.json"
 _SUMMED = tuple(

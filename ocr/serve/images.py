@@ -23,15 +23,7 @@ from ocr.evaluation.host_work import GroundTruth
 from ocr.utils.errors import UsageError
 from ocr.utils.io import TEMP_SUFFIX, disk_full_error, is_out_of_space
 
-__all__ = [
-    "MAX_NAME_CHARS",
-    "MAX_UPLOAD_BYTES",
-    "ServedImage",
-    "UploadError",
-    "UploadSpool",
-    "safe_file_name",
-    "store_upload",
-]
+__all__ = ["MAX_UPLOAD_BYTES", "ServedImage", "UploadError", "UploadSpool", "store_upload"]
 
 MAX_UPLOAD_BYTES = 64 * 2**20
 MAX_NAME_CHARS = 200  # file systems allow 255 bytes; the suffix and temp names need the rest
