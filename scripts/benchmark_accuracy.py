@@ -8,26 +8,11 @@ through the real runners, scored on val, test and (optionally) a photographed pr
         [--splits val test] [--jobs 1] [--python python3] [--hardware cpu|h100_80gb|...] \
         [--out outputs/benchmark_accuracy]
 
-The protocol, per seed N (each a process of its own, as a user runs it):
-1. ``runners/train.py experiment=receipts_finetune data.root=<root> model.init_from=<ckpt> seed=N
-   trainer.max_steps=<steps> trainer.max_epochs=-1 time_budget_minutes=null test_after_fit=false
-   trainer.limit_val_batches=0 data.train_transform.crop_size=<crop>`` and the variant's ``--override``
-   values (last, so they win): a fixed number of steps from one pretrained network, whose schedule
-   decays over exactly those steps; no validation, the final weights (``last.ckpt``) are scored.
-2. ``runners/predict.py`` of ``last.ckpt`` on each evaluation split (val and test of the data root, and
-   the proxy root's ``--proxy-split``), with the checkpoint's evaluation settings, then
-   ``runners/evaluate.py`` on its ``predictions.json`` in ``mode=upstream`` and ``mode=competition``:
-   one network pass per split for both modes.
-
-``--label-subset N`` trains on the labels of the first N train images only (a dataset folder written
-under the variant's folder, whose ``unlabelled/`` holds the other train images, for
-``runners/pseudo_label.py``); ``--extra-train-root`` adds ``data.extra_train_roots``. A seed whose
-``figures.json`` exists is not run again (an interrupted benchmark continues where it stopped).
-
-Writes ``<out>/<variant>/results.json`` and ``results.md`` (each seed's hmean per split and mode, the
-mean, the standard error of the mean and the sample standard deviation, the training seconds, every
-command) and prints the table. On a GPU host whose ``python3`` runs the runners: ``--python python3
---hardware h100_80gb`` (any ``configs/hardware`` preset).
+Per seed (a process of its own): ``runners/train.py experiment=receipts_finetune`` for exactly
+``--steps`` steps from ``--init-from`` without validation, then ``runners/predict.py`` of ``last.ckpt`` on
+each split and ``runners/evaluate.py`` in both modes. ``--label-subset N`` trains on the first N train
+images' labels (the others under ``unlabelled/``, for runners/pseudo_label.py). A seed whose
+``figures.json`` exists is not run again. Writes ``<out>/<variant>/results.json`` and ``results.md``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,15 @@
 """Per-core throughput of the training data pipeline on real receipts, with a per-stage table.
 
-Runs what one DataLoader worker runs, plus the collate, in this process on ONE pinned CPU core
-(OpenCV without its thread pool, torch with one thread): the train dataset of ``data=<data>`` with
-the data settings of ``hardware=<preset>`` (batch size; crops, scales and augmentations are the data
-config's), samples drawn in a seeded shuffled order and collated in batches. The stage table is the
-exclusive CPU time of the functions each stage names (``STAGES``); what they do not cover (Python,
-sample assembly) is ``other``.
-
     uv run python scripts/benchmark_data.py                       # sroie-compact train, hardware=h100_80gb
     uv run python scripts/benchmark_data.py data.render_on=worker # the crop and targets in the worker
     uv run python scripts/benchmark_data.py --preset rtx3060_12gb_i5_16core data.cache_dir=null
 
-``data.render_on`` (the preset's unless overridden) says where the crop is warped and the DB targets are
-drawn: ``worker`` here, or ``device`` in ``ocr.data.coding.decode_batch`` after the transfer. The device
-stage is timed apart, on the last batches (``--device``: CUDA when there is one, else this core), and is
-not part of the worker's figures.
-
-The GPU presets cache decoded receipts (``data.cache_dir``); the dataset's start-up scan fills the cache,
-so the timed passes read it as every epoch of a run does; ``data.cache_dir=null`` measures decoding.
-Photometric augmentation is drawn here and applied on the device (``ocr.data.photometric``), so its
-stage is the parameter draw.
-
-``--loader`` times ``train_dataloader()`` itself instead (0 workers, this core): the cost per sample of
-everything a worker and the collate do, without the stage table; ``cd <checkout> && uv run python
-<this script> --loader`` measures another checkout's pipeline the same way.
-
-Trailing arguments are Hydra overrides of ``configs/train.yaml``.
+Runs what one DataLoader worker and the collate run, on ONE pinned CPU core, over the train dataset of
+``data=<data>`` with ``hardware=<preset>``'s data settings; a stage is the exclusive CPU time of the
+functions ``STAGES`` names (the rest is ``other``). With ``data.render_on=device`` the device stage is
+timed apart on the last batches (``--device``). ``--loader`` times ``train_dataloader()`` itself instead
+(0 workers), so another checkout can be measured the same way. Trailing arguments are Hydra overrides of
+``configs/train.yaml``.
 """
 
 from __future__ import annotations
@@ -114,11 +98,8 @@ class StageClock:
 
 @contextlib.contextmanager
 def instrument(clock: StageClock, dataset: Any) -> Iterator[None]:
-    """Wrap every function ``STAGES`` names for the duration of the block, then put them back.
-
-    Raises:
-        AttributeError: a named function no longer exists (update ``STAGES`` with the pipeline).
-    """
+    """Wrap every function ``STAGES`` names for the duration of the block, then put them back
+    (AttributeError: update ``STAGES`` with the pipeline)."""
     roots = {"dataset": dataset}
     originals = []
     try:

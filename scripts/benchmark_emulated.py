@@ -3,37 +3,16 @@ the network and for the workers' per-sample cost.
 
     uv run python scripts/benchmark_emulated.py --workers 15 --sample-ms 30 --step-ms 29.7 --json out.json
 
-What runs as in training (configs/train.yaml with ``hardware=cpu``, ``data=synthetic``): the datamodule
-and its train loader (sampler, DataLoader workers, collate), its batch-transfer hooks (decode, photometric
-augmentation, normalisation), DetectionModule's training step and logging, the run's callbacks
-(configs/callbacks/default.yaml, time budget off, CSV logger) and the validation cadence (``--val-every``
-epochs; off by default). What is emulated:
-
-- the device: the module's network and loss are swapped for a fixed device time of ``--step-ms`` per
-  step and a zero loss (29.7 ms = DBNet-r18-FPN at 640 px, batch 16, bf16 + channels_last on one H200:
-  539 img/s). With ``--device async`` (the default) it runs as CUDA runs kernels: the step is queued on
-  a device timeline and the host goes on (loading, decoding and logging the next batch) while it runs,
-  at most ``QUEUE_STEPS`` steps ahead, and waits for the device where training syncs (every epoch end:
-  the epoch's loss and text-crop count are read; every ``SYNC_EVERY_N_STEPS`` steps: the non-finite
-  check). With ``--device sync`` the host sleeps through every step (a lower bound: no overlap at all);
-- the workers' cost per sample: ``--sample-ms`` per sample (25-30 ms: receipts at 640 px on the H200
-  host's cores, issue 26). With ``--sample-work sleep`` (the default) the dataset hands on real samples
-  built once before the workers start (``BUILT_SAMPLES`` tiny ones, in turn) after sleeping that long;
-  with ``--sample-work real`` each sample is built for real and topped up by a sleep to that long. The
-  sleeps keep to a timeline that starts with each batch, so a batch costs its worker ``batch`` times
-  that long (plus the collate) however late each sleep wakes on a busy machine.
-
-The real per-sample CPU work at 640 px (11-20 ms on this project's 2-core machines) cannot run 540 times a
-second on 2 cores, and neither can the work on tiny images: 64 px synthetic receipts (``--image-px``) still
-cost several ms each (mostly per-polygon Python; printed as ``real work``), 15-25 ms on a 2-core machine
-shared by other jobs. So by default the sleep is the sample's whole cost, and the figures show how the
-pipeline schedules work (sampler, workers, queue, collate, transfer hooks, the Lightning loop and its
-callbacks), not how fast this machine's CPU is. Sleeping workers cost no CPU, so 15 of them fit on 2 cores.
-
-The clock: ``--warmup`` and ``--steps`` are rounded up to whole epochs; the pipeline's img/s is timed from
-the end of the warm-up's last step to the end of the last step. Reports ceiling = batch / step time (what
-the emulated GPU could eat), pipeline img/s, ratio = pipeline / ceiling, the share of the timed steps spent
-waiting for data and the first-batch wait of each epoch; ``--json PATH`` writes them.
+Real (configs/train.yaml, ``hardware=cpu``, ``data=synthetic``): the datamodule, its train loader and
+batch-transfer hooks, DetectionModule's training step and logging, the run's callbacks and the
+validation cadence (``--val-every``). Emulated: the network and loss, by ``--step-ms`` of device time per
+step (29.7 ms = r18-FPN at 640 px, batch 16, bf16 on one H200), queued ahead of the host at most
+``QUEUE_STEPS`` steps and synced where training syncs (``--device async``), or slept through
+(``--device sync``); and each sample's worker cost, by ``--sample-ms`` on a per-batch timeline
+(``--sample-work sleep``: prebuilt samples; ``real``: built, then topped up). So the figures show how the
+pipeline schedules work, not how fast this CPU is (sleeping workers cost no CPU: 15 fit on 2 cores).
+``--warmup`` and ``--steps`` are rounded up to whole epochs; reports the ceiling (batch / step time), the
+pipeline's img/s, their ratio and the data-wait share.
 """
 
 from __future__ import annotations
@@ -67,9 +46,8 @@ BUILT_SAMPLES = 16  # real samples built once for --sample-work sleep
 
 
 class EmulatedDevice:
-    """A device timeline: work of a given length is queued and runs after the work before it; the host
-    waits only when more than ``queue_steps`` pieces are unfinished, or at :meth:`synchronize`
-    (``queue_steps=0``: the host sleeps through each piece)."""
+    """A device timeline: queued work runs after the work before it; the host waits only when more than
+    ``queue_steps`` pieces are unfinished (0: it sleeps through each), or at :meth:`synchronize`."""
 
     def __init__(self, queue_steps: int) -> None:
         self.queue_steps = queue_steps
@@ -133,15 +111,10 @@ class ZeroLoss(nn.Module):
 
 
 class PacedSamples(Dataset[Sample]):
-    """The train dataset with each sample taking ``seconds`` of the worker's time: one of ``built`` (real
-    samples built beforehand) handed on, or when ``built`` is None the sample built for real; either way
-    the worker then sleeps until its timeline reaches the sample's end.
-
-    A worker's timeline (one per worker process) starts afresh with the first sample of each batch of
-    ``batch_size`` (the worker may have waited for work before it) and runs on by ``seconds`` per sample to
-    the batch's end, so a sleep that wakes late on a busy machine does not add up over the batch: a batch
-    takes ``batch_size * seconds`` (more only when the real work takes longer) and the collate.
-    """
+    """The train dataset with each sample taking ``seconds`` of the worker's time: one of ``built`` handed on
+    (None: built for real), then a sleep to the end of its slot on a timeline that restarts with each batch
+    of ``batch_size``, so late wake-ups on a busy machine do not add up: a batch takes ``batch_size *
+    seconds`` (more only when the real work takes longer) and the collate."""
 
     def __init__(self, dataset: Any, seconds: float, built: list[Sample] | None, batch_size: int) -> None:
         self.dataset, self.seconds, self.built = dataset, seconds, built
@@ -163,9 +136,8 @@ class PacedSamples(Dataset[Sample]):
 
 
 class StepClock(Callback):
-    """Images per second from the end of step ``start`` to the end of step ``stop`` (the device
-    synchronised before each read), and the train loader's wait over the same steps
-    (``ReceiptDataModule.loader_wait`` where the datamodule has one)."""
+    """Images per second from the end of step ``start`` to the end of step ``stop`` (device synchronised
+    before each read), and the train loader's wait over the same steps."""
 
     def __init__(self, start: int, stop: int, device: EmulatedDevice) -> None:
         self.start, self.stop, self.device = start, stop, device

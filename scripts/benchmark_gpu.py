@@ -3,24 +3,12 @@
     python3 scripts/benchmark_gpu.py --device cuda --json outputs/benchmark_gpu.json   # PYTHONPATH=.
     uv run python scripts/benchmark_gpu.py --device cpu --size 128 --batch 2 --steps 4 --variants fp32
 
-Variants: ``fp32``; ``bf16_cl`` (bf16 autocast + channels_last); ``compile`` (``bf16_cl`` + torch.compile).
-Each builds the module of configs/train.yaml through ``build_module`` (``data=receipts`` on ``--data-root``,
-``hardware=h100_80gb`` on CUDA, ``hardware=cpu`` on the CPU; trailing ``key=value`` arguments are Hydra
-overrides on top) and measures, on the same device:
-
-- ceiling: a few real batches are taken from the train loader once and moved to the device through the
-  datamodule's ``transfer_batch_to_device`` and ``on_after_batch_transfer`` (whatever is done to a batch
-  on the device, the ceiling pays too); then forward + DBLoss + backward + optimizer step on them.
-- pipeline: a fresh module of the same config trained by the configured Lightning Trainer on the
-  datamodule's train loader (the stream: its workers, pinned memory, collate, never stopped between
-  epochs): no validation, no logger, none of the run's callbacks. Its data wait is the share of the timed
-  steps the loop spent waiting for the loader (``ocr.data.stream.LoaderWait``).
-
-Warm-up and timed steps are whole epochs of the train loader (``--warmup`` and ``--steps`` are rounded up);
-the pipeline's clock is read at epoch ends. The workers' queue carries over epoch ends (as in training):
-in a steady state it is as full (or as empty) at the start of the timed epochs as at their end.
-Compilation happens in the warm-up. CUDA is synchronised before each clock read. Prints a Markdown table
-(variant, ceiling img/s, pipeline img/s, ratio, data wait); ``--json PATH`` writes the same figures.
+Variants ``fp32``, ``bf16_cl`` (bf16 autocast + channels_last) and ``compile`` (``bf16_cl`` +
+torch.compile), each the module of configs/train.yaml (``data=receipts``, trailing Hydra overrides on
+top). Ceiling: forward, DBLoss, backward and optimizer step on a few real batches moved to the device
+once by the datamodule's hooks. Pipeline: a fresh module trained by the configured Trainer on the train
+loader, without validation, logger or the run's callbacks; its data wait is ``LoaderWait``'s share.
+Warm-up and timed steps are whole epochs; CUDA is synchronised before each clock read.
 """
 
 from __future__ import annotations

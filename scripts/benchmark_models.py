@@ -1,17 +1,12 @@
-"""Network cost of model configs side by side: parameters, GFLOPs and CPU latency at one input size,
-PyTorch and ONNX Runtime, batch 1, the models interleaved round by round so load on a shared machine
-falls on all of them alike.
+"""Network cost of model configs side by side: parameters, GFLOPs (multiply and add count two) and median
+CPU latency at batch 1, PyTorch and ONNX Runtime, the models interleaved round by round.
 
     uv run python scripts/benchmark_models.py                                  # r18-FPN, DBNet++, PAN
     uv run python scripts/benchmark_models.py --models dbnet_resnet18_fpn dbnet_resnet18_pan \
         dbnet_resnet18_pan,model.decoder.channels=32 --size 640
 
-Each model is built by the one builder (``model=<name> hardware=<--hardware>``, random weights: latency
-does not depend on them) and exported by ``ocr.inference.onnx_export.export_onnx`` (the graph
-runners/export.py writes; the probability map only). The input is a (1, 3, size, size) letterbox, as
-prediction feeds a long side of ``size``. GFLOPs count multiply and add as two (``torch.utils.flop_counter``)
-over the whole network's forward (both head branches; the export keeps the probability branch). Prints a
-Markdown table: median ms per image over ``--rounds`` and the ratio to the first model's.
+Each model is built by the one builder with random weights and exported by ``export_onnx``; the input is
+a (1, 3, size, size) letterbox.
 """
 
 from __future__ import annotations

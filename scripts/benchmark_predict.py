@@ -1,4 +1,4 @@
-"""Prediction throughput of runners/predict.py's path, end to end, PyTorch vs ONNX Runtime; or, with
+"""Prediction throughput of runners/predict.py's path (``prepare``), PyTorch vs ONNX Runtime; or, with
 ``--emulate-ms``, the overlap of post-processing with a network of a given speed.
 
     uv run python scripts/benchmark_predict.py --ckpt <run>/checkpoints/best.ckpt            # CPU
@@ -6,36 +6,14 @@
     uv run python scripts/benchmark_predict.py --ckpt ... --emulate-ms 29.9 --batches 16 \
         pipeline.kind=process pipeline.workers=2                                              # emulated
 
-Times ``trainer.predict`` on the objects ``runners/predict.py`` builds (``prepare``): decode, letterbox
-and normalisation in the DataLoader, the network, post-processing and polygons in original px; writing
-the outputs is not timed. Each (backend, batch) runs one warm-up pass, then ``--passes`` timed passes
-over the images; one Markdown row each. Without ``--ckpt`` a randomly initialised r18-FPN checkpoint is
-used (its maps hold almost no text, so post-processing costs less than with a trained model). The ONNX
-backend exports the checkpoint first (runners/export.py, parity checked on the same images). On CUDA
-the PyTorch backend uses ``hardware=auto`` (bf16 autocast where the GPU has it, channels_last).
-
-Rows are backends x models x batch sizes x long sides x variants (``--variant NAME="overrides"``, e.g. an
-input-size rule), all prepared first and then timed in turn, one pass of each row per round, so that a
-shared machine's load falls on every row alike. ``--onnx-model`` times exported models (fp32 or int8) as
-they are instead of exporting ``--ckpt``. With ``--gt`` (by default ``<images>/../../jsons/<split>.json``
-where it exists) each row's predictions of its last pass are scored with runners/evaluate.py in both CLEval
-modes. ``--json`` writes every row (img/s per pass, the network's share of the wall time, hmean, model
-size) and the machine.
-
-The peer (``--peer-python /path/to/venv/bin/python`` or ``RAPIDOCR_PYTHON``): rapidocr's detector, installed
-in its own virtual environment (never a dependency of this project), runs scripts/peer_rapidocr.py in that
-Python on the same images; its passes are interleaved with ours (one after each round), its detections are
-written as a submission CSV and scored like ours.
-
-Emulation (``--emulate-ms``, PyTorch backend): the checkpoint's network computes each batch's maps once;
-then ``trainer.predict`` runs the predict module with the network replaced by a fixed device time per
-batch (a sleep, during which the host is free, as while a GPU computes) that returns those maps, on
-batches read from memory (the data pipeline is not measured). What a GPU does to the maps (sigmoid,
-threshold, the copy to pinned host memory) is the device's too: each batch's host maps are made before
-the pass, and the pipeline takes them where it would have started that work; from there on it is real
-(the maps moved into shared memory for worker processes, the hand-over, the post-processing). Each image
-once in this thread gives the post-processing time per image, and the emulated passes show how much of
-``min(network rate, workers / time per image)`` the pipeline reaches.
+Rows are backends x models x batch sizes x long sides x ``--variant``s, timed in turn one pass per round
+(a shared machine's load falls on every row alike) after one warm-up pass; writing outputs is not timed.
+Without ``--ckpt`` a random r18-FPN checkpoint is used; ONNX rows export it first (parity checked). With
+``--gt`` (default ``<images>/../../jsons/<split>.json``) each row is scored in both CLEval modes. The peer
+(``--peer-python`` or ``$RAPIDOCR_PYTHON``, rapidocr in its own venv) runs scripts/peer_rapidocr.py on the
+same images, one pass after each of our rounds. ``--emulate-ms`` replaces the network by a sleep per batch
+returning its real maps (batches from memory), so the passes show how much of
+``min(network rate, workers / post-processing time per image)`` the pipeline reaches.
 """
 
 from __future__ import annotations
@@ -44,7 +22,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -93,11 +70,8 @@ def random_checkpoint(path: Path, overrides: Sequence[str]) -> Path:
 
 
 class Peer:
-    """The peer detector's worker (scripts/peer_rapidocr.py in the peer's Python), warmed up on start.
-
-    Raises:
-        RuntimeError: the worker exited or answered something else than JSON (its stderr is ours).
-    """
+    """The peer detector's worker (scripts/peer_rapidocr.py in the peer's Python), warmed up on start
+    (RuntimeError when it exits or answers something else than JSON)."""
 
     def __init__(self, python: Path, images: list[Path], work: Path) -> None:
         listing = work / "peer_images.txt"
@@ -174,9 +148,8 @@ def score(gt: Path, predictions: dict[str, list[Any]], directory: Path) -> dict[
 
 
 class Row:
-    """One timed configuration of ours: what it is, what predicts (``prepared``: data module, module,
-    trainer), and what was measured (a plain class: scripts load without a package, where dataclasses
-    cannot resolve their annotations)."""
+    """One timed configuration of ours, its ``prepared`` (data module, module, trainer) and its figures (a
+    plain class: a script loaded without a package cannot resolve a dataclass's annotations)."""
 
     def __init__(
         self,
@@ -243,29 +216,9 @@ class Row:
         }
 
 
-def time_predict(cfg: DictConfig, passes: int) -> list[float]:
-    """Images per second of each timed pass of ``trainer.predict`` (after one warm-up pass)."""
-    datamodule, module, trainer = runner.load_runner("predict").prepare(cfg)
-    count = len(datamodule.datasets["predict"])
-    rates = []
-    for index in range(passes + 1):
-        start = time.perf_counter()
-        trainer.predict(module, datamodule=datamodule, return_predictions=False)
-        if torch.cuda.is_available() and cfg.trainer.accelerator != "cpu":
-            torch.cuda.synchronize()
-        if index > 0:
-            rates.append(count / (time.perf_counter() - start))
-    return rates
-
-
 class EmulatedNetwork(nn.Module):
-    """Stands in for the network: waits the device time of each batch, then returns the next of
-    ``prob_logits`` (the real network's, in batch order).
-
-    Args:
-        prob_logits: (B, 1, H, W) per batch.
-        seconds: device time per batch, in batch order.
-    """
+    """Stands in for the network: waits each batch's device time (``seconds``), then returns its (B, 1, H, W)
+    ``prob_logits`` (the real network's, in batch order)."""
 
     def __init__(self, prob_logits: list[Tensor], seconds: list[float]) -> None:
         super().__init__()
@@ -283,9 +236,7 @@ def _as_is(batch: Batch) -> Batch:
 
 
 class MemoryBatches(L.LightningDataModule):
-    """Predict batches read from memory, moved as the datamodule moves them (the tensors only: Lightning's
-    generic transfer refuses the frozen geometry records); not decoded, the emulated network reads no
-    pixel."""
+    """Predict batches from memory, moved as the datamodule moves them; not decoded (no pixel is read)."""
 
     def __init__(self, batches: list[Batch]) -> None:
         super().__init__()
@@ -323,8 +274,7 @@ def network_logits(module: Any, images: Tensor, chunk: int) -> Tensor:
 
 def maps_cache(directory: Path, cfg: DictConfig, sources: list[str]) -> ProbCache:
     """The network's logits per image on disk, keyed by the checkpoint file, the images and the eval
-    transform, so that another emulation of the same maps skips the network (a CPU pass at 1024 px takes
-    seconds per image)."""
+    transform, so another emulation of the same maps skips the network."""
     ckpt = Path(cfg.ckpt).resolve()
     key = {
         "ckpt": [str(ckpt), ckpt.stat().st_size, ckpt.stat().st_mtime_ns],
@@ -338,9 +288,8 @@ def maps_cache(directory: Path, cfg: DictConfig, sources: list[str]) -> ProbCach
 def prepare_emulation(
     cfg: DictConfig, ms_per_batch: float, cache: ProbCache | None, repeat: int = 1
 ) -> Emulation:
-    """Run the real network once over ``cfg``'s images (or read its logits from ``cache``). ``ms_per_batch``
-    is the device time of a full batch of ``long_side`` squares; a batch of fewer or smaller inputs
-    (``data.eval_transform.pad_multiple``) takes it in proportion to its pixels."""
+    """Run the real network once over ``cfg``'s images (or read its logits from ``cache``); ``ms_per_batch``
+    is a full batch's device time, smaller batches take it in proportion to their pixels."""
     datamodule, module, trainer = runner.load_runner("predict").prepare(cfg)
     batches = list(datamodule.predict_dataloader())
     logits = []
@@ -633,15 +582,10 @@ def markdown_table(rows: list[Row], peer: Peer | None, gt: Path | None, work: Pa
 
 def machine() -> dict[str, Any]:
     """The CPU model, core count and load, for the JSON."""
-    model = platform.processor()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    from ocr.machine.environment import cpu_info
+
     return {
-        "cpu": model,
+        "cpu": cpu_info()["model"],
         "cores": os.cpu_count(),
         "load_average": list(os.getloadavg()),
         "python": sys.version.split()[0],

@@ -3,11 +3,9 @@
     uv run python scripts/benchmark_serve.py [--root ../shared/datasets/sroie-compact] [--images 20]
         [--long-side 1024] [--ckpt <file.ckpt>] [--repeats 5]
 
-Times ``POST /api/detect`` through FastAPI's TestClient with each image's probability map cached, as
-after the first answer: the post-processing (``DBPostProcessor.image``), the per-image CLEval card with
-outcomes and the JSON, for three control settings. Without ``--ckpt`` the map is the ground truth's
-shrunk text drawn as a trained model's map looks (the DB probability target, blurred to soft edges);
-with it, the checkpoint's own map. Prints the median, 90th percentile and maximum per setting.
+Times ``POST /api/detect`` through FastAPI's TestClient with each image's probability map cached, for
+three control settings: post-processing, the CLEval card and the JSON. Without ``--ckpt`` the map is the
+ground truth's blurred DB target. Prints the median, 90th percentile and maximum per setting.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Benchmark DB target generation: ``ocr.data.targets.db.make_db_targets`` vs the classic per-polygon oracle.
 
-Runs on ONE CPU core (affinity pinned where the OS allows, OpenCV/BLAS/OpenMP limited to one thread,
-torch never imported) over seeded receipt-like layouts of word boxes (8-30 px high, 20-200 px wide,
-30% slightly rotated) and prints CPU ms/image, the speed-up and wall ms/image as a markdown table.
-Two layouts: ``words``, those boxes as exact rectangles, and ``jittered``, the same boxes with each
-corner moved by up to 1 px (general quadrilaterals, as hand labels and perspective warps give).
-
     uv run python scripts/benchmark_targets.py [--boxes 50 100 200] [--size 640] [--images 5]
         [--layouts words jittered]
+
+On ONE CPU core (torch never imported) over seeded receipt-like layouts of word boxes, as exact
+rectangles (``words``) or with each corner moved up to 1 px (``jittered``); prints CPU ms/image, the
+speed-up and wall ms/image.
 """
 
 from __future__ import annotations
@@ -51,11 +49,8 @@ def time_per_image(
     size: int,
     rounds: int,
 ) -> tuple[float, float]:
-    """Fastest of ``rounds`` passes over all layouts: (CPU ms, wall ms) per image.
-
-    CPU time of this thread is the figure of merit: on a shared machine it leaves out the time other
-    processes hold the core, which wall-clock time does not; the minimum over passes filters the rest.
-    """
+    """Fastest of ``rounds`` passes over all layouts: (CPU ms, wall ms) per image; this thread's CPU time
+    leaves out other processes' share of a shared core."""
     cpu, wall = [], []
     for _ in range(rounds):
         cpu_start, wall_start = time.thread_time(), time.perf_counter()

@@ -6,20 +6,14 @@ and a validation of 50 images (<= 1 s), on an H100/H200.
     uv run python scripts/gpu_speed_goals.py --device cpu --data-root ../shared/datasets/sroie-compact \
         --batch 2 --long-side 128 --images 4 --val-images 4 --passes 1          # a dry run on the CPU
 
-Runs with a plain ``python3`` (no uv: the repository root is put on the path here) that has the project's
-dependencies. Predict: scripts/benchmark_predict.py's PyTorch row (runners/predict.py's objects: decode,
-letterbox, network, post-processing; outputs not written), ``--images`` test images, one warm-up pass then
-``--passes`` timed passes, ``hardware=auto`` on CUDA (bf16 autocast where the GPU has it, channels_last).
-Validation: runners/test.py's module and trainer, ``split=val`` on the first ``--val-images`` val images,
-``trainer.validate`` once to warm up, then timed ``--passes`` times (CLEval scored, as in training). Without
-``--ckpt`` a randomly initialised r18-FPN (its maps hold almost no text: post-processing costs less than a
-trained model's). Prints one line per goal with the figures and met/missed; ``--json`` writes them.
+Runs with a plain ``python3`` that has the project's dependencies. Predict is scripts/benchmark_predict.py's
+PyTorch row; validation is runners/test.py's module and trainer on ``split=val``, warmed up once, then
+timed ``--passes`` times. Without ``--ckpt`` a random r18-FPN is used.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -27,7 +21,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,14 +28,6 @@ sys.path.insert(0, str(REPO))  # plain python3: the project's package without an
 
 PREDICT_GOAL = 300.0  # img/s at batch 16, long side 1024
 VALIDATION_GOAL = 1.0  # s for 50 images
-
-
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def validation_seconds(args: argparse.Namespace, ckpt: Path, work: Path) -> list[float]:
@@ -91,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--passes", type=int, default=3, help="timed passes after one warm-up")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    bench = _script("benchmark_predict")
+    from scripts import benchmark_predict as bench
+
     with tempfile.TemporaryDirectory(prefix="gpu_speed_goals_") as tmp:
         work = Path(tmp)
         hardware = "hardware=cpu" if args.device == "cpu" else "hardware=auto"

@@ -2,14 +2,9 @@
 
     /path/to/peer-venv/bin/python scripts/peer_rapidocr.py <file with one image path per line>
 
-rapidocr is never a dependency of this project: this file runs in its own virtual environment and imports
-nothing of the project (standard library and rapidocr only). Detection only, with rapidocr's defaults
-(``RapidOCR()``, then ``engine(path, use_det=True, use_cls=False, use_rec=False)``). One warm-up call on the
-first image; then, on stdin, one command per line, one JSON answer per line on stdout:
-
-- ``pass``: detect every image once; ``{"seconds": wall time of the pass, "images": n, "polygons": {name:
-  [[x, y, ...], ...]}}`` (the engine's boxes in original px: what its submission holds).
-- ``quit``: exit.
+Imports nothing of the project (rapidocr is never its dependency). Detection only, rapidocr's defaults;
+one warm-up call, then per stdin line ``pass`` (detect every image once, answering ``{"seconds",
+"images", "polygons": {name: [[x, y, ...], ...]}}`` in original px as one JSON line) or ``quit``.
 """
 
 from __future__ import annotations

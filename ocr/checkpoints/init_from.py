@@ -31,21 +31,11 @@ def network_weights(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def load_init_weights(net: nn.Module, init_from: str | Path) -> None:
-    """Load the network weights of ``init_from`` into ``net``: a checkpoint of this project (``.ckpt``, any
-    layout :func:`~ocr.checkpoints.reading.load_checkpoint` reads) or a state dict of the network
-    (``.pth``/``.pt``/``.safetensors``, keys with or without the module's ``net.`` prefix).
-
-    Tensors the file lacks keep their initial weights and tensors the network lacks are ignored; both
-    are logged with their counts and first names. A tensor of another shape stops the run, except when
-    the file's decoder is another family than the network's (:func:`_drop_other_family_tensors`): then
-    its decoder and head tensors of other shapes keep their initial weights and are logged too.
-
-    Raises:
-        FileNotFoundError: naming ``model.init_from`` and the path when it is not a file.
-        ValueError: another suffix, a tensor whose shape differs from the network's (each named, with
-            both shapes) in the encoder, or anywhere when the decoders are of one family, or a file that
-            shares no tensor name with the network.
-    """
+    """Load the network weights of ``init_from`` into ``net``: a project checkpoint (``.ckpt``) or a state
+    dict (``.pth``/``.pt``/``.safetensors``, with or without the ``net.`` prefix). Missing and unexpected
+    tensors are logged; a tensor of another shape stops the run (ValueError naming both shapes), except in
+    the decoder and head of another decoder family (:func:`_drop_other_family_tensors`). FileNotFoundError
+    names ``model.init_from``; ValueError also for another suffix or a file sharing no tensor name."""
     path = Path(init_from).expanduser()
     if not path.is_file():
         what = "a directory" if path.is_dir() else "no such file"
@@ -114,13 +104,9 @@ def load_init_weights(net: nn.Module, init_from: str | Path) -> None:
 def _drop_other_family_tensors(
     weights: dict[str, Tensor], own: Mapping[str, Tensor]
 ) -> tuple[dict[str, Tensor], list[str]]:
-    """``weights`` without the decoder/head tensors whose shape differs from ``own``'s when the file's
-    decoder is another family, and those tensors' names (sorted as the network's).
-
-    The decoder families are compared by their sets of tensor names (``decoder.*``). The same set means
-    the same decoder at other settings (a width, a config mistake: every shape mismatch stops the run).
-    Another set means another decoder (an r18-FPN checkpoint into DBNet++ or PAN, or back), whose shapes
-    may differ in the decoder and in the head it feeds. The encoder must fit either way."""
+    """``weights`` without the decoder/head tensors whose shape differs from ``own``'s when the file's decoder
+    is another family (another set of ``decoder.*`` names, e.g. r18-FPN into PAN), and those names, sorted.
+    The same set is the same decoder at other settings, where every mismatch stops the run."""
     decoder_names = {key for key in weights if key.startswith("decoder.")}
     if decoder_names == {key for key in own if key.startswith("decoder.")}:
         return weights, []

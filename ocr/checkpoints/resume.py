@@ -1,9 +1,8 @@
 """Resume a run: its own config from the checkpoint, only the command line's key overrides on top.
 
-``runners/train.py resume=<run dir>`` continues in that directory from its latest checkpoint (or the
-one ``ckpt_path`` names). The resolved config stored in the checkpoint is the run's config, so neither
-a changed default nor ``hardware=auto`` on another machine changes a resumed run behind the user's back.
-Everything here only reads: a refused resume (:class:`ResumeRefusedError`) has written nothing.
+``runners/train.py resume=<run dir>`` continues in that directory from its latest checkpoint (or
+``ckpt_path``) with the resolved config stored in it, so neither a changed default nor ``hardware=auto``
+on another machine changes it behind the user's back. A refused resume has written nothing.
 """
 
 from __future__ import annotations
@@ -85,12 +84,8 @@ class Resume:
         return f"# resumed from {self.checkpoint}; overrides: {' '.join(self.overrides) or 'none'}\n"
 
     def check_data(self, datamodule: Any, allow_change: bool) -> None:
-        """Refuse to go on when the data fingerprint differs from the checkpoint's (unless
-        ``allow_change``); prepares the data first, since the fingerprint hashes its annotation files.
-
-        Raises:
-            ValueError: naming both fingerprints and the override that goes on anyway.
-        """
+        """Refuse to go on when the data fingerprint (of the annotation files, so the data is prepared first)
+        differs from the checkpoint's, unless ``allow_change``."""
         datamodule.prepare_data()
         current = datamodule.fingerprint
         if self.data_fingerprint is None:
@@ -160,13 +155,8 @@ def _readable_hpc_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
-    """``ckpt_path`` when given, else the checkpoint in ``<run_dir>/checkpoints`` (or the one Lightning
-    saved on a SLURM pre-emption, ``<run_dir>/hpc_ckpt_<n>.ckpt``) with the highest step (``last.ckpt`` on
-    a tie); with its step.
-
-    Raises:
-        FileNotFoundError: naming the folder when it holds no checkpoint.
-    """
+    """``ckpt_path`` when given, else the checkpoint of highest step (``last.ckpt`` on a tie) in
+    ``<run_dir>/checkpoints`` or a SLURM pre-emption's ``<run_dir>/hpc_ckpt_<n>.ckpt``; with its step."""
     if ckpt_path is not None:
         path = Path(ckpt_path)
         if not path.is_file():
@@ -246,12 +236,8 @@ def _check_fixed_key(run_cfg: DictConfig, key: str, value: Any, override: str) -
 
 
 def _check_same_run(run_dir: Path, checkpoint_path: Path, run_config: dict[str, Any], allow: bool) -> bool:
-    """Whether the checkpoint belongs to the run in ``run_dir``: by run identity when both record one,
-    else by where the file lies. A checkpoint of another run is refused, naming both, unless ``allow``.
-
-    Raises:
-        ResumeRefusedError: another run's checkpoint without ``resume_allow_other_run=true``.
-    """
+    """Whether the checkpoint belongs to the run in ``run_dir`` (by run identity when both record one, else
+    by where the file lies); another run's is refused unless ``allow``."""
     folder_id = read_run_id(run_dir)
     checkpoint_id = run_config.get("run_id")
     if folder_id is not None and checkpoint_id is not None:
@@ -281,11 +267,7 @@ def _check_same_run(run_dir: Path, checkpoint_path: Path, run_config: dict[str, 
 
 
 def refuse_file_resume(resume: str | None) -> None:
-    """Refuse ``resume=<a file>`` (a checkpoint given where the run's folder belongs).
-
-    Raises:
-        ResumeRefusedError: naming the file, the run folder it lies in and ``ckpt_path``.
-    """
+    """Refuse ``resume=<a checkpoint file>``, naming the run folder it lies in and ``ckpt_path``."""
     if resume is None or not Path(resume).is_file():
         return
     path = Path(resume).resolve()
@@ -299,12 +281,8 @@ def refuse_file_resume(resume: str | None) -> None:
 def _refuse_nothing_to_train(
     cfg: DictConfig, checkpoint: dict[str, Any], checkpoint_path: Path, step: int, run_dir: Path
 ) -> None:
-    """Refuse a resume whose length is already reached: it would only test again and rewrite the run's
-    ``metrics.json`` and status (README, "Resume a run").
-
-    Raises:
-        ResumeRefusedError: naming the run's step (or epoch), the length and the override that trains.
-    """
+    """Refuse a resume whose length is already reached (it would only test again and rewrite the run's
+    ``metrics.json`` and status), naming the step (or epoch), the length and the override that trains."""
     max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=-1)
     max_epochs = OmegaConf.select(cfg, "trainer.max_epochs", default=None)
     if isinstance(max_steps, int) and max_steps >= 0:
@@ -340,16 +318,9 @@ def _has_key(cfg: DictConfig, key: str) -> bool:
 
 
 def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
-    """The run's own config (from its checkpoint) with ``overrides`` applied, and the checkpoint.
-
-    Args:
-        composed: the config Hydra composed for this invocation (``resume``, ``ckpt_path`` set).
-        overrides: this invocation's command-line overrides (Hydra's ``overrides.task``).
-
-    Raises:
-        FileNotFoundError: no checkpoint to resume from.
-        ValueError: an override that cannot apply to the run's config, or another output directory.
-    """
+    """The run's own config (from its checkpoint) with this invocation's key ``overrides`` (Hydra's
+    ``overrides.task``) applied, and the checkpoint. FileNotFoundError: no checkpoint; ResumeRefusedError:
+    an override that cannot apply, or another output directory."""
     run_dir = Path(composed.resume).resolve()
     refuse_file_resume(composed.resume)
     if not run_dir.is_dir():
@@ -397,12 +368,8 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
 
 
 def resume_from_command_line(cfg: DictConfig) -> Resume | None:
-    """The resume ``cfg`` asks for (``resume=<run dir>``, optional ``ckpt_path``), or None.
-
-    Raises:
-        ValueError: ``ckpt_path`` without ``resume``: the run's directory and config would be unknown.
-        ResumeRefusedError: ``model.init_from`` with ``resume``: a resume restores every weight.
-    """
+    """The resume ``cfg`` asks for (``resume=<run dir>``, optional ``ckpt_path``), or None; refuses
+    ``ckpt_path`` without ``resume`` and ``model.init_from`` with it."""
     if cfg.ckpt_path is not None and cfg.resume is None:
         raise ValueError(
             f"ckpt_path={cfg.ckpt_path} needs the run to resume: pass resume=<run dir> (its own config "

@@ -66,27 +66,13 @@ def estimate_checkpoint_bytes(module: L.LightningModule) -> int:
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """Keeps ``best_hmean0.9312_epoch07.ckpt`` (by ``val/hmean``) and ``last.ckpt`` in ``dirpath``.
-
-    The names hold no ``=``, so a printed path works unquoted in a Hydra override (``ckpt=<path>``).
-    Best-checkpoint tracking restored from a checkpoint keeps the paths it names, so a run resumed from
-    before the rename (``best-hmean=0.9312-epoch=07.ckpt``) still replaces its best file when it improves.
-
-    ``last.ckpt`` holds the latest state: it is rewritten at every validation, at the end of training,
-    and between validations every ``every_n_steps`` training steps or ``every_n_minutes`` minutes.
-    Each checkpoint is written to ``<name>.tmp`` and renamed, and gets ``<name>.json`` beside it with
-    the step, the resolved config, the metrics at save time, the git commit and the data fingerprint.
-    Temporary files an interrupted write left behind are removed when fitting starts.
-
-    Args:
-        dirpath: checkpoint folder.
-        monitor: metric that ranks the best checkpoints (logged at validation).
-        mode: ``max`` or ``min`` for ``monitor``.
-        save_top_k: how many best checkpoints to keep.
-        every_n_steps: refresh ``last.ckpt`` every N training steps (None = only at validation).
-        every_n_minutes: refresh ``last.ckpt`` when this many minutes passed since the last write
-            (None = off); checked every ``TIME_CHECK_EVERY_N_STEPS`` steps.
-    """
+    """Keeps ``best_hmean0.9312_epoch07.ckpt`` (by ``monitor``, ``save_top_k`` of them) and ``last.ckpt`` in
+    ``dirpath``; the names hold no ``=``, so a printed path works unquoted in a Hydra override. Restored best
+    tracking keeps the paths it names, so a run from before the rename still replaces its best file.
+    ``last.ckpt`` is rewritten at every validation, at the end of training, and between validations every
+    ``every_n_steps`` steps or ``every_n_minutes`` minutes (checked every ``TIME_CHECK_EVERY_N_STEPS``). Each
+    checkpoint is written to ``<name>.tmp`` and renamed, with ``<name>.json`` beside it (step, config,
+    metrics, git commit, data fingerprint); leftover temporary files are removed when fitting starts."""
 
     def __init__(
         self,
@@ -149,12 +135,9 @@ class RunCheckpoint(ModelCheckpoint):
                 self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """No save at epoch ends (Lightning's would be here). With validation, ``on_validation_end`` saves:
-        with trainer.max_steps set, Lightning resumes an epoch-end checkpoint of a validated epoch one epoch
-        short of max_epochs. Without validation the whole run is "between validations": last.ckpt every
-        ``every_n_steps`` steps, every ``every_n_minutes`` and at the end. An epoch of a small data set
-        takes a fraction of a second on a GPU, less than copying out and writing the weights and the
-        optimizer state, and the train stream runs on across epoch ends (``ocr.data.stream``)."""
+        """No save at epoch ends: with trainer.max_steps set, Lightning resumes an epoch-end checkpoint of a
+        validated epoch one epoch short of max_epochs, and a small data set's epoch is shorter than a save.
+        ``on_validation_end`` saves; without validation, the between-validation saves cover the run."""
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._saving_off(trainer):

@@ -1,10 +1,8 @@
 """Resuming on another number of processes (nodes x devices): refused, or allowed with what changes.
 
-``data.batch_size`` is per process, so the world size decides the effective batch and how an epoch is
-split among the ranks; the step count, the learning-rate schedule (in steps) and the learning rate are
-the run's and stay. A resume on another world size is therefore another training run from the same
-weights: refused unless ``resume_allow_world_size_change=true``, which goes on with a warning that says
-what changes.
+``data.batch_size`` is per process, so another world size changes the effective batch and the epoch's
+split while steps, schedule and learning rate stay: another training run from the same weights, refused
+unless ``resume_allow_world_size_change=true`` (a warning then says what changes).
 """
 
 from __future__ import annotations
@@ -34,12 +32,8 @@ def planned_world_size(cfg: DictConfig) -> int:
 
 
 def check_world_size(saved: int | None, cfg: DictConfig, checkpoint: Path, allow_change: bool) -> None:
-    """Refuse a resume on another world size than ``checkpoint``'s (``saved``), unless ``allow_change``.
-
-    Raises:
-        ResumeRefusedError: the world sizes differ and ``allow_change`` is False; the message names both,
-            the effective batches and the fix.
-    """
+    """Refuse a resume on another world size than ``checkpoint``'s, unless ``allow_change``
+    (ResumeRefusedError naming both, the effective batches and the fix)."""
     if saved is None:
         log.warning(
             "Resume: %s records no world size; a change of nodes or devices cannot be checked", checkpoint

@@ -1,11 +1,9 @@
 """On-disk cache of decoded and resized images, keyed so that a stale entry can never be used.
 
-The key (:func:`cache_fingerprint`) hashes the annotation file's bytes, the transform config and the
-source of ``ocr/data/*.py``; entries live under ``<directory>/<fingerprint[:16]>/``. An entry's name also
-hashes the image id and, when given, the source file's size and modification time, so an image replaced
-in place is decoded again. The scan that fills a folder holds its lock (:meth:`ImageCache.filling`): the
-DDP ranks of a node (and other runs on it) fill it once, one after the other, instead of each decoding
-every image and racing to write the same files. The cache belongs on a node's local disk.
+Entries live under ``<directory>/<fingerprint[:16]>/`` (:func:`cache_fingerprint`: the annotation file,
+the transform config and the source of ``ocr/data/*.py``); an entry's name also hashes the image id and
+the source file's size and mtime. The scan that fills a folder holds its lock (:meth:`ImageCache.filling`),
+so the ranks of a node fill it once. The cache belongs on a node's local disk.
 """
 
 from __future__ import annotations
@@ -36,13 +34,8 @@ LOCK_NAME = ".filling.lock"
 
 
 def cache_fingerprint(annotation_path: str | Path | None, transform_config: Mapping[str, Any]) -> str:
-    """Hex sha256 over the annotation file bytes, the transform config and :func:`code_version`.
-
-    Args:
-        annotation_path: the split's annotation file; None for a folder of images (predict).
-        transform_config: anything that changes the cached pixels (sizes, interpolation, ...); mappings
-            and sequences such as OmegaConf containers are serialised as JSON with sorted keys.
-    """
+    """Hex sha256 over the annotation file bytes (None for predict), ``transform_config`` (JSON with sorted
+    keys) and :func:`code_version`."""
     digest = hashlib.sha256()
     digest.update(b"annotations\0")
     digest.update(Path(annotation_path).read_bytes() if annotation_path is not None else b"\0none\0")
@@ -102,11 +95,8 @@ class ImageCache:
             handle.close()  # releases the lock
 
     def load(self, image_id: str, source: str | Path | None = None) -> npt.NDArray[Any] | None:
-        """The cached array, or None on a miss or an unreadable entry.
-
-        The array maps the file copy-on-write: a training crop reads only its part of the image, so the
-        rest is never copied (writes stay private to the array).
-        """
+        """The cached array (mapped copy-on-write: a crop copies only its part), or None on a miss or an
+        unreadable entry."""
         try:
             return np.load(self.path(image_id, source), mmap_mode="c", allow_pickle=False)
         except (OSError, ValueError, EOFError):

@@ -17,17 +17,10 @@ __all__ = ["collate_batch"]
 
 
 def collate_batch(samples: Sequence[Sample]) -> Batch:
-    """Stack the compact image and target tensors; keep polygons, flags, geometry and ids as per-sample
-    lists, the samples' one ``BatchCoding`` and their photometric rows (stacked, or None in eval).
-
-    Samples whose crop the device makes (``warp``) have their source regions packed into one 1-D buffer;
-    samples whose maps the device draws (``target_polygons``) have their polygons padded into tensors.
-
-    Raises:
-        ValueError: no samples, samples whose tensor shapes differ, samples with different codings, or a
-            mix of samples with and without photometric parameters, warps or target polygons (names the
-            image ids).
-    """
+    """Stack the compact tensors; keep polygons, flags, geometry and ids as per-sample lists, the samples'
+    one ``BatchCoding`` and their photometric rows; pack device-warp regions into one 1-D buffer and pad
+    device-drawn polygons into tensors. ValueError (naming the image ids): no samples, differing shapes or
+    codings, or a mix of samples with and without photometric parameters, warps or target polygons."""
     if not samples:
         raise ValueError("collate_batch: expected at least one sample, got an empty list")
     for field in ("photometric", "warp", "target_polygons"):

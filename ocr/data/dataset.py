@@ -1,12 +1,9 @@
 """Datasets: a labelled split (``ReceiptDataset``) and a folder of images for prediction.
 
-``ReceiptDataset`` scans its split once at construction (``ocr.data.scan``: every image decode-checked,
-unusable ones skipped and counted or failed per ``on_missing_image``, frames resolved, polygons
-sanitised). ``__getitem__`` then decodes (at reduced scale when the input is much smaller, or from the
-on-disk cache), draws the augmentation, maps the polygons and sanitises them in input px, all in the
-DataLoader worker. With ``render_on=worker`` the worker also warps the training crop and draws the DB
-targets; with ``render_on=device`` it ships the source region the crop reads and the polygons, and
-``ocr.data.coding.decode_batch`` warps and draws on the batch's device.
+``ReceiptDataset`` scans its split once at construction (``ocr.data.scan``); ``__getitem__`` then
+decodes (reduced, or from the cache), augments and sanitises the polygons in input px, in the DataLoader
+worker, which also warps the crop and draws the DB targets (``render_on=worker``) or ships the source
+region and the polygons for ``ocr.data.coding.decode_batch`` to do so on the device (``render_on=device``).
 """
 
 from __future__ import annotations
@@ -57,29 +54,9 @@ class ReceiptDataset(Dataset[Sample]):
         cache_dir: str | Path | None,
         render_on: str,
     ) -> None:
-        """Scan the split.
-
-        Args:
-            root: dataset folder.
-            split: split name (``train``, ``val``, ``test``, ...).
-            transform: a ``TrainTransform`` or ``EvalTransform``.
-            exif_mode: ``rotated``, ``raw`` or ``auto`` (see ``ocr.data.images``).
-            on_missing_image: ``skip`` (skip and count missing/unreadable images) or ``fail``.
-            min_polygon_size: polygons whose shorter side is below this (px) are removed.
-            targets: the fields of ``ocr.types.TargetParams`` for ``make_db_targets``: shrink_ratio,
-                thresh_min, thresh_max, min_text_size, each exactly once.
-            cache_dir: folder of the decoded-image cache; None disables it.
-            render_on: ``worker`` (the worker warps the training crop and draws the DB targets) or
-                ``device`` (``decode_batch`` does both on the batch's device).
-
-        Raises:
-            ValueError: ``on_missing_image`` or ``render_on`` is unknown, or ``targets`` has unknown or
-                missing keys.
-            FileNotFoundError: the annotation file is missing, or (``fail``) images are missing; the
-                message names every missing and unreadable image.
-            ImageReadError: (``fail``) images are unreadable, corrupt, truncated or in an unsupported
-                pixel format.
-            AnnotationError: the annotation file is malformed.
+        """Scan the split (``ocr.data.scan``); ``targets`` holds ``TargetParams``' fields, ``cache_dir`` None
+        disables the decoded-image cache. ValueError: an unknown ``on_missing_image``, ``render_on`` or target
+        key; FileNotFoundError, ImageReadError, AnnotationError: the annotation file or (``fail``) the images.
         """
         if on_missing_image not in ON_MISSING:
             raise ValueError(f"on_missing_image: expected one of {ON_MISSING}, got {on_missing_image!r}")
@@ -135,11 +112,7 @@ class ReceiptDataset(Dataset[Sample]):
         return len(self.entries)
 
     def input_size(self, index: int) -> tuple[int, int]:
-        """(height, width) of image ``index`` as the network sees it, from the scan (no decoding).
-
-        Raises:
-            TypeError: the transform is not an ``EvalTransform`` (train crops have one size).
-        """
+        """(height, width) of image ``index`` as the network sees it, from the scan (eval transforms only)."""
         entry = self.entries[index]
         return _eval_transform(self.transform).input_size(entry.orig_width, entry.orig_height)
 
@@ -182,14 +155,9 @@ def build_sample(
     targets: TargetParams,
     coding: BatchCoding,
 ) -> Sample:
-    """Sanitise the transformed polygons in input px (clip to the input) and assemble a compact Sample:
-    with the DB maps drawn here and encoded with ``coding`` (``ocr.data.coding``), or, when
-    ``coding.targets`` is set, with the sanitised polygons the device draws them from.
-
-    The sample's ``sanitation`` holds the scan's counts of its annotation (``sanitation``) and what the
-    input-px sanitation removed or repaired, under ``INPUT_PX`` + reason: text the crop left out
-    (``input_px/out_of_image``), text too small at the training scale (``input_px/too_small``), ...
-    """
+    """Sanitise the transformed polygons in input px and assemble a compact Sample: the DB maps drawn
+    and encoded with ``coding``, or, when ``coding.targets`` is set, the polygons the device draws from.
+    Its ``sanitation`` adds the input-px counts, under ``INPUT_PX`` + reason, to the scan's."""
     height, width = result.image.shape[1:] if result.warp is None else result.warp.out_size
     polys_px, ignore_px, input_counts = sanitize_polygons(
         result.polygons, ignore, width, height, min_polygon_size
@@ -224,11 +192,7 @@ class ImageFolderDataset(Dataset[Sample]):
     """All images of a folder (sorted, recursive), for prediction: no annotations, zero targets."""
 
     def __init__(self, *, image_dir: str | Path, transform: Transform) -> None:
-        """Scan ``image_dir`` for files with a suffix in ``IMAGE_SUFFIXES``.
-
-        Raises:
-            FileNotFoundError: ``image_dir`` is not a folder.
-        """
+        """Scan ``image_dir`` for files with a suffix in ``IMAGE_SUFFIXES`` (FileNotFoundError: no folder)."""
         self.image_dir = Path(image_dir)
         if not self.image_dir.is_dir():
             raise InputNotFoundError(f"{self.image_dir}: predict image folder not found")
@@ -257,22 +221,14 @@ class ImageFolderDataset(Dataset[Sample]):
             return list(pool.map(header_size, self.files))
 
     def input_size(self, index: int) -> tuple[int, int]:
-        """(height, width) of image ``index`` as the network sees it (an unreadable one's is the blank
-        image's).
-
-        Raises:
-            TypeError: the transform is not an ``EvalTransform``.
-        """
+        """(height, width) of image ``index`` as the network sees it (an unreadable one's: the blank's)."""
         side = self.source_long_side
         width, height = self.original_sizes[index] or (side, side)
         return _eval_transform(self.transform).input_size(width, height)
 
     def __getitem__(self, index: int) -> Sample:
-        """Decode and letterbox one image; targets are zeros.
-
-        An unreadable image becomes a blank one (logged with its name), so the submission still gets
-        its row, with no detections, instead of the whole prediction run failing.
-        """
+        """Decode and letterbox one image, zero targets; an unreadable one becomes blank (logged), so
+        the submission still gets its row instead of the prediction run failing."""
         name = self.files[index]
         try:
             source = load_source(self.image_dir / name, self.source_long_side)

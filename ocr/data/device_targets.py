@@ -1,23 +1,11 @@
 """DB training targets on the batch's device: the pixels of ``make_db_targets`` drawn in torch, batched.
 
-The host (collate, :func:`pack_polygons`) keeps what ``ocr.data.targets.db.make_db_targets`` decides per
-polygon, with its own functions: the DB offset ``D``, which polygons are drawn and which are masked. The
-device draws every pixel from distances: with ``d`` the distance from a pixel centre (integer
-coordinates, as ``cv2.fillPoly``) to a polygon's border,
-
-- ``thresh_map`` field ``1 - d / D``, the max over drawn polygons (0 deeper inside than ``D``),
-  ``thresh_mask`` where it is >= 0 (within ``D`` of a drawn polygon or inside it);
-- ``prob_map`` inside a drawn polygon and at least ``D - 0.5`` from its border: the inward offset by ``D``
-  (pyclipper's, whose output vertices are rounded to whole pixels, hence the half pixel);
-- ``prob_mask`` 0 inside or on a masked polygon (within half a pixel, as the integer fill).
-
-As in the reference, the probability map and mask use coordinates truncated to integers (pyclipper and
-the integer fill truncate), the threshold map the exact ones, and a polygon ``measure_polygons`` calls a
-rectangle gets the reference's closed-form field of that rectangle (no loop over edges; most text boxes
-are rectangles). Work runs on pairs of (polygon, 16 x 16 tile of the map it reaches), listed on the host,
-in chunks of a fixed number of pixel-edge evaluations, so memory is bounded whatever the polygon count;
-pixels reach the maps by a scatter-max. Nothing here waits for the device.
-tests/data/test_device_targets.py states the tolerances against the reference.
+The host (collate, :func:`pack_polygons`) keeps ``make_db_targets``' per-polygon decisions (offset ``D``,
+drawn or masked); the device draws each pixel from its distance ``d`` to a polygon's border:
+``thresh_map`` = max of ``1 - d / D`` over drawn polygons, ``prob_map`` at least ``D - 0.5`` inside a
+drawn one (pyclipper rounds), ``prob_mask`` 0 on masked ones; fills use truncated coordinates, rectangles
+the closed-form field. Work runs on (polygon, 16 x 16 tile) pairs in fixed-size chunks and never waits
+for the device; tests/data/test_device_targets.py states the tolerances.
 """
 
 from __future__ import annotations
@@ -47,16 +35,8 @@ def pack_polygons(
     width: int,
     params: TargetParams,
 ) -> TargetPolygons:
-    """Pad a batch's sanitised polygons (input px) into tensors, with ``make_db_targets``'s decisions and
-    the tiles each one reaches (worker side, in collate).
-
-    Args:
-        polygons: per sample, (K, 2) polygons as ``sanitize_polygons`` keeps them.
-        ignore: per sample, one don't-care flag per polygon.
-        height: map height.
-        width: map width.
-        params: the data config's target parameters.
-    """
+    """Pad a batch's sanitised polygons (per sample, (K, 2) in input px, with their ignore flags) into
+    tensors, with ``make_db_targets``'s decisions and the tiles each one reaches (worker side, in collate)."""
     counts = [len(p) for p in polygons]
     flat = [p for sample in polygons for p in sample]
     owner = np.repeat(np.arange(len(polygons)), counts)  # sample and slot of each polygon of ``flat``
@@ -136,11 +116,7 @@ def draw_db_targets(
     thresh_max: float,
     device: torch.device,
 ) -> dict[TargetKey, Tensor]:
-    """The four DB maps of a batch on ``device``.
-
-    Returns:
-        ``prob_map``, ``prob_mask``, ``thresh_map``, ``thresh_mask``: (B, 1, height, width) float32.
-    """
+    """The four DB maps of a batch on ``device``, (B, 1, height, width) float32 each."""
     batch, slots, points_k, _ = polygons.points.shape
     points = to_device(polygons.points, device).view(batch * slots, points_k, 2)
     offsets = to_device(polygons.offsets, device).view(-1)
@@ -202,26 +178,15 @@ def _scatter_max(maps: Tensor, values: Tensor, index: Tensor) -> None:
 
 
 def _field(xs: Tensor, ys: Tensor, points: Tensor, offsets: Tensor) -> Tensor:
-    """(C, T, T) threshold field ``1 - d / D`` of each pair's (drawn) polygon, 0 deeper inside than D.
-
-    Args:
-        xs: (C, T, T) pixel x; ys: pixel y.
-        points: (C, K, 2) the pair's polygon; offsets: (C,) its D.
-    """
+    """(C, T, T) threshold field ``1 - d / D`` of each pair's (C, K, 2) polygon at pixels ``xs``, ``ys``."""
     distance, inside = _distance_inside(xs, ys, points)
     field = 1.0 - distance / offsets.clamp_min(1e-6)[:, None, None]
     return torch.where(inside, field.clamp_min(0.0), field)
 
 
 def _rectangle_field(xs: Tensor, ys: Tensor, rects: Tensor, offsets: Tensor) -> Tensor:
-    """(C, T, T) threshold field of each pair's (drawn) rectangle, ``make_db_targets``' closed form: the
-    signed distances ``du``, ``dv`` to the nearer side along the axis and the normal give
-    ``max(1 + du / D, 1 + dv / D)`` clamped to [0, 1], less the distance outside over D.
-
-    Args:
-        xs: (C, T, T) pixel x; ys: pixel y.
-        rects: (C, 6) the pair's rectangle frame; offsets: (C,) its D.
-    """
+    """(C, T, T) threshold field of each pair's rectangle (``rects`` (C, 6)), ``make_db_targets``' closed
+    form: ``max(1 + du / D, 1 + dv / D)`` clamped to [0, 1], less the distance outside over D."""
     frame = rects[:, :, None, None]  # (C, 6, 1, 1)
     dx, dy = xs - frame[:, 0], ys - frame[:, 1]
     inverse = 1.0 / offsets.clamp_min(1e-6)[:, None, None]
@@ -232,12 +197,7 @@ def _rectangle_field(xs: Tensor, ys: Tensor, rects: Tensor, offsets: Tensor) -> 
 
 
 def _fill(xs: Tensor, ys: Tensor, points: Tensor, offsets: Tensor, roles: Tensor) -> Tensor:
-    """(2, C, T, T): 1 in the shrunk interior of a drawn polygon, 1 inside or on a masked polygon.
-
-    Args:
-        xs: (C, T, T) pixel x; ys: pixel y.
-        points: (C, K, 2) the pair's polygon, truncated; offsets: (C,) its D; roles: (C,) its role.
-    """
+    """(2, C, T, T): 1 in the shrunk interior of a drawn polygon, 1 inside or on a masked polygon."""
     distance, inside = _distance_inside(xs, ys, points)
     drawn, masked = (roles == _DRAWN)[:, None, None], (roles == _MASKED)[:, None, None]
     shrunk = inside & (distance >= offsets[:, None, None] - 0.5)

@@ -1,12 +1,9 @@
 """The training crop on the batch's device: the device half of ``TrainTransform`` (``data.render_on=device``).
 
-The worker ships the part of the source image the crop reads (``TrainTransform.crop_region``) and a
-:class:`~ocr.types.CropWarp`; here each region is area-averaged by its integer factor (an average pool,
-the counterpart of OpenCV's integer INTER_AREA) onto one canvas, and ONE batched ``grid_sample`` makes
-every crop, bilinear as ``cv2.warpAffine``. A fourth canvas channel marks where the image is, so the
-border value blends in exactly as OpenCV's constant border does. ``ocr.data.warp.render_crop`` is
-the CPU reference (tests/data/test_device_warp.py states the tolerances). Sizes and offsets are host
-integers: nothing here waits for the device.
+The worker ships the source region the crop reads and a :class:`~ocr.types.CropWarp`; here each region
+is average-pooled by its integer factor (OpenCV's integer INTER_AREA) onto one canvas and ONE batched
+bilinear ``grid_sample`` makes every crop; a fourth channel marks the image, so the border value blends
+in as OpenCV's constant border does. ``ocr.data.warp.render_crop`` is the CPU reference.
 """
 
 from __future__ import annotations
@@ -28,20 +25,9 @@ __all__ = ["pack_regions", "warp_regions"]
 def pack_regions(
     regions: Sequence[Tensor], warps: Sequence[CropWarp], out: Tensor
 ) -> tuple[Tensor, RegionWarps]:
-    """Copy the samples' (3, h, w) uint8 regions (HWC memory) into ``out``, one after another as HWC bytes,
-    and describe them for :func:`warp_regions` (worker side, in collate).
-
-    Args:
-        regions: one region per sample.
-        warps: their warps, all with the same ``out_size`` and ``fill``.
-        out: 1-D uint8 tensor of exactly the regions' total bytes.
-
-    Returns:
-        ``out`` and the batch's :class:`RegionWarps`.
-
-    Raises:
-        ValueError: the warps differ in crop size or border value, or ``out`` has the wrong size.
-    """
+    """Copy the samples' (3, h, w) uint8 regions into ``out`` (1-D, their total bytes) as HWC bytes and
+    describe them for :func:`warp_regions` (worker side). ValueError: the warps differ in crop size or
+    border value, or ``out`` has the wrong size."""
     if len({(w.out_size, w.fill) for w in warps}) != 1:
         raise ValueError(
             f"pack_regions: a batch's crops must share one size and border value, got "
@@ -75,18 +61,8 @@ def _theta(
 
 
 def warp_regions(images: Tensor, warps: RegionWarps) -> Tensor:
-    """The crops of a batch's packed regions, on the device ``images`` is on.
-
-    Args:
-        images: 1-D uint8, the regions as :func:`pack_regions` packed them.
-        warps: their description (host-side).
-
-    Returns:
-        (B, 3, H, W) float32 RGB in [0, 1], not normalised.
-
-    Raises:
-        TypeError: ``images`` is not a 1-D uint8 tensor.
-    """
+    """(B, 3, H, W) float32 RGB crops in [0, 1] of the 1-D uint8 ``images`` :func:`pack_regions` packed, on
+    their device (TypeError: not 1-D uint8)."""
     if images.dtype != torch.uint8 or images.ndim != 1:
         raise TypeError(
             f"images: expected the packed source regions, 1-D uint8 (data.render_on=device), got "

@@ -1,13 +1,9 @@
 """Evaluation batches of one input size each, so that a batch of receipts is not mostly padding.
 
-With ``data.eval_transform.pad_multiple`` set, each image keeps its own input size (its letterbox padded
-only to the next multiple). Images of one size are batched together (in dataset order within a size; the
-sizes in the order of their first image), so no image is padded to another's size and each image's input
-is the same whatever its batch. Without ``pad_multiple`` every image has the square size and the batches
-are exactly the plain consecutive ones.
-
-The loader iterates over whole batches (``batch_size=None``): a DataLoader worker builds one batch, as it
-does with a batch sampler, and under DDP the batches are shared between the ranks without repeats.
+With ``data.eval_transform.pad_multiple`` each image keeps its own input size and images of one size are
+batched together (dataset order within a size, sizes by first image), so an image's input does not
+depend on its batch; without it the batches are the plain consecutive ones. The loader iterates over
+whole batches (``batch_size=None``), shared between DDP ranks without repeats.
 """
 
 from __future__ import annotations
@@ -44,17 +40,8 @@ class SizedEvalDataset(Protocol):
 
 
 def plan_batches(sizes: Sequence[tuple[int, int]], batch_size: int, min_batches: int) -> list[list[int]]:
-    """Batches of dataset indices that share one input size.
-
-    Args:
-        sizes: (height, width) per image.
-        batch_size: most images per batch.
-        min_batches: the largest batches are split until there are at least this many (one per DDP rank),
-            or every batch holds one image.
-
-    Returns:
-        Index lists: sizes in order of their first image, indices ascending within a size.
-    """
+    """Index lists of at most ``batch_size`` images of one (height, width) in ``sizes`` (sizes by first image,
+    indices ascending), the largest split until there are ``min_batches`` (one per DDP rank) or singletons."""
     groups: dict[tuple[int, int], list[int]] = {}
     for index, size in enumerate(sizes):
         groups.setdefault(tuple(size), []).append(index)  # type: ignore[arg-type]
@@ -71,12 +58,7 @@ def plan_batches(sizes: Sequence[tuple[int, int]], batch_size: int, min_batches:
 
 
 class BatchList(Dataset[list[Sample]]):
-    """The samples of one planned batch per item (collated by the loader's ``collate_fn``).
-
-    Args:
-        dataset: the evaluation dataset.
-        batches: index lists (:func:`plan_batches`).
-    """
+    """The samples of one planned batch (:func:`plan_batches`) per item, for the loader's ``collate_fn``."""
 
     def __init__(self, dataset: Dataset[Sample], batches: list[list[int]]) -> None:
         self.dataset = dataset

@@ -1,9 +1,8 @@
 """Image decode: EXIF orientation, reduced-scale JPEG decode, and the EXIF rule for annotation frames.
 
-EXIF rule (``data.exif_mode``, see docs/architecture.md): ``rotated`` = annotations are stored in the
-upright frame; ``raw`` = annotations are in the stored-pixel frame and are mapped at load; ``auto`` = per
-image, the frame whose extents contain every polygon (within a small tolerance) is chosen; when both or
-neither fit, the image is *ambiguous* and ``rotated`` is kept.
+``data.exif_mode``: ``rotated`` = annotations are in the upright frame; ``raw`` = in the stored-pixel
+frame, mapped at load; ``auto`` = per image, the frame whose extents contain every polygon, ``rotated``
+when both or neither fit (*ambiguous*).
 """
 
 from __future__ import annotations
@@ -62,18 +61,9 @@ class ImageReadError(UsageError, OSError):
 
 @dataclass(frozen=True)
 class DecodedImage:
-    """A decoded, upright image.
-
-    Attributes:
-        image: (H, W, 3) uint8 RGB, EXIF orientation applied, possibly decoded at reduced scale.
-        orig_width: full-resolution width after EXIF orientation (original px).
-        orig_height: full-resolution height after EXIF orientation.
-        raw_width: full-resolution width of the stored pixels (before EXIF).
-        raw_height: full-resolution height of the stored pixels.
-        orientation: EXIF orientation tag 1..8 (1 when absent or invalid).
-        decode_scale: decoded px per original px (1.0, 1/2, 1/4 or 1/8); the decoded size is
-            ``ceil(orig * decode_scale)`` as JPEG DCT scaling rounds partial blocks up.
-    """
+    """A decoded, upright image: (H, W, 3) uint8 RGB, its full-resolution sizes after (``orig_``) and
+    before (``raw_``) EXIF orientation, the tag (1..8) and ``decode_scale`` (1, 1/2, 1/4 or 1/8 decoded px
+    per original px; the decoded size is ``ceil(orig * decode_scale)``)."""
 
     image: npt.NDArray[np.uint8]
     orig_width: int
@@ -95,21 +85,9 @@ def list_images(image_dir: Path) -> list[str]:
 
 
 def read_image(path: str | Path, min_long_side: int | None = None) -> DecodedImage:
-    """Decode an image upright, at reduced scale when a JPEG is much larger than needed.
-
-    Args:
-        path: image file.
-        min_long_side: long side the caller needs; a JPEG whose long side is >= 2x this is decoded with
-            the largest DCT reduction (1/2, 1/4, 1/8) that keeps its long side >= ``min_long_side``.
-            None decodes at full resolution.
-
-    Every pixel format becomes 8-bit RGB: 16-bit channels are scaled to 8 bit, palettes are expanded,
-    transparent pixels are composited onto white; 32-bit integer or float greyscale is refused.
-
-    Raises:
-        ImageReadError: missing file, unreadable file, corrupt/truncated image data or an unsupported
-            pixel format.
-    """
+    """Decode an image upright as 8-bit RGB; a JPEG whose long side is >= 2x ``min_long_side`` with the
+    largest DCT reduction that keeps it >= ``min_long_side``. 16 bit is scaled, palettes expanded,
+    transparency composited onto white; 32-bit grey refused (ImageReadError, as for unreadable files)."""
     path = _existing_file(path)
     try:
         im = _open(path)
@@ -133,11 +111,8 @@ def read_image(path: str | Path, min_long_side: int | None = None) -> DecodedIma
 
 
 def _to_rgb(im: Image.Image, path: Path) -> Image.Image:
-    """8-bit RGB from any pixel format Pillow decodes; refuses formats it cannot map without guessing.
-
-    Pillow's own ``convert("RGB")`` clips 16-bit grey to 255 (an all-white image) and drops alpha
-    (transparent backgrounds often store black), so both are handled here.
-    """
+    """8-bit RGB from any pixel format Pillow decodes: ``convert("RGB")`` would clip 16-bit grey to 255 and
+    drop alpha (transparent backgrounds often store black)."""
     if im.mode in _SIXTEEN_BIT_GREY:
         grey = np.asarray(im, dtype=np.uint32)
         return Image.fromarray(((grey * 255 + 32767) // 65535).astype(np.uint8)).convert("RGB")
@@ -158,13 +133,8 @@ def _to_rgb(im: Image.Image, path: Path) -> Image.Image:
 
 
 def read_header(path: str | Path) -> DecodedImage:
-    """Sizes and EXIF orientation without decoding pixels (``image`` is an empty (0, 0, 3) array).
-
-    The file is checked with ``PIL.Image.verify``, a cheap test for corrupt data at dataset scan time.
-
-    Raises:
-        ImageReadError: missing, unreadable or corrupt file.
-    """
+    """Sizes and EXIF orientation without decoding pixels (``image`` empty), the file checked by
+    ``PIL.Image.verify`` (ImageReadError: missing, unreadable or corrupt)."""
     path = _existing_file(path)
     try:
         with _open(path) as im:
@@ -222,13 +192,7 @@ def _upright(
 
 
 def orientation_matrix(orientation: int, raw_width: int, raw_height: int) -> npt.NDArray[np.float64]:
-    """(3, 3) transform from stored-pixel coordinates to upright coordinates for an EXIF orientation.
-
-    Coordinates are continuous (pixel ``i`` spans ``[i, i + 1)``), so pixel centres map to pixel centres.
-
-    Raises:
-        ValueError: ``orientation`` is not in 1..8.
-    """
+    """(3, 3) transform from stored-pixel to upright coordinates (continuous) for an EXIF orientation 1..8."""
     w, h = float(raw_width), float(raw_height)
     rows = {
         1: ((1, 0, 0), (0, 1, 0)),
@@ -246,19 +210,8 @@ def orientation_matrix(orientation: int, raw_width: int, raw_height: int) -> npt
 
 
 def resolve_frame(polygons: list[Polygon], decoded: DecodedImage, mode: str) -> tuple[list[Polygon], bool]:
-    """Bring annotation polygons into original (upright) px following the EXIF rule.
-
-    Args:
-        polygons: (K, 2) polygons as stored in the annotation file.
-        decoded: the image they belong to (its orientation and sizes).
-        mode: ``"rotated"``, ``"raw"`` or ``"auto"`` (see the module docstring).
-
-    Returns:
-        The polygons in original px (float32) and whether the ``auto`` decision was ambiguous.
-
-    Raises:
-        ValueError: unknown ``mode``.
-    """
+    """(K, 2) annotation polygons in original (upright) px, float32, by the EXIF rule ``mode``, and whether
+    ``auto`` was ambiguous."""
     if mode not in EXIF_MODES:
         raise ValueError(f"exif_mode: expected one of {EXIF_MODES}, got {mode!r}")
     polys = [np.asarray(p, dtype=np.float32).reshape(-1, 2) for p in polygons]

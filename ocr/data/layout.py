@@ -1,11 +1,6 @@
-"""Dataset folders the project writes itself, in the layout ``data.root`` reads (``<root>/images/<split>/``
-and ``<root>/jsons/<split>.json``): pseudo-labelled images beside their annotation file
-(``runners/pseudo_label.py``), and a split reduced to its first images (``scripts/benchmark_accuracy.py
---label-subset``).
-
-Images are symbolic links to the originals (``link``) or copies (``copy``); each is placed atomically
-(temp name, then rename), so an interrupted run never leaves a half-written image.
-"""
+"""Dataset folders the project writes in the layout ``data.root`` reads: pseudo-labelled images beside
+their annotation file (``runners/pseudo_label.py``) and a split reduced to its first images
+(``benchmark_accuracy.py --label-subset``). Images are links or copies, each placed atomically."""
 
 from __future__ import annotations
 
@@ -29,14 +24,8 @@ UNLABELLED_DIR = "unlabelled"
 
 
 def place_images(names: Sequence[str], src_dir: str | Path, dst_dir: str | Path, how: str) -> int:
-    """Link or copy ``src_dir/<name>`` to ``dst_dir/<name>`` for each name (subfolders kept); returns how many
-    were placed (0 for ``how="none"``). An existing file of the same name is replaced, unless it is the
-    source image itself or a link to it.
-
-    Raises:
-        ConfigValueError: ``how`` is not one of :data:`IMAGE_LAYOUTS`.
-        InputNotFoundError: a source image is missing (named).
-    """
+    """Link or copy ``src_dir/<name>`` to ``dst_dir/<name>`` for each name; returns how many were placed
+    (0 for ``how="none"``). An existing file is replaced unless it is the source or a link to it."""
     if how not in IMAGE_LAYOUTS:
         raise ConfigValueError(f"image layout: expected one of {IMAGE_LAYOUTS}, got {how!r}")
     if how == "none":
@@ -60,16 +49,8 @@ def place_images(names: Sequence[str], src_dir: str | Path, dst_dir: str | Path,
 
 
 def write_label_subset(root: str | Path, split: str, count: int, out: str | Path, how: str = "link") -> Path:
-    """``out``: a dataset whose ``split`` keeps the labels of its first ``count`` images (annotation-file
-    order) and whose other splits are ``root``'s own (linked). The split's other images go, without
-    labels, to ``out/unlabelled/`` (:data:`UNLABELLED_DIR`), for pseudo-labelling.
-
-    Returns:
-        ``out``.
-
-    Raises:
-        ConfigValueError: ``count`` is not between 1 and the split's number of images.
-        InputNotFoundError: ``root`` has no annotation file for ``split``.
+    """Write ``out``: ``split`` keeps the labels of its first ``count`` images, its other images go unlabelled
+    to ``out/unlabelled/`` (for pseudo-labelling), the other splits are ``root``'s (linked); returns ``out``.
     """
     root, out = Path(root).resolve(), Path(out)
     annotations = load_annotations(root / "jsons" / f"{split}.json")

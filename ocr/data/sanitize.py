@@ -1,27 +1,12 @@
 """Polygon sanitation: the one place where annotation polygons are repaired or removed, with counts.
 
-Every polygon goes through the same steps, in this order; the first failing step names the reason:
-
-====================  =======================================================================
-reason                meaning
-====================  =======================================================================
-none                  the polygon is ``None``
-malformed             not convertible to (K, 2) numbers (ragged, strings, wrong shape)
-empty                 no points
-non_finite            a NaN or infinite coordinate
-out_of_range          a coordinate beyond +-1e9 px: no image is that large (a unit or encoding error)
-too_few_points        fewer than 3 distinct points (consecutive duplicates are dropped)
-zero_area             no area (collinear points), also after repair
-out_of_image          nothing with area left after clipping to ``[0, width] x [0, height]``
-too_small             the shorter side of its minimum-area rectangle is below ``min_size``
-====================  =======================================================================
-
-Every repair is counted too, for polygons that were *kept*: ``self_intersecting_repaired`` for invalid
-ones (points in convex position, a quadrilateral clicked in the wrong order, become their convex hull;
-anything else becomes the largest polygon of shapely's ``make_valid``), ``clipped`` for valid ones that
-reached outside the image and were cut to it. Don't-care polygons are sanitised like the others and keep
-their flag; a removed polygon takes its flag with it.
-"""
+Every polygon goes through the same steps; the first that fails names the reason: ``none``, ``malformed`` (not
+(K, 2) numbers), ``empty``, ``non_finite``, ``out_of_range`` (beyond +-1e9 px: a unit or encoding error),
+``too_few_points`` (fewer than 3 distinct, consecutive duplicates dropped), ``zero_area`` (also after repair),
+``out_of_image`` (no area left inside ``[0, width] x [0, height]``), ``too_small`` (the shorter side of its
+minimum-area rectangle below ``min_size``). Kept polygons count their repairs: ``self_intersecting_repaired``
+(points in convex position become their hull, anything else the largest part of shapely's ``make_valid``) and
+``clipped``. Don't-care polygons are sanitised alike and keep their flag."""
 
 from __future__ import annotations
 
@@ -73,26 +58,11 @@ _COORD_LIMIT = 1e9
 def sanitize_polygons(
     polygons: Sequence[Any], ignore: Sequence[bool], width: int, height: int, min_size: float = 1.0
 ) -> tuple[list[Polygon], list[bool], dict[str, int]]:
-    """Repair or remove polygons for an image of ``width`` x ``height`` px; never raises on geometry.
-
-    Args:
-        polygons: anything per polygon; (K, 2) arrays or nested lists are expected.
-        ignore: don't-care flag per polygon.
-        width: image width in the polygons' frame.
-        height: image height in the polygons' frame.
-        min_size: minimum shorter side in px; <= 0 disables the ``too_small`` check.
-
-    Returns:
-        Kept polygons as (K, 2) float32 (vertex order kept unless clipped or repaired), their flags,
-        and counts by reason (only non-zero entries; see the module docstring).
-
-    Raises:
-        ValueError: ``polygons`` and ``ignore`` differ in length (a caller bug, not bad geometry).
-    """
-    results = _sanitize_each(polygons, ignore, width, height, min_size)
-    kept = [poly for poly, _ in results if poly is not None]
-    flags = [bool(flag) for (poly, _), flag in zip(results, ignore, strict=True) if poly is not None]
-    return kept, flags, _counts(results)
+    """Repair or remove polygons (anything, (K, 2) expected) for a ``width`` x ``height`` image; never
+    raises on geometry (ValueError: not one ``ignore`` flag per polygon). ``min_size`` <= 0 disables
+    ``too_small``. Returns the kept (K, 2) float32 polygons, their flags and the non-zero counts by reason."""
+    kept, flags, _, counts = sanitize_words(polygons, ignore, [None] * len(polygons), width, height, min_size)
+    return kept, flags, counts
 
 
 def sanitize_words(
@@ -103,11 +73,7 @@ def sanitize_words(
     height: int,
     min_size: float = 1.0,
 ) -> tuple[list[Polygon], list[bool], list[str | None], dict[str, int]]:
-    """:func:`sanitize_polygons` that keeps each transcription with its polygon.
-
-    Returns:
-        Kept polygons, their ignore flags and texts, and the counts by reason.
-    """
+    """:func:`sanitize_polygons` that keeps each transcription with its polygon."""
     results = _sanitize_each(polygons, ignore, width, height, min_size)
     kept, flags, kept_texts = [], [], []
     for (poly, _), is_ignored, text in zip(results, ignore, texts, strict=True):
@@ -122,9 +88,7 @@ def _sanitize_each(
     polygons: Sequence[Any], ignore: Sequence[bool], width: int, height: int, min_size: float
 ) -> list[tuple[Polygon | None, str | None]]:
     """Per input polygon: the repaired polygon (None when removed) and the reason (None when untouched).
-
-    Polygons are processed in groups of equal vertex count; each one's result depends only on itself.
-    """
+    Polygons are processed in groups of equal vertex count; each one's result depends only on itself."""
     if len(polygons) != len(ignore):
         raise ValueError(
             f"sanitize: expected one ignore flag per polygon, got {len(ignore)} flags "
@@ -159,8 +123,7 @@ def _sanitize_each(
 
 def _plain_stack(polygons: Sequence[Any]) -> npt.NDArray[np.float64] | None:
     """The polygons as one (N, K, 2) float64 array when they all have the same K >= 3 points, finite,
-    within the coordinate limit and no point equal to the next; None otherwise (or when there are none).
-    """
+    within the coordinate limit and no point equal to the next; None otherwise (or when there are none)."""
     try:
         stack = np.asarray(polygons, dtype=np.float64)
     except (ValueError, TypeError):
@@ -180,20 +143,14 @@ def _counts(results: Sequence[tuple[Polygon | None, str | None]]) -> dict[str, i
 
 def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
     """Sum per-reason counts; only non-zero entries are kept."""
-    total: Counter[str] = Counter()
-    for c in counts:
-        total.update(c)
-    return {k: v for k, v in total.items() if v}
+    return dict(sum(map(Counter, counts), Counter()))  # Counter's + keeps the positive counts
 
 
 def _prepare_group(
     stack: npt.NDArray[np.float64],
 ) -> tuple[list[npt.NDArray[np.float64] | None], list[str | None]]:
-    """Checks that need no geometry, on (N, K, 2) polygons with the same point count.
-
-    Returns:
-        Per polygon: (K >= 3, 2) distinct points or None, and the removal reason or None.
-    """
+    """Checks that need no geometry, on (N, K, 2) polygons of one point count: per polygon (K >= 3, 2)
+    distinct points or None, and the removal reason or None."""
     # numpy's stubs type all/any(axis=...) as bool | array; these are (N,) arrays.
     finite: npt.NDArray[np.bool_] = np.isfinite(stack).all(axis=(1, 2))  # type: ignore[assignment]
     repeats = (stack == np.roll(stack, -1, axis=1)).all(axis=2).any(axis=1)
@@ -289,10 +246,7 @@ def _as_points(poly: Any) -> npt.NDArray[np.float64] | None:
 
 def _drop_repeats(pts: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Drop points equal to their successor, cyclically (so a closing point equal to the first goes)."""
-    nxt = np.empty_like(pts)
-    nxt[:-1] = pts[1:]
-    nxt[-1] = pts[0]
-    keep = (pts != nxt).any(axis=1)
+    keep = (pts != np.roll(pts, -1, axis=0)).any(axis=1)
     if keep.all():
         return pts
     return pts[keep] if keep.any() else pts[:1]

@@ -1,13 +1,10 @@
 """The one-time scan of a labelled split, and loading a source image (decode, scale, decode cache).
 
-Every listed image is decoded, so missing, corrupt or truncated files and unsupported pixel formats are
-found at start, not hours into a run. With the decode cache on, the scan decodes at the size training uses
-and the cache keeps the result; without it, at the smallest reduced scale (a 1/8 DCT decode of a JPEG still
-reads every scan of the file, so it refuses what the full decode refuses, at a fraction of the cost).
-Unusable images are skipped and counted, or (``on_missing_image=fail``) one error names them
-all. Image files without an annotation entry and ``img_w``/``img_h`` that disagree with the decoded image
-are counted and warned about once. EXIF frames are resolved (ambiguous ``auto`` decisions counted) and
-polygons are sanitised in original px (counts by reason).
+Every listed image is decoded at start (at the training size into the cache, else at the smallest
+reduced scale, which still refuses what the full decode refuses), so broken files are found before
+training, skipped and counted or (``on_missing_image=fail``) all named in one error. Unannotated files and
+wrong ``img_w``/``img_h`` are counted and warned about once; EXIF frames are resolved and polygons
+sanitised in original px.
 """
 
 from __future__ import annotations
@@ -95,14 +92,8 @@ def load_source(
     image_id: str = "",
     orig_size: tuple[int, int] | None = None,
 ) -> SourceImage:
-    """Decode ``path`` upright, scaled so its long side is at most ``long_side`` (exact scale).
-
-    JPEGs much larger than needed are DCT-decoded at reduced scale first. With ``cache`` and a known
-    ``orig_size`` (width, height), the scaled image is read from / written to the on-disk cache.
-
-    Raises:
-        ImageReadError: missing, unreadable or corrupt image file.
-    """
+    """Decode ``path`` upright (DCT-reduced first when much larger), scaled so its long side is at most
+    ``long_side``; read from or written to ``cache`` when ``orig_size`` (width, height) is known."""
     if cache is not None and orig_size is not None:
         cached = cache.load(image_id, path)
         if cached is not None:
@@ -141,12 +132,8 @@ def scan_split(
     min_polygon_size: float,
     cache: ImageCache | None,
 ) -> tuple[list[ScanEntry], ScanReport]:
-    """Decode-check, resolve and sanitise every listed image; returns the usable ones and the counts.
-
-    Raises:
-        FileNotFoundError: (``fail``) images are missing; the message names every missing and unreadable one.
-        ImageReadError: (``fail``) images are unreadable, corrupt, truncated or in an unsupported format.
-    """
+    """Decode-check, resolve and sanitise every listed image; returns the usable ones and the counts
+    (FileNotFoundError or ImageReadError with ``fail``, naming every missing and unreadable one)."""
     report = ScanReport(split)
     entries, errors, mismatches = [], [], []
     probe = partial(_probe, image_dir=image_dir, long_side=source_long_side, cache=cache)
@@ -199,13 +186,9 @@ def scan_split(
 def _probe(
     name: str, *, image_dir: Path, long_side: int, cache: ImageCache | None
 ) -> DecodedImage | ImageReadError:
-    """Sizes and orientation of an image the decoder accepts (pixels dropped), or why it refuses it.
-
-    With the decode cache on, the image is decoded as ``load_source`` will decode it and the scaled result
-    is stored there (so the work is not done twice); an image already cached is only header-read. Without
-    the cache the pixels are dropped, so the image is decoded at the smallest reduced scale: the decoder
-    still reads the whole file and refuses what the training-size decode would refuse.
-    """
+    """Sizes and orientation of an image the decoder accepts (pixels dropped), or why it refuses it; with
+    the cache on, decoded as ``load_source`` will and stored (a cached one is only header-read), else
+    decoded at the smallest reduced scale."""
     path = image_dir / name
     try:
         if cache is not None and path.is_file() and cache.path(name, path).is_file():

@@ -1,17 +1,11 @@
 """The train loader that never drains: one DataLoader iterator for the whole fit, read one epoch at a time.
 
-A DataLoader read afresh each epoch starts the epoch cold: Lightning's ``iter()`` resets the workers (or
-starts new ones), every worker then builds a whole batch, B samples in series, before the first one
-arrives. With the receipt data sets of a few hundred images, an epoch is 10-40 batches and that wait costs
-as much as the epoch's compute on a GPU (docs/results.md, "Training throughput"). Here the workers
-never stop: :class:`TrainStream` keeps one iterator over an endless sequence of shuffled passes and hands
-Lightning one pass per epoch, so the workers build the next epoch's batches while this one trains.
-
-An epoch is still one pass over the data set (each image at most once, the last incomplete batch
-dropped), so epochs, ``max_epochs`` and validation every N epochs mean what they did. Each sample's
-augmentation is drawn from its own seed, a function of the run's stream seed, the pass and its slot in the
-pass: batches do not depend on the worker that builds them or on the number of workers, and a resumed run
-gets the batches an uninterrupted one would, from any checkpoint (the stream's position is saved in it).
+A DataLoader read afresh each epoch starts cold: every worker builds a whole batch before the first one
+arrives, which on a few hundred receipts costs as much as the epoch's compute on a GPU. :class:`TrainStream`
+keeps one iterator over endless shuffled passes and hands Lightning one pass per epoch, so the workers
+build the next epoch's batches while this one trains. An epoch is still one pass (the last incomplete
+batch dropped); each sample's augmentation seed derives from the stream seed, the pass and the slot, so
+batches depend neither on the workers nor on an interruption (the position is saved in checkpoints).
 """
 
 from __future__ import annotations
@@ -36,22 +30,13 @@ _SEEDS = 2**31  # per-sample seeds
 
 @dataclass
 class LoaderWait:
-    """Time the training loop spent blocked in ``next()`` on the train loader: the data-wait figure's
-    numerator (``ocr.lightning_modules.callbacks.progress``). Host clock only: no device sync.
-
-    Attributes:
-        seconds: total seconds waited.
-        batches: batches received.
-        first_batch: seconds waited for the first batch of each epoch, in order.
-    """
+    """Host seconds the training loop spent blocked in ``next()`` on the train loader (the data-wait
+    figure's numerator, ``ocr.lightning_modules.callbacks.progress``), batches received, and the wait for
+    each epoch's first batch."""
 
     seconds: float = 0.0
     batches: int = 0
     first_batch: list[float] = field(default_factory=list)
-
-
-class _Seedable(Protocol):
-    def set_random_seed(self, seed: int) -> None: ...
 
 
 class _TransformedDataset(Protocol):
@@ -87,14 +72,11 @@ class SeededSamples(Dataset[Sample]):
 
 class StreamBatches:
     """Endless batches of ``(index, seed)`` items: pass after pass over ``num_samples`` samples, from batch
-    ``start`` on (counted from the first pass).
-
-    Pass ``p`` is a permutation of the samples (the identity with ``shuffle=False``) and a seed per slot,
-    both drawn from ``numpy.random.default_rng([seed, p])``. Under DDP rank ``r`` of ``world_size`` takes
-    slots ``r, r + world_size, ...``; every rank gets the same number of batches per pass. A pass ends with
-    its last full batch (the rest is dropped), unless it has fewer samples than one batch: then it is one
-    smaller batch.
-    """
+    ``start`` on (counted from the first pass). Pass ``p`` is a permutation of the samples (the identity with
+    ``shuffle=False``) and a seed per slot, both drawn from ``numpy.random.default_rng([seed, p])``. Under DDP
+    rank ``r`` of ``world_size`` takes slots ``r, r + world_size, ...``; every rank gets the same number of
+    batches per pass. A pass ends with its last full batch (the rest is dropped), unless it has fewer samples
+    than one batch: then it is one smaller batch."""
 
     def __init__(
         self,
@@ -138,23 +120,10 @@ class StreamBatches:
 
 class TrainStream:
     """Lightning's train loader: ``len()`` batches per epoch (one pass), all from one DataLoader iterator
-    over :class:`StreamBatches` that lives until :meth:`close`.
-
-    Each ``iter()`` (Lightning calls it at every epoch start) yields the batches up to the end of the
-    current pass, so the workers' queue carries over into the next epoch. The position is counted in
-    batches that reached a training step (:meth:`count_trained`, called by the datamodule's
-    ``on_before_batch_transfer``), not in batches fetched: a checkpoint resumes at the batch after the last
-    one trained, whatever a loop fetched ahead.
-
-    Args:
-        dataset: the train dataset; its transform must have ``set_random_seed``.
-        batch_size: samples per batch.
-        seed: the stream seed (per-pass permutations and per-sample augmentation seeds).
-        rank: this process's global rank.
-        world_size: number of processes that train.
-        make_loader: builds the DataLoader from a dataset and a batch sampler (workers, collate, pinning).
-        wait: where the time spent waiting for batches is added up.
-    """
+    (``make_loader(samples, batch_sampler)``) over :class:`StreamBatches` that lives until :meth:`close`. Each
+    ``iter()`` yields the batches up to the end of the current pass, so the workers' queue carries over into
+    the next epoch. The position counts batches that reached a training step (:meth:`count_trained`), not
+    batches fetched ahead: a checkpoint resumes at the batch after the last."""
 
     def __init__(
         self,
@@ -233,11 +202,8 @@ class TrainStream:
         }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Continue where a checkpoint's stream stopped: the same seed, the batch after the last trained.
-
-        A checkpoint of another data size, batch size or world size cannot continue its passes: the stream
-        then starts the next pass of its own seed, with a warning.
-        """
+        """Continue at the batch after the checkpoint's last trained, with its seed; after another data
+        size, batch size or world size, at the start of the next pass (with a warning)."""
         self.seed = int(state["seed"])
         saved_shape = (int(state["batches_per_pass"]), int(state["world_size"]))
         trained = int(state["trained"])

@@ -1,10 +1,6 @@
-"""The training crop's source region and its warp on the CPU.
-
-``TrainTransform.crop_region`` cuts the part of the source image a crop reads (:func:`source_region`);
-:func:`render_crop` makes the crop of it on the CPU, as ``data.render_on=worker`` trains on it, and is
-the reference of the device warp (``ocr.data.device_warp``). Coordinates are continuous (pixel ``i``
-spans ``[i, i + 1)``); OpenCV's own convention puts pixel centres at integers (:func:`pixel_index_matrix`).
-"""
+"""The training crop's source region (:func:`source_region`, for ``TrainTransform.crop_region``) and its warp
+on the CPU (:func:`render_crop`: ``data.render_on=worker``, and the device warp's reference). Coordinates
+are continuous (pixel ``i`` spans ``[i, i + 1)``); OpenCV's put pixel centres at integers."""
 
 from __future__ import annotations
 
@@ -18,12 +14,8 @@ __all__ = ["pixel_index_matrix", "render_crop", "source_region"]
 
 
 def render_crop(region: npt.NDArray[np.uint8], warp: CropWarp) -> npt.NDArray[np.uint8]:
-    """The crop of a source region on the CPU (the reference of ``ocr.data.device_warp.warp_regions``):
-    OpenCV's integer INTER_AREA by ``warp.pool``, then a bilinear ``warpAffine``.
-
-    Returns:
-        (H, W, 3) uint8.
-    """
+    """(H, W, 3) uint8 crop of a source region on the CPU (the reference of ``warp_regions``): OpenCV's
+    integer INTER_AREA by ``warp.pool``, then a bilinear ``warpAffine``."""
     if warp.pool > 1:
         height, width = region.shape[:2]
         size = (width // warp.pool, height // warp.pool)
@@ -45,25 +37,11 @@ def source_region(
     frame_per_source: float,
     factor: float,
 ) -> tuple[npt.NDArray[np.uint8], int, npt.NDArray[np.float64]]:
-    """The part of ``image`` the crop window reads, in whole blocks of the integer area-averaging factor
-    ``k`` nearest ``1 / factor`` (1 unless downscaling). Integer INTER_AREA is far faster than a fractional
-    one (0.7 vs 7.8 ms at x0.5 and x0.6 on a receipt) and the warp's bilinear sampling does the rest, a
-    scale in [0.67, 1.5); the mean difference to a fractional INTER_AREA is about 1.5 grey levels.
-
-    The window can miss the image: ``_axis_origin`` keeps it inside the axis-aligned box of the rotated
-    image, whose corners the image does not cover. The region is then the image's nearest edge pixels,
-    at least one, which the warp maps outside the crop (all fill), never an empty array.
-
-    Args:
-        image: (H, W, 3) uint8 source.
-        window: x0, y0, x1, y1 box of the crop window in frame px.
-        frame_per_source: frame px per source px (``factor`` when downscaling, else 1).
-        factor: scaled px per source px.
-
-    Returns:
-        The region (h, w, 3) uint8 view (h and w multiples of ``k``), ``k`` and the (3, 3) matrix from
-        pooled-region px (``k`` source px each) to frame px.
-    """
+    """The part of ``image`` ((H, W, 3) uint8) the crop ``window`` (frame px) reads, in whole blocks of the
+    integer area-averaging factor ``k`` nearest ``1 / factor`` (1 unless downscaling): integer INTER_AREA is
+    10x faster than a fractional one and the warp's bilinear sampling does the rest. A window that misses the
+    image (a rotated image's box corners) gets its nearest edge pixels, never an empty array. Returns the (h,
+    w, 3) view, ``k`` and the (3, 3) matrix from pooled-region px to frame px."""
     x0, y0, x1, y1 = window
     margin = 2.0 / factor + 2.0  # source px: area support plus the warp's bilinear neighbours
     height, width = image.shape[:2]

@@ -1,17 +1,9 @@
 """What a GPU run must prove, measured inside the run: ``+callbacks.gpu_probe=...`` (``debug=gpu_probe``).
 
-- Host-device syncs: after ``warmup_steps`` every training step runs under
-  ``torch.cuda.set_sync_debug_mode("error")`` (from one step's start to the next's), so any ``.item()``,
-  ``.cpu()``, blocking copy or data-dependent shape in the hot path raises with its stack. The documented
-  syncs are exempt: the blocks training marks ``ocr.machine.sync.sync_allowed`` (the non-finite guard's
-  check every N steps, the epoch-end counts, the checkpoint callback's minutes check and step/minute saves)
-  and the steps on which Lightning converts logged values for the loggers (every
-  ``trainer.log_every_n_steps``).
-- Peak CUDA memory (allocated and reserved) separately for train, val and test.
-- torch.compile: frames compiled, graphs, and every recompile with dynamo's reason.
-
-Writes ``<dirpath>/gpu_probe.json`` (``gpu_probe-rank<k>.json`` on other ranks) at fit end and test end.
-On a CPU the sync and memory parts are reported as not applicable; the compile counts still work.
+After ``warmup_steps`` each training step runs under ``torch.cuda.set_sync_debug_mode("error")``, so a
+sync in the hot path raises with its stack (the blocks marked ``ocr.machine.sync.sync_allowed`` and
+Lightning's logging steps are exempt); also peak CUDA memory per stage and torch.compile's graphs and
+recompiles. Writes ``<dirpath>/gpu_probe.json`` (``-rank<k>`` on other ranks) at fit and test end.
 """
 
 from __future__ import annotations
@@ -57,13 +49,7 @@ def compile_counts() -> dict[str, int]:
 
 
 class GpuProbe(Callback):
-    """Sync debug window, per-stage peak memory and compile counts of a run (see the module docstring).
-
-    Args:
-        dirpath: where ``gpu_probe.json`` goes (the run directory).
-        warmup_steps: training steps before the sync debug window opens (cuDNN benchmark, compile and
-            allocator warm-up may sync).
-    """
+    """Sync debug window (after ``warmup_steps``), per-stage peak memory, compile counts, to ``dirpath``."""
 
     def __init__(self, *, dirpath: str, warmup_steps: int) -> None:
         self.dirpath = Path(dirpath)

@@ -1,16 +1,10 @@
-"""Fault injection for testing the triage tools: ``debug=inject callbacks.inject.kind=KIND
-[callbacks.inject.step=N]`` (``configs/debug/inject.yaml`` adds the :class:`FaultInjector` callback).
+"""Fault injection for the triage tools: ``debug=inject callbacks.inject.kind=KIND
+[callbacks.inject.step=N]``.
 
-Kinds: ``exception`` (a RuntimeError at the step), ``nan_loss`` (the output of the module's ``loss``
-becomes NaN at the step: a NaN the loss's own input checks cannot see, so the non-finite guard must
-catch it; a module without a ``loss`` submodule gets NaN images instead, on the device and in the CPU
-reference the crash bundle saves),
-``stall`` (sleep ``stall_s`` seconds, by default 2.5x the stall watchdog's timeout), ``bad_index`` (an
-out-of-bounds ``index_select`` on the batch's device: on CUDA a device-side assert that
-compute-sanitizer reports with the kernel name; on the CPU an IndexError from the same op) and
-``cuda_fault`` (raises the error a device-side assert raises, ``torch.AcceleratorError``, on any device
-and without a failing kernel: how a CPU run tests the CUDA fault path, ``ocr.utils.fault_exit``).
-"""
+Kinds: ``exception`` (a RuntimeError), ``nan_loss`` (the ``loss`` output becomes NaN, for the non-finite
+guard; NaN images without a ``loss``), ``stall`` (sleep ``stall_s``, default 2.5x the watchdog's timeout),
+``bad_index`` (an out-of-bounds ``index_select``: a device-side assert on CUDA, IndexError on the CPU) and
+``cuda_fault`` (``torch.AcceleratorError`` on any device: the CUDA fault path on a CPU)."""
 
 from __future__ import annotations
 
@@ -54,13 +48,8 @@ class InjectedFaultError(RuntimeError):
 
 
 def apply_fault(kind: str, batch: dict[str, Any], step: int, stall_s: float = DEFAULT_STALL_S) -> None:
-    """Apply fault ``kind`` to ``batch`` (in place) at global step ``step``.
-
-    Raises:
-        InjectedFaultError: for ``exception``.
-        IndexError: for ``bad_index`` on the CPU (on CUDA the error is asynchronous).
-        torch.AcceleratorError: for ``cuda_fault`` (RuntimeError on a torch without that type).
-    """
+    """Apply fault ``kind`` to ``batch`` (in place) at global step ``step``: InjectedFaultError,
+    IndexError (``bad_index`` on the CPU) or ``torch.AcceleratorError`` (``cuda_fault``)."""
     images = batch["images"]  # (B, 3, H, W)
     if kind == "exception":
         raise InjectedFaultError(f"injected fault at global step {step} <callbacks.inject.kind=exception>")
@@ -85,14 +74,8 @@ def poison_loss(losses: dict[str, Any]) -> dict[str, Any]:
 
 
 class FaultInjector(Callback):
-    """Applies one fault at the start of training step ``step``.
-
-    Args:
-        kind: one of :data:`FAULT_KINDS`.
-        step: the global step to fault at.
-        stall_s: sleep length for ``stall``; None: 2.5x the run's stall watchdog timeout
-            (:data:`DEFAULT_STALL_S` without a watchdog).
-    """
+    """Applies one fault of :data:`FAULT_KINDS` at the start of training step ``step``; ``stall_s`` None:
+    2.5x the run's stall watchdog timeout (:data:`DEFAULT_STALL_S` without a watchdog)."""
 
     def __init__(self, *, kind: str, step: int, stall_s: float | None) -> None:
         if kind not in FAULT_KINDS:

@@ -1,13 +1,10 @@
 """Largest training batch size that fits: ``python -m ocr.debug.oom_probe [options] [overrides...]``.
 
-Builds the configured model and loss (Hydra overrides as for ``runners/train.py``), then runs full
-training steps (forward, loss, backward, AdamW step, with the configured precision) on random batches
-of the training crop size, doubling the batch size until CUDA runs out of memory and bisecting
-between the last size that fitted and the first that did not. Very large batches can fail with other
-CUDA errors before memory runs out (cuDNN/cuBLAS limits, 32-bit indexing): those count as "does not
-fit" too, and when such an error leaves the CUDA context unusable the search stops and reports what it
-found so far. The run's channels_last, cudnn.benchmark (its workspace counts) and compile flags are
-mirrored. On the CPU nothing runs out of memory: there it only checks that the step runs, up to ``--max``.
+Runs full training steps of the configured model and loss (Hydra overrides as for ``runners/train.py``;
+the run's precision, channels_last, cudnn.benchmark and compile flags) on random batches of the crop
+size, doubling the batch until CUDA runs out of memory, then bisecting. Other CUDA errors of very large
+batches count as "does not fit"; one that leaves the context unusable stops the search with what was
+found. On the CPU it only checks that the step runs, up to ``--max``.
 """
 
 from __future__ import annotations

@@ -26,11 +26,8 @@ class RunFlags:
     compile: bool
 
     def apply(self, net: nn.Module, device: str) -> Callable[[Tensor], Any]:
-        """Set cuDNN benchmark, convert ``net`` to the run's memory format; the forward to call.
-
-        Compiles only on CUDA: a CPU replay of a compiled GPU run would need a C++ compiler and minutes
-        of compilation, and a failure there would read as "reproduced".
-        """
+        """Set cuDNN benchmark, convert ``net`` to the run's memory format; the forward to call (compiled only
+        on CUDA: a CPU replay would need a C++ compiler, and its failure would read as "reproduced")."""
         if device == "cuda":
             torch.backends.cudnn.benchmark = self.cudnn_benchmark
         if self.channels_last:

@@ -1,9 +1,7 @@
 """Run a command under NVIDIA compute-sanitizer, save the report and summarise the first error.
 
-``python -m ocr.debug.sanitizer --tool memcheck --report FILE -- <python args...>`` runs
-``compute-sanitizer --tool memcheck <this python> <python args...>``; output is shown live and saved to
-``FILE``. Exit status: 0 when the sanitizer reported 0 errors and the program succeeded, 1 otherwise,
-127 when compute-sanitizer cannot be found.
+``python -m ocr.debug.sanitizer --tool memcheck --report FILE -- <python args...>``: output shown live
+and saved to ``FILE``; exit 0 for 0 errors and success, 1 otherwise, 127 without compute-sanitizer.
 """
 
 from __future__ import annotations
@@ -102,11 +100,8 @@ def summarize_report(text: str) -> SanitizerSummary:
 
 
 def run_sanitizer(tool: str, command: list[str], report: Path) -> int:
-    """Run ``command`` under ``compute-sanitizer --tool tool``; tee output to ``report``.
-
-    Returns:
-        0 for a clean run, 1 when errors were reported or the program failed, 127 without the sanitizer.
-    """
+    """Run ``command`` under ``compute-sanitizer --tool tool``, tee its output to ``report``; returns 0 for a
+    clean run, 1 when errors were reported or the program failed, 127 without the sanitizer."""
     if tool not in TOOLS:
         raise ValueError(f"tool: expected one of {TOOLS}, got {tool!r}")
     binary = find_compute_sanitizer()

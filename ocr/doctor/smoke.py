@@ -1,9 +1,6 @@
-"""Smoke convolutions for the doctor, run in a child process (``python -m ocr.doctor.smoke``).
-
-A cuDNN kernel built for the wrong CPU or GPU can kill the process (``illegal instruction``), so the
-doctor runs this module in a subprocess. It prints one JSON line when a variant starts and one when it
-ends; if the process dies, the last started variant is the culprit.
-"""
+"""Smoke convolutions for the doctor, in a child process (``python -m ocr.doctor.smoke``): a cuDNN kernel
+built for the wrong CPU or GPU can kill the process, so it prints one JSON line when a variant starts and
+one when it ends; if the process dies, the last started variant is the culprit."""
 
 from __future__ import annotations
 

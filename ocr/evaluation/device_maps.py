@@ -1,11 +1,9 @@
 """The device's share of post-processing: sigmoid and threshold where the logits are, then one
-non-blocking copy of what the host needs into pinned memory, with an event that says when it has landed.
+non-blocking copy into pinned host memory, with an event that says when it has landed.
 
-What crosses to the host per pixel: the uint8 bitmap, plus the probabilities for scoring, either as the
-int16 codes of 16-bit logits (bf16/fp16 autocast; decoded on the host by a table of the device's own
-sigmoid of every code, so the scores are those of a float32 map, bit for bit) or as float32. That is
-3 bytes per pixel under autocast instead of the 4 of a float32 map, and the host no longer thresholds.
-On the CPU nothing is copied: the arrays are views of the tensors.
+Per pixel the host gets the uint8 bitmap and the probabilities, as float32 or, under 16-bit autocast, as
+the int16 codes of the logits (decoded on the host by a table of the device's own sigmoid, so the scores
+are a float32 map's bit for bit): 3 bytes instead of 4. On the CPU the arrays are views of the tensors.
 """
 
 from __future__ import annotations
@@ -36,13 +34,8 @@ def code_table(dtype: torch.dtype, device: torch.device) -> npt.NDArray[np.float
 
 @dataclass(frozen=True)
 class HostMaps:
-    """A batch's maps on the host (or on their way there).
-
-    Attributes:
-        bitmap: (B, H, W) uint8 0/1.
-        prob: (B, H, W) float32 probabilities, or int16 codes of 16-bit logits.
-        table: None for float32 ``prob``; else the name of the table that decodes the codes.
-        copied: recorded after the copies on the device's stream (None: nothing to wait for).
+    """A batch's maps on the host (or on their way): (B, H, W) uint8 0/1 ``bitmap``, (B, H, W) ``prob``
+    (float32, or int16 logit codes decoded by the ``table`` named), and the ``copied`` event (None: landed).
     """
 
     bitmap: Tensor
@@ -70,15 +63,9 @@ class HostMaps:
 
 
 def maps_to_host(prob_logits: Tensor, thresh: float) -> HostMaps:
-    """(B, 1, H, W) probability logits on any device -> bitmap and probabilities on the host.
-
-    The probabilities are ``sigmoid(prob_logits.float())`` and the bitmap ``prob > thresh`` (float32
-    comparisons, as NumPy compares a float32 map with a Python float). On CUDA the copies are queued
-    behind the work already on the stream and this returns at once; :meth:`HostMaps.wait` waits for them.
-
-    Raises:
-        ValueError: ``prob_logits`` is not (B, 1, H, W).
-    """
+    """(B, 1, H, W) probability logits on any device -> ``sigmoid(logits.float())`` and ``prob > thresh`` on
+    the host (float32 comparisons, as NumPy's); on CUDA the copies are queued and :meth:`HostMaps.wait`
+    waits for them. ValueError: not (B, 1, H, W)."""
     logits = _checked("prob_logits", prob_logits).detach()
     prob = torch.sigmoid(logits.float())[:, 0]  # (B, H, W) float32
     table = CODED_DTYPES.get(logits.dtype)
@@ -86,11 +73,7 @@ def maps_to_host(prob_logits: Tensor, thresh: float) -> HostMaps:
 
 
 def probabilities_to_host(prob_map: Tensor, thresh: float) -> HostMaps:
-    """:func:`maps_to_host` for a (B, 1, H, W) probability map (ONNX Runtime's output).
-
-    Raises:
-        ValueError: ``prob_map`` is not (B, 1, H, W).
-    """
+    """:func:`maps_to_host` for a (B, 1, H, W) probability map (ONNX Runtime's output)."""
     return _to_host(_checked("prob_map", prob_map).detach().float()[:, 0], None, None, thresh)
 
 

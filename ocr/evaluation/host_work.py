@@ -15,8 +15,9 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.metrics.cleval.evaluate import ImageResult, evaluate_image
+from ocr.metrics.cleval.evaluate import ImageResult, match_image
 from ocr.metrics.cleval.options import CLEvalOptions
+from ocr.metrics.cleval.outcomes import BoxOutcomes, box_outcomes
 from ocr.models.postprocess import DBPostProcessor, ProbMap
 from ocr.types import Geometry, Polygon, Prediction
 from ocr.utils.submission import submission_points
@@ -48,14 +49,8 @@ class GroundTruth:
 
 @dataclass(frozen=True)
 class ImageJob:
-    """What the host work of one image needs besides its maps.
-
-    Attributes:
-        image_id: file name relative to the split's image folder.
-        geometry: input px -> original px.
-        gt: labels to score against (val/test), or None (predict).
-        preview_long_side: long side of the probability map kept for the report (0: none).
-    """
+    """What one image's host work needs besides its maps: the id, input px -> original px ``geometry``, the
+    labels to score against (None: predict) and the report preview's long side (0: none)."""
 
     image_id: str
     geometry: Geometry
@@ -65,13 +60,8 @@ class ImageJob:
 
 @dataclass(frozen=True)
 class ImageMaps:
-    """One image's maps as they reached the host.
-
-    Attributes:
-        bitmap: (H, W) uint8 0/1, ``prob > postprocess.thresh`` computed on the device.
-        prob: (H, W) float32 probabilities, or int16 codes of 16-bit logits (``table`` names their dtype).
-        table: None for float32 ``prob``; else the :attr:`HostWork.tables` entry that decodes the codes.
-    """
+    """One image's maps as they reached the host: (H, W) uint8 ``bitmap`` (thresholded on the device) and
+    (H, W) ``prob``, float32 or int16 logit codes decoded by the :attr:`HostWork.tables` entry ``table``."""
 
     bitmap: npt.NDArray[np.uint8]
     prob: npt.NDArray[np.float32] | npt.NDArray[np.int16]
@@ -80,32 +70,20 @@ class ImageMaps:
 
 @dataclass(frozen=True)
 class ImageOutcome:
-    """The host work's result for one image.
-
-    Attributes:
-        job: what was asked (the report reads the image id, geometry and labels from it).
-        prediction: polygons and scores in original px.
-        cleval: the image's CLEval counts (scored jobs), else None.
-        preview: (h, w) uint8 probability map in the original frame (when asked), else None.
-        seconds: time the worker spent on it.
-    """
+    """One image's result: its job, polygons and scores in original px, CLEval counts and each box's
+    outcome (scored jobs), the (h, w) uint8 preview (when asked) and the worker's seconds."""
 
     job: ImageJob
     prediction: Prediction
     cleval: ImageResult | None
     preview: npt.NDArray[np.uint8] | None
     seconds: float
+    boxes: BoxOutcomes | None = None
 
 
 class CodedProbMap:
-    """Probabilities kept as the int16 codes of 16-bit logits, decoded by a 65,536-entry table (the
-    device's own ``sigmoid(logit.float())`` of every code), only where they are read: exact, at half the
-    bytes of a float32 map.
-
-    Args:
-        codes: (H, W) int16, the bit patterns of bf16/fp16 logits.
-        table: (65536,) float32, the probability of each code read as uint16.
-    """
+    """(H, W) int16 codes of 16-bit logits, decoded only where read by a (65536,) float32 table of the
+    device's own ``sigmoid(logit.float())``: exact, at half the bytes of a float32 map."""
 
     def __init__(self, codes: npt.NDArray[np.int16], table: npt.NDArray[np.float32]) -> None:
         self.codes = codes
@@ -124,10 +102,8 @@ class CodedProbMap:
 def prob_map_in_original_frame(
     prob: npt.NDArray[np.float32], geometry: Geometry, long_side: int
 ) -> npt.NDArray[np.uint8]:
-    """A (H, W) probability map in input px as uint8 in the original frame, long side ``long_side``.
-
-    The map may be smaller than the network input (it is scaled up to the input first, as a matrix).
-    """
+    """A (H, W) probability map in input px as uint8 in the original frame, long side ``long_side``. The map
+    may be smaller than the network input (it is scaled up to the input first, as a matrix)."""
     scale = long_side / max(geometry.orig_width, geometry.orig_height)
     width = max(1, round(geometry.orig_width * scale))
     height = max(1, round(geometry.orig_height * scale))
@@ -138,13 +114,7 @@ def prob_map_in_original_frame(
 
 
 class HostWork:
-    """The per-image host work, with what is the same for every image of a run.
-
-    Args:
-        postprocess: turns a bitmap and probabilities into polygons and scores.
-        cleval: how scored jobs are scored.
-        tables: code tables for :class:`CodedProbMap`, by logit dtype name.
-    """
+    """The per-image host work (``postprocess``, ``cleval`` scoring, ``tables`` by logit dtype name)."""
 
     def __init__(
         self,
@@ -158,29 +128,26 @@ class HostWork:
         self.tables = dict(tables)
 
     def __call__(self, job: ImageJob, maps: ImageMaps) -> ImageOutcome:
-        """Polygons, scores, CLEval counts and preview of one image.
-
-        Raises:
-            ImageWorkError: naming the image and what failed.
-        """
+        """Polygons, scores, CLEval counts and preview of one image (ImageWorkError naming it)."""
         start = time.perf_counter()
         try:
             prob = self._prob_map(maps)
             found, scores = self.postprocess.image(prob, maps.bitmap, job.geometry)
             # Integer pixels, as the submission CSV holds them: every score is the submission's.
             polygons = [submission_points(p) for p in found]
-            cleval = None
+            cleval, boxes = None, None
             if job.gt is not None:
                 if self.cleval is None:
                     raise ValueError("a scored image, but no CLEval options were given to the workers")
-                cleval = evaluate_image(polygons, job.gt.polygons, job.gt.ignore, job.gt.texts, self.cleval)
+                match = match_image(polygons, job.gt.polygons, job.gt.ignore, job.gt.texts, self.cleval)
+                cleval, boxes = match.result, box_outcomes(match, len(job.gt.polygons), len(polygons))
             preview = None
             if job.preview_long_side > 0:
                 preview = prob_map_in_original_frame(prob[:, :], job.geometry, job.preview_long_side)
         except Exception as exc:  # any failure is reported with the image it happened on
             raise ImageWorkError(f"{job.image_id}: {type(exc).__name__}: {exc}") from exc
         prediction = Prediction(image_id=job.image_id, polygons=polygons, scores=scores)
-        return ImageOutcome(job, prediction, cleval, preview, time.perf_counter() - start)
+        return ImageOutcome(job, prediction, cleval, preview, time.perf_counter() - start, boxes)
 
     def _prob_map(self, maps: ImageMaps) -> ProbMap:
         if maps.table is None:

@@ -1,8 +1,7 @@
 """The one evaluation and prediction path of both LightningModules (PyTorch and ONNX Runtime): each step
 hands its probability logits here, and the host work runs in :class:`~ocr.evaluation.pool.OrderedPool`
 while the device goes on with the next batch; outcomes come back in batch order, to the module (CLEval
-counts) and to the sinks (the report, the kept predictions). :class:`StageTimes` says where the time went.
-"""
+counts) and to the sinks (the report, the kept predictions). :class:`StageTimes` says where the time went."""
 
 from __future__ import annotations
 
@@ -30,13 +29,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PipelineSettings:
-    """How evaluation and prediction run their host work (configs/pipeline/default.yaml).
-
-    Attributes:
-        kind: ``process``, ``thread`` or ``inline`` (:mod:`ocr.evaluation.pool`).
-        workers: worker processes or threads.
-        max_pending_batches: batches in flight before a step waits for the oldest one's results.
-    """
+    """How evaluation and prediction run their host work (configs/pipeline/default.yaml): pool ``kind``,
+    ``workers`` and the batches in flight before a step waits for the oldest."""
 
     kind: PoolKind
     workers: int
@@ -55,16 +49,9 @@ class OutcomeSink(Protocol):
 
 @dataclass
 class StageTimes:
-    """Where the time of one evaluation or prediction went, in seconds.
-
-    Attributes:
-        images: images post-processed.
-        wall: from the first step to the last outcome.
-        data: the calling thread between steps (loader, transfer, decode on the device).
-        network: the forward passes (device time on CUDA, from events; else wall time).
-        postprocess: worker time spent on the images (summed over the workers).
-        waited: the calling thread blocked on outcomes (all of post-processing with ``kind=inline``).
-    """
+    """Seconds of one evaluation or prediction: ``wall`` (first step to last outcome), ``data`` (the calling
+    thread between steps), ``network`` (device time on CUDA), ``postprocess`` (summed worker time) and
+    ``waited`` (blocked on outcomes), for ``images`` images."""
 
     images: int = 0
     wall: float = 0.0
@@ -97,12 +84,7 @@ class StageTimes:
 
 
 class EvalPipeline:
-    """Device reduction, host pool, ordered delivery and timing for val/test/predict steps.
-
-    Args:
-        settings: pool kind, size and depth.
-        postprocess: the post-processor (its ``thresh`` is applied on the device).
-    """
+    """Device reduction, host pool, ordered delivery and timing for val/test/predict steps."""
 
     def __init__(self, *, settings: PipelineSettings, postprocess: DBPostProcessor) -> None:
         self.settings = settings

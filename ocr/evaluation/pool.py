@@ -1,11 +1,9 @@
 """A pool of host workers that post-processes batches while the device runs the next ones, and gives the
 results back in the order the batches were handed in.
 
-A dispatcher thread waits for each batch's device-to-host copies (an event; the GIL is released while it
-waits), then hands its images to the workers: the calling thread only queues work and is never held by
-a copy. ``kind`` picks the workers: ``process`` (the default: the per-image work is mostly Python and
-pyclipper, which hold the GIL, docs/architecture.md), ``thread``, or ``inline`` (no pool: the calling
-thread does it all at once, as before this pool existed; for debugging).
+A dispatcher thread waits for each batch's device-to-host copies, then hands its images to the workers,
+so the calling thread is never held by a copy. ``kind``: ``process`` (the default: the per-image work
+holds the GIL), ``thread``, or ``inline`` (the calling thread does it all; for debugging).
 """
 
 from __future__ import annotations
@@ -48,17 +46,8 @@ class _Batch:
 
 
 class OrderedPool:
-    """Host work of handed-in batches on ``workers`` workers, results in hand-in order.
-
-    Args:
-        work: what each worker runs per image (sent once to each worker process).
-        kind: ``process``, ``thread`` or ``inline``.
-        workers: pool size (ignored for ``inline``).
-        max_pending: batches handed in and not yet collected beyond which :meth:`collect` waits for
-            the oldest (bounds the host memory held by maps in flight).
-
-    Raises:
-        ValueError: an unknown ``kind``, or fewer than 1 worker or pending batch.
+    """Host ``work`` of handed-in batches on ``workers`` workers, results in hand-in order; :meth:`collect`
+    waits for the oldest beyond ``max_pending`` batches out (bounding host memory). ValueError: unknown kind.
     """
 
     def __init__(self, *, work: HostWork, kind: PoolKind, workers: int, max_pending: int) -> None:
@@ -125,11 +114,7 @@ class OrderedPool:
         ]
 
     def submit(self, maps: HostMaps, jobs: Sequence[ImageJob]) -> None:
-        """Hand in a batch (its copies may still be on their way): one job per image of ``maps``.
-
-        Raises:
-            ValueError: not one job per image.
-        """
+        """Hand in a batch (its copies may still be on their way): one job per image of ``maps``."""
         if len(jobs) != len(maps):
             raise ValueError(
                 f"OrderedPool.submit: expected {len(maps)} jobs (one per image), got {len(jobs)}"
@@ -147,13 +132,9 @@ class OrderedPool:
         self._pending.append(batch)
 
     def collect(self, *, wait_all: bool = False) -> list[list[ImageOutcome]]:
-        """The outcomes of the oldest batches that are complete, per batch and in hand-in order; waits
-        for the oldest while more than ``max_pending`` batches are out (or for all, ``wait_all``).
-
-        Raises:
-            ImageWorkError: an image's work failed (named).
-            EvaluationWorkerDiedError: a worker process died (killed, out of memory), naming it.
-        """
+        """The outcomes of the oldest complete batches, in hand-in order; waits for the oldest while more
+        than ``max_pending`` are out (or for all, ``wait_all``). Raises ImageWorkError, or
+        EvaluationWorkerDiedError naming the dead worker."""
         done = []
         while self._pending:
             batch = self._pending[0]

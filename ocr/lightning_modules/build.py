@@ -16,14 +16,9 @@ __all__ = ["build_metric", "build_module", "build_net_and_loss"]
 
 
 def build_net_and_loss(cfg: DictConfig, *, weights_free: bool = False) -> tuple[nn.Module, nn.Module]:
-    """The network of ``cfg.model`` and the loss of ``cfg.loss``; the network starts from the weights of
-    ``model.init_from`` when set (:func:`~ocr.checkpoints.init_from.load_init_weights`).
-
-    Args:
-        weights_free: build the network with random weights (``model.encoder.pretrained=false``, no
-            ``weights_path``, no ``init_from``): for a caller that loads a checkpoint's weights or only
-            measures memory, so no hub download or weights file is needed.
-    """
+    """The network of ``cfg.model`` (from ``model.init_from`` when set) and the loss of ``cfg.loss``;
+    ``weights_free`` builds random weights (no download, no weights file), for a caller that loads a
+    checkpoint's weights or only measures memory."""
     # Absent from run configs stored before it existed. A recipe's required value that was not given
     # (experiment=receipts_finetune) fails naming it, except where no weights are loaded.
     init_from = OmegaConf.select(
@@ -52,12 +47,8 @@ def build_metric(metric_cfg: DictConfig) -> CLEvalMetric:
 
 
 def build_module(cfg: DictConfig, *, weights_free: bool = False) -> DetectionModule:
-    """The DetectionModule of a run config: ``cfg.module`` holds the module's own settings; network, loss,
-    post-processing, its pipeline, metric, optimizer and scheduler come from their config groups.
-
-    Args:
-        weights_free: as in :func:`build_net_and_loss` (test and predict load the checkpoint's weights).
-    """
+    """The DetectionModule of a run config (``cfg.module``, with network, loss, post-processing, pipeline,
+    metric, optimizer and scheduler from their groups); ``weights_free`` as in :func:`build_net_and_loss`."""
     net, loss = build_net_and_loss(cfg, weights_free=weights_free)
     return instantiate(
         cfg.module,

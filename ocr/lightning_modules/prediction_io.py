@@ -51,11 +51,8 @@ def to_records(predictions: Sequence[Prediction]) -> dict[str, ImageRecord]:
 
 
 def save_predictions(predictions: Sequence[Prediction], directory: Path) -> dict[str, str]:
-    """Write ``submission.csv`` (one row per image) and ``predictions.json``; returns their paths.
-
-    A file name that is not UTF-8 (Python holds its undecodable bytes as surrogate escapes, which no UTF-8
-    file can hold) is written with those bytes escaped (``caf\\xe9.jpg``) in both files, and named in one
-    warning; every other image is written as it is."""
+    """Write ``submission.csv`` (one row per image) and ``predictions.json``; returns their paths. A name
+    that is not UTF-8 is written with its bytes escaped (``caf\\xe9.jpg``) in both, named in one warning."""
     escaped = {
         p["image_id"]: os.fsencode(p["image_id"]).decode("utf-8", "backslashreplace") for p in predictions
     }
@@ -86,11 +83,7 @@ class OverlayReport:
 
 
 def require_images(dataset: ImageFolderDataset) -> None:
-    """Fail before loading the model when the predict folder holds no image files.
-
-    Raises:
-        InputNotFoundError: naming the folder and the extensions looked for.
-    """
+    """Fail before loading the model when the predict folder holds no image files (InputNotFoundError)."""
     if len(dataset) == 0:
         raise InputNotFoundError(
             f"image_dir={dataset.image_dir}: no images found (looked recursively for files ending in "
@@ -117,12 +110,8 @@ def gather_predictions(predictions: list[_Record]) -> list[_Record] | None:
 def save_overlays(
     predictions: Sequence[Prediction], image_dir: str | Path, out_dir: Path, limit: int
 ) -> OverlayReport:
-    """Draw predicted polygons over the first ``limit`` original images as PNGs.
-
-    An overlay goes to ``out_dir/<image path relative to image_dir>.png`` (subfolders mirrored, so
-    ``a/x.jpg`` and ``b/x.jpg`` keep one each). An image that cannot be read gets no overlay; such
-    images are counted and named in one warning.
-    """
+    """Draw predicted polygons over the first ``limit`` original images as PNGs at
+    ``out_dir/<relative image path>.png``; unreadable images get none and are named in one warning."""
     written, unreadable = 0, []
     for pred in predictions[:limit]:
         try:

@@ -1,11 +1,8 @@
 """On-disk cache of the network's probability logits per evaluation image, so a post-processing sweep runs
 the network once per image instead of once per setting (``runners/test.py -m``, docs/reporting.md).
 
-Entries are keyed by what decides the network output: the checkpoint file (path, size, modification
-time), the split's images (names, sizes, modification times), the data settings of evaluation (root,
-split, EXIF mode, eval transform) and the numerics (precision, accelerator, memory format). Logits are
-stored in the dtype the network gave them (bf16/fp16 under mixed precision), so a cached score equals an
-uncached one exactly.
+The key is what decides the network output: the checkpoint file, the split's images, the evaluation
+data settings and the numerics; logits keep the network's dtype, so a cached score equals an uncached one.
 """
 
 from __future__ import annotations
@@ -38,11 +35,7 @@ def _file_identity(path: Path) -> dict[str, Any]:
 
 
 def prob_cache_key(cfg: DictConfig) -> dict[str, Any]:
-    """What the network output of ``cfg.split`` depends on, for ``runners/test.py``'s config ``cfg``.
-
-    Raises:
-        FileNotFoundError: the checkpoint ``cfg.ckpt`` is not a file.
-    """
+    """What the network output of ``cfg.split`` depends on (FileNotFoundError: ``cfg.ckpt`` is not a file)."""
     ckpt = Path(cfg.ckpt)
     if not ckpt.is_file():
         raise FileNotFoundError(f"ckpt={ckpt}: expected a checkpoint file, got none")
@@ -68,14 +61,8 @@ def _digest(text: str) -> str:
 
 
 class ProbCache:
-    """Probability logits per image in ``root/<key hash>/``, one file per image, written atomically.
-
-    Args:
-        root: the cache folder (created when missing).
-        key: returns :func:`prob_cache_key`, read at the first batch (a generated dataset exists only
-            once the data module has prepared it); its hash names the entry folder, and the key itself
-            is kept there as ``key.json`` for a reader.
-    """
+    """Probability logits per image in ``root/<key hash>/``, one file each, written atomically; ``key()`` is
+    read at the first batch (a generated dataset exists only once prepared) and kept as ``key.json``."""
 
     def __init__(self, root: Path, key: Callable[[], Mapping[str, Any]]) -> None:
         self.root = Path(root)
@@ -101,8 +88,7 @@ class ProbCache:
 
     def prob_logits(self, batch: Batch, compute: Callable[[Tensor], Tensor]) -> Tensor:
         """(B, 1, H, W) probability logits of the batch's images, on the device of ``batch["images"]``:
-        read from the cache when every image of the batch is there, else ``compute(images)`` and stored.
-        """
+        read from the cache when every image of the batch is there, else ``compute(images)`` and stored."""
         paths = [self._path(image_id) for image_id in batch["image_id"]]
         device = batch["images"].device
         if all(path.is_file() for path in paths):
@@ -128,11 +114,8 @@ class ProbCache:
 
 
 def open_prob_cache(cfg: DictConfig, run_directory: Path) -> ProbCache | None:
-    """The cache ``runners/test.py``'s ``cfg.prob_cache`` asks for, or None.
-
-    ``prob_cache.enabled: null`` turns it on for a multirun (``-m``) only; ``prob_cache.dir: null`` puts it
-    in ``<sweep dir>/prob_cache`` under ``-m`` and in ``<run dir>/prob_cache`` otherwise.
-    """
+    """The cache ``cfg.prob_cache`` asks for, or None: ``enabled: null`` means under ``-m`` only,
+    ``dir: null`` ``<sweep or run dir>/prob_cache``."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 

@@ -140,10 +140,8 @@ def _cuda_init_error() -> str:
 
 
 def check_cuda_usable() -> CheckResult:
-    """A driver (or nvidia-smi) is present but torch cannot use CUDA: a run would silently use the CPU.
-
-    Hiding the GPUs on purpose (``CUDA_VISIBLE_DEVICES=`` or ``-1``) is the way to train on the CPU anyway.
-    """
+    """A driver (or nvidia-smi) is present but torch cannot use CUDA: a run would silently use the CPU. Hiding
+    the GPUs on purpose (``CUDA_VISIBLE_DEVICES=`` or ``-1``) is the way to train on the CPU anyway."""
     import torch
 
     driver = driver_version()

@@ -1,13 +1,9 @@
 """What the launcher (torchrun, SLURM's ``srun``, Lightning's own) tells a process about its place in a run.
 
-Read from environment variables only (standard library), so the doctor, the Hydra resolvers and every
-callback see the same facts before and after the process group exists:
-
-- torchrun (torchelastic): ``RANK``, ``LOCAL_RANK``, ``GROUP_RANK`` (the node), ``LOCAL_WORLD_SIZE``,
-  ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``, ``TORCHELASTIC_RUN_ID`` (``--rdzv-id``);
-- SLURM: ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NTASKS``, ``SLURM_NNODES``,
-  ``SLURM_NTASKS_PER_NODE``, ``SLURM_JOB_ID`` (Lightning's ``SLURMEnvironment`` reads the same);
-- Lightning's own launcher: ``NODE_RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``.
+Read from environment variables only, so the doctor, the resolvers and every callback see the same facts
+before and after the process group exists: torchrun's ``RANK``, ``LOCAL_RANK``, ``GROUP_RANK``,
+``LOCAL_WORLD_SIZE``, ``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``; SLURM's ``SLURM_*`` task, node and job ids;
+Lightning's ``NODE_RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``.
 """
 
 from __future__ import annotations
@@ -62,11 +58,8 @@ class MultiProcessRunDirError(ValueError):
 
 @dataclass(frozen=True)
 class LaunchInfo:
-    """This process's place in the run, as the launcher states it (``launcher="none"``: one process).
-
-    ``rank``/``node_rank`` are None where the launcher has not said yet (Lightning's own launcher sets
-    them in the processes it starts).
-    """
+    """This process's place in the run, as the launcher states it (``launcher="none"``: one process);
+    ``rank``/``node_rank`` None where it has not said yet (Lightning's launcher sets them in its children)."""
 
     launcher: str  # torchelastic | slurm | lightning | none
     world_size: int
@@ -234,13 +227,9 @@ def _parent_started(stamp_format: str) -> str | None:
 
 
 def run_name(stamp: str, env: Mapping[str, str] | None = None) -> str:
-    """``${dist.run_name:${now:...}}``: the run directory's name, one that every process of a run agrees on.
-
-    One process: ``stamp`` (the time it started). torchrun: its ``--rdzv-id`` (``torchrun-<id>``); on one
-    node without one, the agent's start time. SLURM (several tasks): ``slurm-<job id>[.<step id>]``.
-
-    Raises:
-        MultiProcessRunDirError: several nodes, and nothing they share to name the run by.
+    """``${dist.run_name:${now:...}}``: a run directory name every process agrees on: ``stamp`` for one
+    process, ``torchrun-<rdzv id>`` (on one node without one, the agent's start time), or
+    ``slurm-<job id>[.<step id>]``. MultiProcessRunDirError: several nodes and nothing shared to name it by.
     """
     env = os.environ if env is None else env
     info = launch_info(env)

@@ -169,10 +169,8 @@ def driver_version(timeout_s: float = 10.0) -> str | None:
 
 
 def cuda_info(query_devices: bool = True) -> dict[str, Any]:
-    """torch's CUDA/cuDNN build, arch list and (when ``query_devices``) every visible GPU.
-
-    Pass ``query_devices=False`` after a CUDA fault: the context may be poisoned and any call can fail.
-    """
+    """torch's CUDA/cuDNN build, arch list and (when ``query_devices``) every visible GPU. Pass
+    ``query_devices=False`` after a CUDA fault: the context may be poisoned and any call can fail."""
     import torch
 
     info: dict[str, Any] = {

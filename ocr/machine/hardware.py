@@ -37,13 +37,8 @@ class CudaUnusableError(RuntimeError):
 
 
 def has_cuda() -> bool:
-    """True when a CUDA device is usable; False on a machine without an NVIDIA driver.
-
-    Raises:
-        CudaUnusableError: a driver (or nvidia-smi) is present but CUDA is not usable, with the explanation
-            of :func:`check_cuda_usable`; ``CUDA_VISIBLE_DEVICES=`` (GPUs hidden on purpose) trains on the
-            CPU anyway.
-    """
+    """True when a CUDA device is usable, False without an NVIDIA driver; CudaUnusableError (explained by
+    :func:`check_cuda_usable`) when a driver is present but CUDA is not, unless ``CUDA_VISIBLE_DEVICES=``."""
     import torch
 
     if torch.cuda.is_available():
@@ -58,11 +53,8 @@ def has_cuda() -> bool:
 
 
 def cuda_has_native_bf16() -> bool:
-    """True when the current GPU runs bf16 natively (Ampere and newer).
-
-    ``torch.cuda.is_bf16_supported()`` also counts emulation, which pre-Ampere GPUs (T4, V100) have: there
-    bf16 is slow and fp16 with a grad scaler is the right choice.
-    """
+    """True when the current GPU runs bf16 natively (Ampere and newer): ``torch.cuda.is_bf16_supported()``
+    also counts the slow emulation of T4 and V100, where fp16 with a grad scaler is the right choice."""
     import torch
 
     return torch.cuda.is_bf16_supported(including_emulation=False)
@@ -74,11 +66,8 @@ def cpu_has_native_bf16() -> bool:
 
 
 def auto_precision(device: str = "auto") -> str:
-    """bf16 autocast where the GPU (or CPU) supports it natively, fp16 autocast on older GPUs, else fp32.
-
-    ``device``: ``auto`` (the GPU when one is usable, else the CPU) or ``cpu`` (the CPU preset, which trains
-    on the CPU even beside a GPU). Losses always run in float32 (autocast is disabled inside them).
-    """
+    """bf16 autocast where the GPU (or CPU) supports it natively, fp16 on older GPUs, else fp32; ``device``
+    ``auto`` (the GPU when usable) or ``cpu``. Losses always run in float32."""
     import torch
 
     if device not in ("auto", "cpu"):
@@ -96,11 +85,8 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
 
 
 def device_processes(devices: Any) -> int:
-    """How many training processes Lightning starts for a ``trainer.devices`` value, at least 1.
-
-    Accepts every form Lightning accepts: an int (``-1``: every visible GPU), a list of device ids, a comma
-    string of ids (``'0,1'``), a number as a string, or ``'auto'`` (every visible GPU).
-    """
+    """How many training processes Lightning starts for a ``trainer.devices`` value (any form Lightning
+    accepts: -1 or ``'auto'`` for every visible GPU, ids as a list or ``'0,1'``, a number), at least 1."""
     if isinstance(devices, str):
         text = devices.strip()
         if text in ("auto", "-1"):
@@ -134,8 +120,7 @@ def usable_cores() -> int:
 def auto_workers(cap: int, devices: Any = 1) -> int:
     """DataLoader workers per training process: the usable cores shared by the training processes (DDP),
     minus one for each main process, at most ``cap``. ``devices`` is any ``trainer.devices`` value
-    (see :func:`device_processes`).
-    """
+    (see :func:`device_processes`)."""
     return max(0, min(int(cap), usable_cores() // device_processes(devices) - 1))
 
 
@@ -161,11 +146,9 @@ def first_set(value: Any, default: Any) -> Any:
 
 
 def register_resolvers() -> None:
-    """Register ``${hw.pick:cpu,cuda}``, ``${hw.precision:[cpu]}``, ``${hw.workers:cap[,devices]}``,
-    ``${hw.node_workers:cap,devices}``,
-    ``${hw.num_nodes:default}``, ``${hw.devices_per_node:default}`` (what torchrun or SLURM started),
-    ``${first_set:value,default}`` and the ``dist.*`` names of the run directory and of each rank's log
-    and config record (``ocr.machine.distributed``) once."""
+    """Register the ``hw.*`` resolvers (``pick``, ``precision``, ``workers``, ``node_workers``, ``num_nodes``,
+    ``devices_per_node``), ``first_set`` and the ``dist.*`` names of the run directory and each rank's log
+    and config record (``ocr.machine.distributed``), once."""
     resolvers: dict[str, Callable[..., Any]] = {
         "hw.pick": pick,
         "hw.precision": auto_precision,

@@ -34,12 +34,8 @@ log = logging.getLogger(__name__)
 
 def load_predictions(path: str | Path) -> dict[str, list[np.ndarray]]:
     """Predicted polygons per file name from a submission ``.csv`` or a predictions ``.json``.
-
-    Raises:
-        InputNotFoundError: ``path`` does not exist.
-        ConfigValueError: an extension other than .csv/.json, or a malformed file (naming file and row/key).
-        SubmissionError: a predicted polygon of fewer than 3 points or with a coordinate beyond float32.
-    """
+    InputNotFoundError, ConfigValueError (naming file and row/key) or SubmissionError (a polygon of fewer
+    than 3 points or beyond float32)."""
     path = Path(path)
     if not path.is_file():
         raise InputNotFoundError(f"pred={path}: predictions file not found")
@@ -86,13 +82,8 @@ def sanitized_ground_truth(
 def evaluate_files(
     gt_path: str | Path, pred_path: str | Path, options: CLEvalOptions, min_polygon_size: float
 ) -> tuple[list[str], DatasetResult]:
-    """Score every GT image (an image missing from the predictions counts as having none).
-
-    GT polygons are sanitised as in training (``data.min_polygon_size``), in the file's frame.
-
-    Returns:
-        The GT file names in file order and the result (``images`` in the same order).
-    """
+    """Score every GT image, GT sanitised as in training (an image missing from the predictions has none);
+    returns the GT names in file order and the result."""
     records = load_annotations(gt_path)
     preds = load_predictions(pred_path)
     names = list(records)
@@ -126,13 +117,8 @@ def evaluate_files(
 def match_prediction_names(
     gt_names: Sequence[str], pred_names: Sequence[str], gt_path: str | Path, pred_path: str | Path
 ) -> dict[str, str]:
-    """GT name -> prediction name: equal names, else equal names after stripping folders on both sides
-    (``images/test/x.jpg`` matches ``x.jpg``) when that pairing is one to one, which is logged.
-
-    Raises:
-        ValueError: both files name images and not one name matches, showing an example of each; or
-            names that match only without folders, not one to one (the clash is named).
-    """
+    """GT name -> prediction name: equal names, else equal after stripping folders when that pairing is one
+    to one (logged); ValueError shows an example of each when none match, or names the clash."""
     matched = {n: n for n in set(gt_names).intersection(pred_names)}
     gt_left = [n for n in gt_names if n not in matched]
     pred_left = [n for n in pred_names if n not in matched]

@@ -9,7 +9,13 @@ from ocr.evaluation.host_work import GroundTruth, ImageOutcome, prob_map_in_orig
 from ocr.evaluation.pipeline import EvalPipeline
 from ocr.lightning_modules.prediction_io import gather_predictions
 
-__all__ = ["ReportCollector", "attach_report_collector", "prob_map_in_original_frame", "report_record"]
+__all__ = [
+    "ReportCollector",
+    "attach_report_collector",
+    "outcome_record",
+    "prob_map_in_original_frame",
+    "report_record",
+]
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +38,22 @@ class ReportCollector:
 
     def add(self, outcome: ImageOutcome) -> None:
         """Keep one image's record."""
-        prediction = outcome.prediction
-        record = report_record(
-            prediction["image_id"], prediction["polygons"], prediction["scores"], outcome.job.gt
-        )
-        if outcome.preview is not None:
-            record["prob_map"] = outcome.preview
-        self._records.append(record)
+        self._records.append(outcome_record(outcome))
 
     def records(self) -> list[dict[str, Any]] | None:
         """Every rank's records on global rank 0 in image-name order; None on the other ranks."""
         return gather_predictions(self._records)
+
+
+def outcome_record(outcome: ImageOutcome) -> dict[str, Any]:
+    """One image's record as :func:`ocr.reporting.html.write_report` reads it."""
+    prediction = outcome.prediction
+    record = report_record(
+        prediction["image_id"], prediction["polygons"], prediction["scores"], outcome.job.gt
+    )
+    if outcome.preview is not None:
+        record["prob_map"] = outcome.preview
+    return record
 
 
 def attach_report_collector(pipeline: EvalPipeline, prob_long_side: int) -> ReportCollector:

@@ -24,12 +24,12 @@ import numpy.typing as npt
 from ocr.data.images import ImageReadError, read_image
 from ocr.metrics.cleval.evaluate import ImageResult, match_image, summarise
 from ocr.metrics.cleval.options import CLEvalOptions
-from ocr.metrics.cleval.outcomes import OUTCOMES, box_outcomes, count_outcomes
+from ocr.metrics.cleval.outcomes import OUTCOMES, BoxOutcomes, box_outcomes, count_outcomes
 from ocr.reporting.analysis import ScoreAnalysis
 from ocr.utils.io import atomic_write_bytes, atomic_write_text
-from ocr.utils.visualize import colorize_map
+from ocr.utils.visualize import colorize_map, encode_image, outcome_css
 
-__all__ = ["REPORT_NAME", "image_card", "with_overlay_script", "write_report"]
+__all__ = ["REPORT_NAME", "image_card", "thumbnail", "with_overlay_script", "write_report"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ FILES_DIR = "report_files"
 THUMB_LONG_SIDE = 1000
 JPEG_QUALITY = 80
 OVERLAY_PLACEHOLDER = "/*__OVERLAY_JS__*/"
+COLOURS_PLACEHOLDER = "/*__OUTCOME_COLOURS__*/"
 JSON_IN_SCRIPT = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
@@ -107,19 +108,26 @@ def write_report(
 
 
 def with_overlay_script(page: str) -> str:
-    """``page`` with ``overlay.js`` (labels, ``el``, ``pct``, the polygons' SVG) inlined at its
-    placeholder, so report.html and the serve page draw boxes with one script."""
+    """``page`` with ``overlay.js`` (labels, ``el``, ``pct``, the polygons' SVG) and the outcome colours
+    (:func:`ocr.utils.visualize.outcome_css`) inlined at their placeholders, so report.html and the serve
+    page draw boxes with one script, in the validation overlays' colours."""
     script = files("ocr.reporting").joinpath("overlay.js").read_text(encoding="utf-8")
-    if OVERLAY_PLACEHOLDER not in page:
-        raise ValueError(f"expected the placeholder {OVERLAY_PLACEHOLDER} in the page")
-    return page.replace(OVERLAY_PLACEHOLDER, script)
+    for placeholder in (OVERLAY_PLACEHOLDER, COLOURS_PLACEHOLDER):
+        if placeholder not in page:
+            raise ValueError(f"expected the placeholder {placeholder} in the page")
+    return page.replace(OVERLAY_PLACEHOLDER, script).replace(COLOURS_PLACEHOLDER, outcome_css())
 
 
 def image_card(
-    index: int, record: Mapping[str, Any], options: CLEvalOptions | None
+    index: int,
+    record: Mapping[str, Any],
+    options: CLEvalOptions | None,
+    scored: tuple[BoxOutcomes, ImageResult] | None = None,
 ) -> tuple[dict[str, Any], ImageResult | None]:
     """The card's data (boxes as flat coordinates, outcomes, P/R/H and counts when labelled) and, when
-    labelled, the image's result; the web app (``ocr.serve``) shows the same card."""
+    labelled, the image's result; the web app (``ocr.serve``) shows the same card, the validation
+    overlays (:mod:`ocr.reporting.overlays`) draw it. ``scored``: the outcomes and result validation
+    already has (no matching here)."""
     preds = [np.asarray(p, dtype=np.float64) for p in record["polygons"]]
     card: dict[str, Any] = {
         "id": index,
@@ -127,13 +135,14 @@ def image_card(
         "det": [_flat(p) for p in preds],
         "scores": [round(float(s), 3) for s in record["scores"]],
     }
-    if options is None:
-        card["det_outcome"] = ["unlabelled"] * len(preds)
-        return card, None
-    gts = [np.asarray(p, dtype=np.float64) for p in record["gt_polygons"]]
-    image = match_image(preds, gts, record["gt_ignore"], record["gt_texts"], options)
-    outcomes = box_outcomes(image, len(gts), len(preds))
-    result = image.result
+    gts = [np.asarray(p, dtype=np.float64) for p in record.get("gt_polygons", [])]
+    if scored is None:
+        if options is None:
+            card["det_outcome"] = ["unlabelled"] * len(preds)
+            return card, None
+        image = match_image(preds, gts, record["gt_ignore"], record["gt_texts"], options)
+        scored = box_outcomes(image, len(gts), len(preds)), image.result
+    outcomes, result = scored
     gt_counts, det_counts = count_outcomes(outcomes.gt), count_outcomes(outcomes.det)
     card |= {
         "gt": [_flat(p) for p in gts],
@@ -159,17 +168,27 @@ def _flat(polygon: npt.NDArray[np.float64]) -> list[float]:
     return [round(float(v), 1) for v in polygon.reshape(-1)]
 
 
-def _thumbnail(path: Path) -> tuple[bytes | None, list[int] | None]:
-    """JPEG bytes of the upright image at long side <= THUMB_LONG_SIDE and its original [w, h]."""
-    try:
-        decoded = read_image(path, min_long_side=THUMB_LONG_SIDE)
-    except (ImageReadError, OSError):
-        return None, None
-    image, width, height = decoded.image, decoded.orig_width, decoded.orig_height
-    scale = THUMB_LONG_SIDE / max(image.shape[:2])
+def thumbnail(path: Path, long_side: int) -> tuple[npt.NDArray[np.uint8], int, int]:
+    """The upright RGB image at long side <= ``long_side`` and its original width and height.
+
+    Raises:
+        ImageReadError, OSError: the image cannot be read.
+    """
+    decoded = read_image(path, min_long_side=long_side)
+    image = decoded.image
+    scale = long_side / max(image.shape[:2])
     if scale < 1:
         # cv2 stubs carry no dtype.
         image = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)  # type: ignore[assignment]
+    return image, decoded.orig_width, decoded.orig_height
+
+
+def _thumbnail(path: Path) -> tuple[bytes | None, list[int] | None]:
+    """JPEG bytes of the upright image at long side <= THUMB_LONG_SIDE and its original [w, h]."""
+    try:
+        image, width, height = thumbnail(path, THUMB_LONG_SIDE)
+    except (ImageReadError, OSError):
+        return None, None
     ok, jpeg = cv2.imencode(
         ".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY]
     )
@@ -185,11 +204,7 @@ def _size_from_prob(record: Mapping[str, Any]) -> list[int]:
 
 
 def _png(prob: npt.NDArray[np.uint8]) -> bytes:
-    heat = colorize_map(prob.astype(np.float32) / 255.0)
-    ok, png = cv2.imencode(".png", cv2.cvtColor(heat, cv2.COLOR_RGB2BGR))
-    if not ok:
-        raise ValueError("report: OpenCV could not encode a probability map as PNG")
-    return png.tobytes()
+    return encode_image(colorize_map(prob.astype(np.float32) / 255.0), ".png", "report: a probability map")
 
 
 def _source(directory: Path, name: str, data: bytes, mime: str, inline_max_bytes: int) -> str:

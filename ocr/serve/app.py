@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 import reprlib
 from collections.abc import Callable
 from importlib.resources import files
@@ -30,7 +29,7 @@ from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
 from ocr.utils.errors import CheckpointError, UsageError
 
-__all__ = ["VIEW_LONG_SIDE", "create_app", "outcome_colours"]
+__all__ = ["VIEW_LONG_SIDE", "create_app"]
 
 VIEW_LONG_SIDE = 1600  # px of the image the page shows; polygons stay in original px
 JPEG_QUALITY = 85
@@ -39,19 +38,9 @@ MAX_JSON_BYTES = 64 * 2**10  # an API body holds a few short fields
 log = logging.getLogger(__name__)
 
 
-def outcome_colours() -> str:
-    """The ``:root`` CSS block of ``report.html``'s outcome colours, so both pages colour alike."""
-    template = files("ocr.reporting").joinpath("report_template.html").read_text(encoding="utf-8")
-    match = re.search(r":root \{[^}]*\}", template)
-    if match is None:
-        raise ValueError("ocr/reporting/report_template.html: expected a ':root { --matched: ... }' block")
-    return match.group(0)
-
-
 def _page(token: str) -> str:
     page = files("ocr.serve").joinpath("page.html").read_text(encoding="utf-8")
-    page = page.replace("/*__OUTCOME_COLOURS__*/", outcome_colours()).replace("__SERVE_TOKEN__", token)
-    return with_overlay_script(page)
+    return with_overlay_script(page.replace("__SERVE_TOKEN__", token))
 
 
 def _models(state: ServeState) -> dict[str, Any]:

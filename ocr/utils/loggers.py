@@ -1,12 +1,19 @@
-"""Experiment loggers; wandb is imported lazily and runs offline without an API key."""
+"""Experiment loggers and the images sent to them; wandb is imported lazily and runs offline without an API
+key."""
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["wandb_logger", "tensorboard_available", "tensorboard_logger"]
+import numpy as np
+import numpy.typing as npt
+
+from ocr.utils.visualize import encode_image
+
+__all__ = ["log_images", "tensorboard_logger", "wandb_logger"]
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +44,42 @@ def _netrc_has_wandb() -> bool:
         return False
 
 
-def tensorboard_available() -> bool:
-    """True when TensorBoard (or tensorboardX) is installed."""
-    import importlib.util
-
-    return any(importlib.util.find_spec(m) is not None for m in ("tensorboard", "tensorboardX"))
-
-
-def tensorboard_logger(*, save_dir: str, name: str) -> Any | None:
-    """A TensorBoard logger when TensorBoard is installed, else None (skipped by the runner)."""
-    if not tensorboard_available():
-        log.debug("TensorBoard not installed: skipping its logger")
-        return None
+def tensorboard_logger(*, save_dir: str, name: str) -> Any:
+    """A Lightning ``TensorBoardLogger`` writing into ``save_dir/name``."""
     from lightning.pytorch.loggers import TensorBoardLogger
 
     return TensorBoardLogger(save_dir=save_dir, name=name, version="")
+
+
+def log_images(
+    loggers: Sequence[Any], images: Mapping[str, tuple[npt.NDArray[np.uint8], str]], step: int
+) -> int:
+    """Send (H, W, 3) uint8 RGB images by tag, each with its caption, to every logger that takes images:
+    TensorBoard (the image summary ``add_image`` writes, as JPEG, ``step`` as global step) and W&B
+    (``wandb.Image``, logged with ``trainer/global_step`` as Lightning logs metrics); returns how many
+    loggers took them."""
+    from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger  # neither imports wandb
+    from tensorboard.compat.proto.summary_pb2 import Summary  # type: ignore[import-untyped]
+
+    took = 0
+    for logger in loggers:
+        if isinstance(logger, TensorBoardLogger):
+            # add_image's summary, as a JPEG from OpenCV: add_image's float copy and PIL's zlib-6 PNG took
+            # 3.4 % of a CPU validation (scripts/benchmark_overlays.py). The writer's thread flushes it.
+            writer = logger.experiment._get_file_writer()
+            for tag, (image, _) in images.items():
+                height, width, channels = image.shape
+                encoded = encode_image(image, ".jpg", tag)
+                picture = Summary.Image(
+                    height=height, width=width, colorspace=channels, encoded_image_string=encoded
+                )
+                writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=picture)]), step)
+        elif isinstance(logger, WandbLogger):
+            import wandb
+
+            logged = {tag: wandb.Image(image, caption=caption) for tag, (image, caption) in images.items()}
+            logger.experiment.log({**logged, "trainer/global_step": step})
+        else:
+            continue
+        took += 1
+    return took

@@ -24,13 +24,35 @@ import ocr.data.device_targets as device_targets
 from ocr.data.device_targets import draw_db_targets, pack_polygons
 from ocr.data.sanitize import sanitize_polygons
 from ocr.data.targets.db import make_db_targets
-from ocr.types import TARGET_KEYS, TargetParams
+from ocr.types import TARGET_KEYS, TargetParams, TargetPolygons
 from tests.helpers.db_reference import jitter_corners, receipt_word_boxes
-from tests.helpers.scripts import load_script
 
-border_distance = load_script("compare_device_stage").border_distance
 PARAMS = TargetParams(shrink_ratio=0.4, thresh_min=0.3, thresh_max=0.7, min_text_size=8)
 SIZE = 192
+
+
+def border_distance(key: str, differ: np.ndarray, polygons: TargetPolygons, index: int) -> float:
+    """Largest distance (px) from a pixel where sample ``index``'s ``key`` maps differ (``differ``, (H, W)
+    bool) to the exact border that map draws: the inward DB offset of the drawn polygons for ``prob_map``,
+    the masked polygons for ``prob_mask``, the outward offset for ``thresh_mask``; 0 where they agree.
+
+    Measured to the exact border, not to the reference's pixels: along a thin line whose sides meet at a
+    shallow angle, a border moved by half a pixel moves the shrunk tip by tens of pixels along the line.
+    """
+    ys, xs = np.nonzero(differ)
+    if not len(xs):
+        return 0.0
+    role, side = {"prob_map": (1, 1.0), "prob_mask": (2, 0.0), "thresh_mask": (1, -1.0)}[key]
+    points = polygons.points[index].numpy()
+    if key != "thresh_mask":
+        points = np.trunc(points)  # the fills use the truncated coordinates, as both paths do
+    pixels = list(zip(xs.astype(float).tolist(), ys.astype(float).tolist(), strict=True))
+    nearest = np.full(len(pixels), np.inf)
+    for n in np.flatnonzero(polygons.roles[index].numpy() == role).tolist():
+        contour = points[n].reshape(-1, 1, 2)
+        inside = np.array([cv2.pointPolygonTest(contour, pixel, True) for pixel in pixels])
+        nearest = np.minimum(nearest, np.abs(inside - side * float(polygons.offsets[index, n])))
+    return float(nearest.max())
 
 
 def _device(

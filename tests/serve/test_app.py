@@ -13,8 +13,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ocr.serve.app import outcome_colours
-
 
 def _png_bytes(width: int = 200, height: int = 120) -> bytes:
     """A receipt-like image: dark text bars on white."""
@@ -133,10 +131,6 @@ def test_port_in_use_is_a_clear_error() -> None:
     with pytest.raises(ConfigValueError, match=f"port={port}: 127.0.0.1:{port} is already in use"):
         bind_port("127.0.0.1", port)
     taken.close()
-
-
-def test_outcome_colours_are_the_reports() -> None:
-    assert "--matched:" in outcome_colours() and "--false_positive:" in outcome_colours()
 
 
 @pytest.mark.slow  # an ONNX export: half a minute or more on 2 cores

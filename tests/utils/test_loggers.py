@@ -1,9 +1,10 @@
-"""Loggers: wandb runs offline without an API key; TensorBoard is skipped when not installed."""
+"""Loggers: wandb runs offline without an API key; images go to the loggers that take them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ocr.utils import loggers
@@ -32,8 +33,12 @@ def test_wandb_key_in_netrc_means_online(tmp_path: Path, no_wandb_key: None) -> 
     assert not logger._offline
 
 
-def test_tensorboard_logger_is_none_when_not_installed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(loggers, "tensorboard_available", lambda: False)
-    assert loggers.tensorboard_logger(save_dir=str(tmp_path), name="tb") is None
+def test_images_go_only_to_loggers_that_take_them(tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    image = {"val_overlays/fixed_0": (np.zeros((8, 16, 3), np.uint8), "a.png")}
+    assert loggers.log_images([CSVLogger(tmp_path)], image, step=3) == 0
+    tensorboard = loggers.tensorboard_logger(save_dir=str(tmp_path), name="tb")
+    assert isinstance(tensorboard, TensorBoardLogger)
+    assert loggers.log_images([CSVLogger(tmp_path), tensorboard], image, step=3) == 1
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))

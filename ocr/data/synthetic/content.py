@@ -30,12 +30,10 @@ _FOOTER = (
 
 @dataclass(eq=False)
 class Line:
-    """One receipt line: ``left`` tokens (centred or flush left) and ``right`` tokens (flush right).
-
-    ``align`` is ``left``, ``center``, ``lr``, ``rule`` or ``barcode``; ``ignore`` marks fine print whose
-    words are don't-care regions; ``optional`` lines are dropped first when the paper is too short.
-    Lines compare by identity so equal-looking lines stay distinct.
-    """
+    """One receipt line: ``left`` tokens (centred or flush left) and ``right`` tokens (flush right). ``align``
+    is ``left``, ``center``, ``lr``, ``rule`` or ``barcode``; ``ignore`` marks fine print whose words are
+    don't-care regions; ``optional`` lines are dropped first when the paper is too short. Lines compare by
+    identity so equal-looking lines stay distinct."""
 
     left: list[str]
     right: list[str] = field(default_factory=list)
@@ -68,16 +66,9 @@ def _money(value: float) -> str:
 
 
 def receipt_lines(rng: np.random.Generator, chars: int) -> tuple[list[Line], ItemFn, list[Line]]:
-    """Header lines, a function making ``n`` item lines (and the totals they imply), and totals/footer.
-
-    Args:
-        rng: source of every random choice.
-        chars: rough number of characters that fit on one line.
-
-    Returns:
-        ``(header, items, tail)``; ``tail`` holds ``{subtotal}``-style placeholders that
-        :meth:`Line.with_amounts` fills from the amounts ``items(n)`` returns.
-    """
+    """``(header, items, tail)`` lines for a paper of about ``chars`` characters per line: ``items(n)`` makes
+    ``n`` item lines and their amounts, which fill ``tail``'s ``{subtotal}``-style placeholders
+    (:meth:`Line.with_amounts`)."""
     case = str.title if rng.random() < 0.25 else str.upper
     currency = [str(_pick(rng, ("RM", "$", "EUR")))] if rng.random() < 0.5 else []
     head = _header(rng)

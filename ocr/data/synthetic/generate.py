@@ -1,12 +1,10 @@
 """Synthetic receipts, the project's built-in dataset: deterministic from a seed, in the annotation format.
 
-Style ``basic``: a short receipt (layout and word ink from :mod:`ocr.data.synthetic.layout`) on
-textured paper, warped by a slight rotation and perspective onto a background, then lit, blurred and
-noised. Style ``receipt``: a dense page (:mod:`ocr.data.synthetic.receipt`) on faded, creased thermal
-paper, either scanned flat on white or photographed like ``basic`` with a cast shadow. Word polygons
-are the tight ink boxes mapped by the same homography as the pixels (granularity ``line`` joins each
-cell's words first). Image ``i`` of a split is drawn from its own seed ``(seed, split, i)``, so adding
-training images changes neither validation nor test, and the worker count changes nothing.
+Style ``basic``: a short receipt (:mod:`ocr.data.synthetic.layout`) on textured paper, warped onto a
+background, lit, blurred and noised; ``receipt``: a dense page (:mod:`ocr.data.synthetic.receipt`) on
+thermal paper, scanned flat or photographed with a cast shadow. Word polygons are the ink boxes mapped by
+the pixels' homography (``line`` joins each cell's words). Image ``i`` of a split has its own seed
+``(seed, split, i)``, so adding training images changes neither val nor test, nor does the worker count.
 """
 
 from __future__ import annotations
@@ -79,11 +77,7 @@ class SyntheticReceipt:
 def render_receipt(
     seed: int | Sequence[int], long_side: int = 512, style: str = "basic", granularity: str = "word"
 ) -> SyntheticReceipt:
-    """Render one receipt image whose long (vertical) side is ``long_side`` px.
-
-    ``style`` is ``basic`` (a short receipt photo, large text) or ``receipt`` (dense, scanned or
-    photographed); ``granularity`` ``word`` gives a box per word, ``line`` one per line segment.
-    """
+    """Render one receipt image of long (vertical) side ``long_side`` px, a box per word or line segment."""
     _check_choice("style", style, STYLES)
     _check_choice("granularity", granularity, GRANULARITIES)
     rng = np.random.default_rng(seed)
@@ -418,11 +412,7 @@ class _Serial:
 
 
 def synthetic_settings(synthetic: Mapping[str, Any]) -> dict[str, Any]:
-    """Check ``data.synthetic`` and return it typed: counts, seed and long side as int, names as str.
-
-    Raises:
-        ValueError: a missing or unknown key, or a style or granularity that does not exist.
-    """
+    """``data.synthetic`` checked (exactly the known keys, a known style and granularity) and typed."""
     if set(synthetic) != set(SYNTHETIC_KEYS):
         raise ValueError(
             f"data.synthetic: expected exactly the keys {SYNTHETIC_KEYS}, got {sorted(synthetic)}"
@@ -476,18 +466,10 @@ def generate_dataset(
     granularity: str = "word",
     workers: int = 1,
 ) -> Path:
-    """Write the synthetic set to ``out_dir`` unless it already holds exactly this one.
-
-    Writes ``images/{train,val,test}/*.jpg``, ``jsons/{train,val,test}.json`` and ``manifest.json``
-    into a temporary folder beside ``out_dir`` and renames it into place, so readers never see a
-    partial set. The manifest holds the parameters, :data:`GENERATOR_VERSION`, the fonts and the font
-    package's version; a folder with the same manifest is left untouched, a different one is replaced.
-    ``workers`` > 1 renders in that many processes; the files are the same for any worker count.
-
-    Raises:
-        ValueError: a negative count, ``long_side`` < 64, ``workers`` < 1, an unknown style or granularity.
-        FileExistsError: ``out_dir`` holds something this generator did not write.
-    """
+    """Write the synthetic set (images, annotation files, ``manifest.json``) to ``out_dir`` unless it holds
+    exactly this one: built in a temporary folder beside it and renamed into place, so readers never see a
+    partial set. The same files for any ``workers``. ValueError on bad counts, ``long_side`` < 64 or
+    ``workers`` < 1; FileExistsError when ``out_dir`` holds something this generator did not write."""
     counts = {"train": num_train, "val": num_val, "test": num_test}
     if min(counts.values()) < 0 or long_side < 64 or workers < 1:
         raise ValueError(

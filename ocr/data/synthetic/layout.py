@@ -64,10 +64,8 @@ _INK_THRESHOLD = 64  # alpha (0-255) counted as ink for the word box; fainter an
 
 @dataclass(frozen=True)
 class Font:
-    """A font the generator can draw with: an OpenCV Hershey face or a packaged TrueType file.
-
-    ``wide`` marks faces that also cover Greek and Cyrillic.
-    """
+    """A font the generator can draw with: an OpenCV Hershey face or a packaged TrueType file. ``wide`` marks
+    faces that also cover Greek and Cyrillic."""
 
     name: str
     hershey: int | None = None
@@ -193,17 +191,8 @@ def font_extent(font: Font, height: float, bold: bool) -> tuple[int, int]:
 def layout_receipt(
     rng: np.random.Generator, width: int, height: int, body_h: float
 ) -> tuple[npt.NDArray[np.float32], list[PaperWord]]:
-    """Lay out and rasterise one receipt on a ``height`` x ``width`` paper.
-
-    Args:
-        rng: source of every random choice.
-        width: paper width in px.
-        height: paper height in px.
-        body_h: cap height of body text in px (headers are drawn larger).
-
-    Returns:
-        The ink alpha map (height, width) float32 in [0, 1] and the words in paper px.
-    """
+    """Lay out and rasterise one receipt on ``height`` x ``width`` px paper (body cap height ``body_h``): the
+    (height, width) float32 ink alpha in [0, 1] and the words in paper px."""
     fonts = available_fonts()[: len(_HERSHEY) + _BASIC_TTF]
     main = fonts[int(rng.integers(len(fonts)))]
     header = main if rng.random() < 0.5 else fonts[int(rng.integers(len(fonts)))]
@@ -330,11 +319,8 @@ def place_words(
 
 
 def merge_groups(words: list[PaperWord]) -> list[PaperWord]:
-    """Line granularity: the words of each group (consecutive) become one box around them.
-
-    Word points are axis-aligned boxes in paper px, so the union box is exact. A group with an
-    illegible word is a don't-care region as a whole.
-    """
+    """Line granularity: each group of consecutive words becomes one exact box around them (axis-aligned
+    words), a don't-care region when any of its words is illegible."""
     merged: list[PaperWord] = []
     for group, members in itertools.groupby(words, key=lambda w: w.group):
         parts = list(members)

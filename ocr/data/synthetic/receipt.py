@@ -1,9 +1,8 @@
 """The ``receipt`` style: dense receipts laid out on paper, with marks that get no box.
 
-A receipt is a list of rows. A text row holds cells anchored at fractions of the text width (flush
-left, flush right or centred), so item tables have quantity, price and amount columns; each cell is one
-group (one box at line granularity). Mark rows hold rules, barcodes, QR-like codes and logos; stamps and
-pen strokes are drawn over the finished page in a second ink. Row count 20-80 comes from the caller.
+Text rows hold cells anchored at fractions of the text width (so item tables have columns), one group
+(one line box) each; mark rows hold rules, barcodes, QR-like codes and logos; stamps and pen strokes go
+over the finished page in a second ink.
 """
 
 from __future__ import annotations
@@ -301,18 +300,8 @@ def receipt_rows(rng: np.random.Generator, count: int) -> list[Row]:
 def layout_dense(
     rng: np.random.Generator, rows: list[Row], body_h: float, chars: int, squeeze: float
 ) -> DensePage:
-    """Lay out ``rows`` on a paper sized to fit them.
-
-    Args:
-        rng: source of every random choice.
-        rows: the receipt's rows.
-        body_h: cap height of body text in px.
-        chars: characters per line of the body font (sets the paper width).
-        squeeze: horizontal scale of every glyph (condensed print below 1).
-
-    Returns:
-        The page: ink and pen maps of the paper's size, words in paper px grouped by cell.
-    """
+    """Lay out ``rows`` on a paper sized to fit them (``chars`` per body line, glyphs scaled by ``squeeze``):
+    ink and pen maps of the paper's size and the words in paper px grouped by cell."""
     fonts = available_fonts()
     main = fonts[int(rng.integers(len(fonts)))]
     header = main if rng.random() < 0.6 else fonts[int(rng.integers(len(fonts)))]

@@ -76,12 +76,10 @@ class QuadSet:
 
 def convex_intersection_areas(p: F64, q: F64) -> F64:
     """(n,) area of ``p[i]`` and ``q[i]``'s intersection, for convex (n, 4, 2) quads with nonzero area.
-
     Green's theorem on the intersection's boundary: the parts of each quad's edges inside the other
-    (Cyrus-Beck clipping, no loop), each contributing cross(start, end) / 2. An edge lying on an edge
-    of the other quad counts once: for ``p`` when both run the same way (shared boundary), for
-    neither when they run opposite ways (the quads only touch). The tests are exact on integer input.
-    """
+    (Cyrus-Beck clipping, no loop), each contributing cross(start, end) / 2. An edge lying on an edge of the
+    other quad counts once: for ``p`` when both run the same way (shared boundary), for neither when they run
+    opposite ways (the quads only touch). The tests are exact on integer input."""
     origin = p[:, :1]
     p, q = p - origin, q - origin
     p = np.where((signed_areas(p) < 0)[:, None, None], p[:, ::-1], p)  # counter-clockwise (math axes)

@@ -1,12 +1,9 @@
 """Per-box quantities for upstream-mode CLEval, vectorised over a padded batch of polygons.
 
-Competition mode reads boxes its own way (``ocr.metrics.cleval.competition``). Conventions (docs/metrics.md):
-- A 4-point box is read in its stored order: edges 0-1 and 2-3 are "horizontal", 1-2 and 3-0 "vertical"
-  (as the reference package reads quadrilaterals).
-- A GT polygon with an even number K >= 6 of points is a reading-order chain: the first K/2 points are
-  the top edge left to right, the rest the bottom edge right to left (the TotalText convention).
-- Any other polygon (odd K, or a detection with K != 4) is read through its minimum rotated rectangle,
-  ordered clockwise from the corner that starts its most left-to-right edge.
+Conventions (docs/metrics.md; competition mode: ``ocr.metrics.cleval.competition``): a 4-point box is
+read in its stored order (edges 0-1 and 2-3 "horizontal"); a GT of even K >= 6 points is a reading-order
+chain (top edge left to right, then bottom right to left: TotalText); any other polygon is read through
+its minimum rotated rectangle, clockwise from the corner starting its most left-to-right edge.
 """
 
 from __future__ import annotations
@@ -43,14 +40,9 @@ def _dist(a: F64, b: F64) -> F64:
 
 
 def pad_polygons(polygons: Sequence[npt.ArrayLike], what: str, drop_closing: bool) -> tuple[F64, IntArr]:
-    """Validated polygons as (N, Kmax, 2) float64 padded by repeating each last vertex, and (N,) counts.
-
-    With ``drop_closing``, a closing vertex equal to the first is dropped (the count may then fall below
-    3: a degenerate box).
-
-    Raises:
-        ValueError: naming ``what[i]`` for a shape other than (K >= 3, 2) or a non-finite coordinate.
-    """
+    """Validated polygons as (N, Kmax, 2) float64 padded by repeating each last vertex, and (N,) counts;
+    ``drop_closing`` drops a closing vertex equal to the first. ValueError names ``what[i]`` for a shape
+    other than (K >= 3, 2) or a non-finite coordinate."""
     if len(polygons) == 0:
         return np.zeros((0, 4, 2)), np.zeros(0, dtype=np.intp)
     try:
@@ -161,11 +153,8 @@ def char_centres(
     ar: F64,
     vertical_threshold: float,
 ) -> tuple[F64, IntArr]:
-    """Pseudo-character centres evenly spaced along each GT's mid-line.
-
-    Returns:
-        (P, 2) centres grouped by GT in order, and (P,) the GT of each centre.
-    """
+    """(P, 2) pseudo-character centres evenly spaced along each GT's mid-line, grouped by GT, and (P,) their
+    GT."""
     vertical = ar < vertical_threshold  # vertical text reads from the 4th corner (reference rule)
     q = np.where(vertical[:, None, None], quads[:, [3, 0, 1, 2]], quads)
     start = (q[:, 0] + q[:, 3]) / 2
@@ -192,19 +181,8 @@ def _chain_centres(points: F64, n: int) -> F64:
 
 
 def points_in_polygons(verts: F64, poly_idx: IntArr, xy: F64) -> npt.NDArray[np.bool_]:
-    """Even-odd ray-casting test of point ``c`` against polygon ``poly_idx[c]``.
-
-    The half-open edge rule (a point on a left/top edge is in, on a right/bottom edge out) is the
-    reference's, so boundary points are decided the same way.
-
-    Args:
-        verts: (N, Kmax, 2) polygons, each padded by repeating its last vertex.
-        poly_idx: (C,) polygon of each query.
-        xy: (C, 2) query points.
-
-    Returns:
-        (C,) True where the point is inside.
-    """
+    """(C,) even-odd ray-casting test of (C, 2) points ``xy`` against (N, Kmax, 2) padded polygons
+    ``poly_idx[c]``, with the reference's half-open edge rule (on a left/top edge in, right/bottom out)."""
     vi = verts[poly_idx]  # (C, Kmax, 2)
     vj = np.roll(vi, 1, axis=1)
     x, y = xy[:, 0:1], xy[:, 1:2]

@@ -87,12 +87,8 @@ def _initial_simplex(pts: F64) -> tuple[IntArr, IntArr, IntArr]:
 
 
 def _quad_cycles(quads: F64) -> tuple[F64, IntArr]:
-    """Hull of (n, 4, 2) quads with no three collinear points, as qhull lists it.
-
-    Returns:
-        (n, 4, 2) hull vertices counter-clockwise (positive shoelace area) from qhull's first vertex,
-        padded with the first vertex, and (n,) vertex counts (3 or 4).
-    """
+    """(n, 4, 2) hull of (n, 4, 2) quads with no three collinear points as qhull lists it, counter-clockwise
+    from qhull's first vertex and padded with it, and (n,) vertex counts (3 or 4)."""
     n = len(quads)
     rows = np.arange(n)
     minx, maxx, third = _initial_simplex(quads)
@@ -147,12 +143,10 @@ def _hull_ccw(points: F64) -> F64:
 
 
 def _polygon_cycle(points: F64) -> F64 | None:
-    """Hull of one polygon as qhull lists it, or None where qhull fails (flat point set).
-
-    The listing starts where qhull's first facet starts when one of its initial edges survives on the
-    hull (always for 4 points); otherwise qhull's later facet order decides and the hull is started at its
-    left-most vertex: then an exact tie between hull edges may be read differently from the scorer.
-    """
+    """Hull of one polygon as qhull lists it, or None where qhull fails (flat point set). The listing starts
+    where qhull's first facet starts when one of its initial edges survives on the hull (always for 4 points);
+    otherwise qhull's later facet order decides and the hull is started at its left-most vertex: then an exact
+    tie between hull edges may be read differently from the scorer."""
     hull = _hull_ccw(points)
     if len(hull) < 3:
         return None
@@ -170,17 +164,9 @@ def _polygon_cycle(points: F64) -> F64 | None:
 
 
 def _edge_sides(cycle: F64, count: IntArr) -> tuple[F32, F32, F32]:
-    """Float32 bounding rectangle of each polygon along each of its edges, as the scorer computes it.
-
-    An edge's direction does not matter: reversing it negates every projection exactly.
-
-    Args:
-        cycle: (n, M, 2) convex polygons (hulls), padded with their own vertices.
-        count: (n,) vertex counts.
-
-    Returns:
-        (n, M) length along the edge, length across it and their product (inf on padding edges).
-    """
+    """(n, M) float32 length along each edge, length across it and their product (inf on padding edges) of
+    the bounding rectangle of each (n, M, 2) hull along each of its ``count`` edges, as the scorer computes
+    it (an edge's direction does not matter: reversing it negates every projection exactly)."""
     pts = cycle.astype(np.float32)
     m = cycle.shape[1]
     if (count == m).all():
@@ -211,11 +197,9 @@ def _ratio(len_p: F32, len_o: F32, best: IntArr) -> F32:
 
 
 def _convex_quad_ratios(quads: F64, ccw: npt.NDArray[np.bool_]) -> F32:
-    """Aspect ratios of strictly convex (n, 4, 2) quads, listed counter-clockwise when ``ccw``.
-
-    The hull is the quad itself; where the smallest rectangle is tied between edges (a rectangle: read
-    along its width or its height), the first in qhull's listing wins.
-    """
+    """Aspect ratios of strictly convex (n, 4, 2) quads, listed counter-clockwise when ``ccw``. The hull is
+    the quad itself; where the smallest rectangle is tied between edges (a rectangle: read along its width or
+    its height), the first in qhull's listing wins."""
     len_p, len_o, area = _edge_sides(quads, np.full(len(quads), 4))
     tied = area == area.min(axis=1, keepdims=True)
     best = tied.argmax(axis=1)
@@ -235,15 +219,8 @@ def _convex_quad_ratios(quads: F64, ccw: npt.NDArray[np.bool_]) -> F32:
 
 
 def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
-    """(N,) float32 aspect ratios: across / along of each polygon's minimum-area rectangle, at most 100.
-
-    Args:
-        verts: (N, Kmax, 2) float32-valued polygons, each padded by repeating its last vertex.
-        counts: (N,) point counts (>= 4).
-
-    Returns:
-        0 where the polygon is flat after rounding to integers or all its points are collinear.
-    """
+    """(N,) float32 aspect ratios, across / along of each (Kmax, 2) padded polygon's minimum-area rectangle
+    (at most 100; ``counts`` >= 4 points), 0 where it is flat after rounding to integers or collinear."""
     n = len(counts)
     ar = np.zeros(n, dtype=np.float32)
     if n == 0:
@@ -300,12 +277,9 @@ def fp_char_counts(ar: F32) -> npt.NDArray[np.int64]:
 
 
 def _chain_points(verts: F64, owner: IntArr, j: IntArr, counts: IntArr, n: IntArr, top: bool) -> F64:
-    """Point ``j`` of each centre's top (or bottom) chain in the scorer's interpolation.
-
-    The chain is the first half of the points (top) or the second half reversed (bottom); each of its
-    ``half - 1`` sections is cut into ``n`` steps, the inner cut points truncated to integers, and the
-    chain's last point closes it.
-    """
+    """Point ``j`` of each centre's top (or bottom) chain in the scorer's interpolation. The chain is the
+    first half of the points (top) or the second half reversed (bottom); each of its ``half - 1`` sections is
+    cut into ``n`` steps, the inner cut points truncated to integers, and the chain's last point closes it."""
     half = counts // 2
     sections = half - 1
     sec, step = np.divmod(j, n)
@@ -330,20 +304,10 @@ def _quad_knots(verts: F64, a: int, b: int, knots: IntArr, n: IntArr, step: IntA
 
 
 def pseudo_char_centres(verts: F64, counts: IntArr, num_chars: npt.NDArray[np.int64]) -> tuple[F64, IntArr]:
-    """Pseudo-character centres of GT polygons, as the scorer places them.
-
-    Centre ``c`` of a GT with ``n`` characters averages chain points ``c * s`` and ``(c + 1) * s`` of its
-    top and bottom chains (``s`` = sections per chain): for a quad, the corners of the c-th of ``n`` equal
-    slices, inner corners truncated to integers.
-
-    Args:
-        verts: (G, Kmax, 2) polygons padded by repeating the last vertex.
-        counts: (G,) point counts (>= 4).
-        num_chars: (G,) characters per GT.
-
-    Returns:
-        (P, 2) centres grouped by GT in order, and (P,) the GT of each centre.
-    """
+    """(P, 2) pseudo-character centres of (G, Kmax, 2) padded GT polygons with ``num_chars`` characters each,
+    grouped by GT, and (P,) the GT of each, as the scorer places them: centre ``c`` averages chain points
+    ``c * s`` and ``(c + 1) * s`` of the top and bottom chains (``s`` sections per chain; for a quad, the
+    corners of the c-th of ``n`` equal slices, inner corners truncated to integers)."""
     gts = np.arange(len(num_chars))
     knots = num_chars + 1  # chain points 0, s, 2s, ..., n * s of each GT
     knot_owner = np.repeat(gts, knots)

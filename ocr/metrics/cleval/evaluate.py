@@ -1,10 +1,7 @@
-"""CLEval (Baek et al. 2020, character-level evaluation) for detection, for polygons of any point count.
-
-One implementation, two modes (docs/metrics.md):
-- ``upstream``: the reference ``cleval`` 0.1.1 package's rules, micro-averaged over the dataset;
-- ``competition``: the receipt competition's own scorer (pseudo character counts for every box from its
-  minimum-area rectangle, P/R/H as the mean of per-image values).
-"""
+"""CLEval (Baek et al. 2020, character-level evaluation) for detection, for polygons of any point count,
+in two modes (docs/metrics.md): ``upstream``, the reference ``cleval`` 0.1.1 package's rules
+micro-averaged over the dataset, and ``competition``, the receipt competition's scorer (pseudo character
+counts from each box's minimum-area rectangle, P/R/H the mean of per-image values)."""
 
 from __future__ import annotations
 
@@ -67,18 +64,9 @@ class ImageResult:
 
 @dataclass(frozen=True)
 class ImageMatch:
-    """One image's score with the pairing it came from (what per-box outcomes are read from).
-
-    Attributes:
-        result: the image's counts and scores.
-        match: (G, D) matched GT x detection pairs over the scored boxes.
-        gt_dc: (G,) don't-care ground truth among the scored boxes.
-        det_dc: (D,) detections left out as lying on don't-care regions.
-        gt_index: (G,) index of each scored GT in the caller's list (competition mode skips some).
-        det_index: (D,) index of each scored detection in the caller's list (``max_detections`` and
-            competition mode leave some out).
-        chars: per-box character counts the result's sums are made of (:class:`BoxChars`).
-    """
+    """One image's score with its pairing: ``result``, the (G, D) ``match`` over the scored boxes, their
+    don't-care flags (``gt_dc`` (G,), ``det_dc`` (D,)), each scored box's index in the caller's lists
+    (``max_detections`` and competition mode leave some out) and the per-box ``chars``."""
 
     result: ImageResult
     match: npt.NDArray[np.bool_]
@@ -91,19 +79,10 @@ class ImageMatch:
 
 @dataclass(frozen=True)
 class BoxChars:
-    """One image's character counts per scored box; over the boxes they sum to the result's counts
-    (don't-care GT and detections hold 0).
-
-    Attributes:
-        gt_chars: (G,) characters of each GT (sum: ``num_gt_chars``).
-        gt_tp_chars: (G,) of them covered by a matched detection (sum: ``tp_chars``).
-        gt_recall_penalty: (G,) split penalty of each GT (sum: ``recall_penalty``).
-        det_chars: (D,) characters charged to each detection: centre hits inside its matched pairs, or its
-            false-positive cost when unmatched (sum: ``num_det_chars``).
-        det_fp_chars: (D,) the false-positive part of ``det_chars`` (sum: ``fp_chars``).
-        det_precision_penalty: (D,) merge penalty of each detection (sum: ``precision_penalty``).
-        det_gt: (D,) the matched GT with the most centres inside each detection; -1 when unmatched.
-    """
+    """One image's character counts per scored box ((G,) for GT, (D,) for detections; don't-care boxes hold
+    0), summing to the result's ``num_gt_chars``, ``tp_chars``, ``recall_penalty``, ``num_det_chars`` (centre
+    hits in matched pairs, or the false-positive cost), ``fp_chars`` and ``precision_penalty``; ``det_gt`` is
+    the matched GT with the most centres inside each detection (-1 when unmatched)."""
 
     gt_chars: npt.NDArray[np.int64]
     gt_tp_chars: npt.NDArray[np.int64]
@@ -152,22 +131,10 @@ def match_image(
     gt_texts: Sequence[str | None] | None,
     options: CLEvalOptions,
 ) -> ImageMatch:
-    """Score one image and keep the pairing.
-
-    Args:
-        pred_polygons: detections, each (K, 2) with K >= 3, in the same pixel frame as the GT.
-        gt_polygons: ground truth, each (K, 2) with K >= 3.
-        gt_ignore: don't-care flag per GT (text "###" also marks one).
-        gt_texts: transcription per GT or None (upstream mode counts its characters).
-        options: scoring options.
-
-    Competition mode reads coordinates as float32 and leaves polygons with fewer than 4 points out, as
-    the competition's scorer does.
-
-    Raises:
-        ValueError: a polygon with fewer than 3 points, a wrong shape or non-finite coordinates, or
-            mismatched list lengths; the message names the polygon.
-    """
+    """Score one image and keep the pairing: (K >= 3, 2) detections and GT in one pixel frame, a don't-care
+    flag per GT ("###" also marks one), the transcriptions (upstream counts their characters) or None.
+    Competition mode reads float32 and leaves out polygons of fewer than 4 points, as its scorer does.
+    ValueError names the polygon: too few points, a wrong shape, non-finite, or mismatched list lengths."""
     if len(gt_ignore) != len(gt_polygons) or (gt_texts is not None and len(gt_texts) != len(gt_polygons)):
         raise ValueError(
             f"CLEval: expected one ignore flag (and text) per GT polygon, got {len(gt_polygons)} polygons, "
@@ -308,15 +275,8 @@ def evaluate_images(
     options: CLEvalOptions,
     labels: Sequence[str] | None = None,
 ) -> list[ImageResult]:
-    """:func:`evaluate_image` for each image of parallel per-image lists.
-
-    Args:
-        labels: how error messages name each image (default ``image <index>``).
-
-    Raises:
-        ValueError: the per-image lists differ in length, or an image's input is malformed (the message
-            names the image).
-    """
+    """:func:`evaluate_image` for each image of parallel per-image lists; ValueError names the image
+    (``labels``, default ``image <index>``)."""
     n = len(gt_polygons)
     if len(pred_polygons) != n or len(gt_ignore) != n or (gt_texts is not None and len(gt_texts) != n):
         raise ValueError(
@@ -360,20 +320,8 @@ def evaluate_dataset(
     options: CLEvalOptions,
     names: Sequence[str] | None = None,
 ) -> DatasetResult:
-    """Score a dataset: :func:`evaluate_images`, then :func:`summarise`.
-
-    Args:
-        pred_polygons: per image, the detections (see :func:`evaluate_image`).
-        gt_polygons: per image, the ground truth.
-        gt_ignore: per image, the don't-care flags.
-        gt_texts: per image, the transcriptions, or None.
-        options: scoring options.
-        names: image names for error messages (default: the index).
-
-    Raises:
-        ValueError: the per-image lists differ in length, or an image's input is malformed (the message
-            names the image).
-    """
+    """Score a dataset of per-image lists (as :func:`evaluate_image` takes): :func:`evaluate_images`, then
+    :func:`summarise`; ``names`` label error messages."""
     labels = None if names is None else [f"image {name}" for name in names]
     results = evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, options, labels)
     warn_dropped_detections(sum(r.num_dropped_detections for r in results), options)

@@ -36,10 +36,8 @@ BoolArr = npt.NDArray[np.bool_]
 @dataclass(frozen=True)
 class ImageGeometry:
     """Per-image matrices, G ground-truth boxes by D detections, H centre-inside-detection hits.
-
-    ``area_precision`` is computed only where it can change a match: pairs that share a centre, and every
-    pair with a don't-care GT; it is 0 elsewhere.
-    """
+    ``area_precision`` is computed only where it can change a match: pairs that share a centre, and every pair
+    with a don't-care GT; it is 0 elsewhere."""
 
     area_precision: npt.NDArray[np.float32]  # (G, D) intersection / detection area
     pcc_count: npt.NDArray[np.int64]  # (G, D) centres of GT g inside detection d

@@ -14,14 +14,9 @@ BoolMat = npt.NDArray[np.bool_]
 
 @dataclass(frozen=True)
 class PairTables:
-    """Everything matching needs about one image, G ground-truth boxes by D detections.
-
-    Attributes:
-        area_precision: (G, D) float32 intersection / detection area.
-        pcc_count: (G, D) int number of GT g's pseudo-character centres inside detection d.
-        gt_dc: (G,) don't-care ground truth.
-        threshold: area-precision constraint (0.3 in the paper).
-    """
+    """Everything matching needs about one image: (G, D) float32 ``area_precision`` (intersection / detection
+    area), (G, D) ``pcc_count`` (GT centres inside each detection), (G,) ``gt_dc`` and the area-precision
+    ``threshold`` (0.3 in the paper)."""
 
     area_precision: npt.NDArray[np.float32]
     pcc_count: npt.NDArray[np.int64]
@@ -86,19 +81,8 @@ def count_chars(
     recall_weight: float,
     precision_weight: float,
 ) -> tuple[CharCounts, int]:
-    """Character counts from the matches and the (centre, detection) inclusion pairs.
-
-    Args:
-        match: (G, D) matched pairs.
-        hit_gt: (H,) GT of each centre-inside-detection hit.
-        hit_pcc: (H,) global centre index of each hit.
-        hit_det: (H,) detection of each hit.
-        recall_weight: granularity penalty per extra detection of a split GT.
-        precision_weight: granularity penalty per extra GT of a merging detection.
-
-    Returns:
-        The counts and the number of centre hits inside matched pairs (the detection-side characters).
-    """
+    """Character counts from the (G, D) ``match`` and the (H,) (GT, centre, detection) inclusion hits, with
+    the split and merge penalty weights; also returns the hits inside matched pairs."""
     kept = match[hit_gt, hit_det]
     covered = np.zeros(int(hit_pcc.max(initial=-1)) + 1, dtype=bool)
     covered[hit_pcc[kept]] = True

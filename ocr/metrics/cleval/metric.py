@@ -36,11 +36,9 @@ _SUMMED_FIELDS = {
 
 
 class CLEvalMetric(Metric):
-    """Character-level evaluation of text detection (docs/metrics.md).
-
-    ``competition`` mode reports the mean of per-image P/R/H; ``upstream`` mode divides character counts
-    summed over the dataset. Both sets of sums are kept, so the reduction is a plain sum in either mode.
-    """
+    """Character-level evaluation of text detection (docs/metrics.md). ``competition`` mode reports the mean
+    of per-image P/R/H; ``upstream`` mode divides character counts summed over the dataset. Both sets of sums
+    are kept, so the reduction is a plain sum in either mode."""
 
     full_state_update = False
     higher_is_better = True
@@ -72,11 +70,8 @@ class CLEvalMetric(Metric):
         gt_ignore: Sequence[Sequence[bool]],
         gt_texts: Sequence[Sequence[str | None]] | None = None,
     ) -> None:
-        """Score a batch; one list entry per image, polygons (K, 2) in the same pixel frame.
-
-        Raises:
-            ValueError: lists of different lengths or a malformed polygon (naming the batch image).
-        """
+        """Score a batch, one list entry per image, (K, 2) polygons in one pixel frame (ValueError names the
+        image)."""
         labels = [f"batch image {i}" for i in range(len(gt_polygons))]
         self._add(evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, self.options, labels))
 

@@ -11,18 +11,10 @@ MODES: tuple[str, ...] = ("upstream", "competition")
 
 @dataclass(frozen=True)
 class CLEvalOptions:
-    """Scoring options (values come from configs/metric/cleval.yaml).
-
-    Attributes:
-        mode: ``upstream`` or ``competition``.
-        max_detections: detections kept per image (the first ones); None keeps all.
-        area_precision_threshold: intersection / detection area needed for a match.
-        recall_granularity_weight: penalty per extra detection on a split GT.
-        precision_granularity_weight: penalty per extra GT merged into one detection.
-        vertical_aspect_ratio_threshold: upstream mode: GT quads with width/height below it are read top to
-            bottom (the competition's scorer has no such rule).
-        case_sensitive: compare transcriptions case-sensitively (upstream character counts).
-    """
+    """Scoring options (configs/metric/cleval.yaml): ``mode``, the first ``max_detections`` kept (None: all),
+    the area-precision a match needs, the split and merge penalty weights, upstream's
+    ``vertical_aspect_ratio_threshold`` (GT quads narrower than it are read top to bottom) and case
+    sensitivity of transcriptions."""
 
     mode: Mode
     max_detections: int | None

@@ -16,25 +16,20 @@ OUTCOMES: tuple[Outcome, ...] = ("matched", "split", "merged", "missed", "false_
 
 @dataclass(frozen=True)
 class BoxOutcomes:
-    """The outcome of every box the caller passed, in the caller's order.
-
-    GT: ``matched`` (one detection, one-to-one), ``split`` (matched by >= 2 detections), ``merged``
-    (its one detection also covers other GT), ``missed``, ``ignored`` (don't-care, or not scored).
-    Detections: ``matched``, ``split`` (one of the detections of a split GT), ``merged`` (matches >= 2
-    GT), ``false_positive``, ``ignored`` (on a don't-care region, beyond ``max_detections``, or not
-    scored).
-    """
+    """The outcome of every box the caller passed, in the caller's order. GT: ``matched`` (one detection,
+    one-to-one), ``split`` (matched by >= 2 detections), ``merged`` (its one detection also covers other GT),
+    ``missed``, ``ignored`` (don't-care, or not scored). Detections: ``matched``, ``split`` (one of the
+    detections of a split GT), ``merged`` (matches >= 2 GT), ``false_positive``, ``ignored`` (on a don't-care
+    region, beyond ``max_detections``, or not scored)."""
 
     gt: list[Outcome]
     det: list[Outcome]
 
 
 def box_outcomes(image: ImageMatch, num_gt: int, num_det: int) -> BoxOutcomes:
-    """Outcomes of the ``num_gt`` GT and ``num_det`` detections that :func:`match_image` was given.
-
-    Counts agree with the image's result: GT ``split`` = ``num_split``, detections ``merged`` =
-    ``num_merged``, GT not ``ignored`` = ``num_gt``, detections not ``ignored`` = ``num_det``.
-    """
+    """Outcomes of the ``num_gt`` GT and ``num_det`` detections that :func:`match_image` was given. Counts
+    agree with the image's result: GT ``split`` = ``num_split``, detections ``merged`` = ``num_merged``, GT
+    not ``ignored`` = ``num_gt``, detections not ``ignored`` = ``num_det``."""
     match = image.match
     dets_per_gt, gts_per_det = match.sum(axis=1), match.sum(axis=0)
     merging_det = gts_per_det >= 2

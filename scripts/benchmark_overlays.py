@@ -1,0 +1,125 @@
+"""Benchmark the validation overlays' cost against the validation they come from (the CPU preset).
+
+    uv run python scripts/benchmark_overlays.py [--ckpt CKPT] [--repeats 3] [--logger tensorboard] [--record]
+
+Runs ``trainer.validate`` on the preset's validation (``hardware=cpu``, the default synthetic val split)
+with the run's ``callbacks.val_overlays`` and logger, after one warm-up pass. The overlays' cost is the
+callback's own time (gathering, choosing, reading, drawing, sending) plus the per-box outcomes the
+workers add to each image (``box_outcomes``, timed here again on the same matches); the share is that
+cost over the validation's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import Callback
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchmark_results import add_record_argument, command_line, write_result  # noqa: E402
+
+from ocr.evaluation.host_work import ImageOutcome  # noqa: E402
+from ocr.lightning_modules.build import build_module  # noqa: E402
+from ocr.metrics.cleval.evaluate import match_image  # noqa: E402
+from ocr.metrics.cleval.outcomes import box_outcomes  # noqa: E402
+from ocr.reporting.overlays import ValOverlays  # noqa: E402
+from ocr.utils.runner import compose_config, instantiate_all  # noqa: E402
+
+COLUMNS = ["pass", "images", "validation s", "overlay callback s", "box outcomes s", "overlay share %"]
+
+
+class OutcomeTimer(Callback):
+    """A second sink of the pipeline: times ``box_outcomes`` on each val image's match, as the workers
+    compute it."""
+
+    preview_long_side = 0
+
+    def __init__(self, options: Any) -> None:
+        self.options = options
+        self.seconds = 0.0
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        pl_module.pipeline.sinks.append(self)
+
+    def add(self, outcome: ImageOutcome) -> None:
+        gt, polygons = outcome.job.gt, outcome.prediction["polygons"]
+        if gt is None:
+            return
+        match = match_image(polygons, gt.polygons, gt.ignore, gt.texts, self.options)
+        started = time.perf_counter()
+        box_outcomes(match, len(gt.polygons), len(polygons))
+        self.seconds += time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ckpt", type=Path, help="network weights (model.init_from); default: random")
+    parser.add_argument("--repeats", type=int, default=3, help="timed validation passes")
+    parser.add_argument("--logger", default="tensorboard", help="the logger config the overlays go to")
+    add_record_argument(parser)
+    args = parser.parse_args(argv)
+    out = Path(tempfile.mkdtemp(prefix="benchmark_overlays_"))
+    overrides = ["hardware=cpu", f"logger={args.logger}"]
+    if args.ckpt:
+        overrides.append(f"model.init_from={args.ckpt}")
+    cfg = compose_config("train", overrides, out)
+    datamodule = instantiate(cfg.data)
+    module = build_module(cfg)
+    overlays: ValOverlays = instantiate(cfg.callbacks.val_overlays)
+    timer = OutcomeTimer(module.val_metric.options)
+    trainer = instantiate(
+        cfg.trainer,
+        callbacks=[overlays, timer],
+        logger=instantiate_all(cfg.logger) or False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+    )
+    rows: list[list[Any]] = []
+    for index in range(args.repeats + 1):
+        callback_before, outcomes_before = overlays.seconds, timer.seconds
+        started = time.perf_counter()
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+        wall = time.perf_counter() - started
+        if index == 0:  # warm-up: the worker pool starts, files are read for the first time
+            continue
+        callback_s, outcomes_s = overlays.seconds - callback_before, timer.seconds - outcomes_before
+        images = module.pipeline.times.images
+        share = 100 * (callback_s + outcomes_s) / wall
+        rows.append(
+            [index, images, round(wall, 2), round(callback_s, 3), round(outcomes_s, 4), round(share, 2)]
+        )
+    mean = [statistics.mean(float(row[i]) for row in rows) for i in range(2, 6)]
+    rows.append(["mean", rows[0][1], *[round(v, 4) for v in mean]])
+    print("| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS))
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |")
+    if args.record is not None:
+        sizes = cfg.callbacks.val_overlays
+        protocol = (
+            f"trainer.validate on the hardware=cpu preset's synthetic val split, {args.repeats} passes "
+            f"after a warm-up, overlays {sizes.num_fixed} fixed + {sizes.num_worst} worst at long side "
+            f"{sizes.long_side} to logger={args.logger}, weights {args.ckpt or 'random'}; cost = the "
+            "callback's time + box_outcomes on the same matches"
+        )
+        path = write_result(
+            "overlays",
+            "Training throughput",
+            protocol,
+            command_line(__file__, argv),
+            COLUMNS,
+            rows,
+            directory=args.record,
+        )
+        print(f"Recorded {path}")
+
+
+if __name__ == "__main__":
+    main()
