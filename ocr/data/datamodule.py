@@ -66,7 +66,6 @@ class TrainSets(ConcatDataset[Sample]):
 
     def __init__(self, datasets: Sequence[ReceiptDataset]) -> None:
         super().__init__(datasets)
-        self.parts = list(datasets)
         self.transform = datasets[0].transform
 
 

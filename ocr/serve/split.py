@@ -39,9 +39,7 @@ class SplitBrowser:
             key = f"{split}/{entry.file_name}"
             truth = GroundTruth(entry.polygons, entry.ignore, entry.texts)
             path = dataset.image_dir / entry.file_name
-            state.add_image(
-                key, ServedImage(path, entry.file_name, entry.orig_width, entry.orig_height, truth)
-            )
+            state.images[key] = ServedImage(path, entry.file_name, entry.orig_width, entry.orig_height, truth)
             self.keys.append(key)
         self.rows: dict[str, dict[str, Any]] = {}
         self.failed: dict[str, str] = {}

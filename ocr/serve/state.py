@@ -62,10 +62,6 @@ class ServeState:
         log.info("Upload %s (%d x %d px) stored as %s", image.name, image.width, image.height, image.path)
         return key
 
-    def add_image(self, key: str, image: ServedImage) -> None:
-        """Register an image read from elsewhere (a split)."""
-        self.images[key] = image
-
     def set_model(self, slot: str, model: ServedModel) -> None:
         """Serve ``model`` in ``slot`` from now on (its cached maps dropped)."""
         self.models[slot] = model
