@@ -12,27 +12,28 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
-import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers  # torch-free at import; hydra.run.dir uses ${first_set:}
 from ocr.metrics.files import evaluate_files, worst_images, write_image_results
-from ocr.utils.cli import report_usage_errors
-from ocr.utils.output_dir import writable_dir
-from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
+from ocr.run.entry import entry, quiet_third_party
+from ocr.run.folder import writable_dir
 
 register_resolvers()
 quiet_third_party()
 log = logging.getLogger(__name__)
 
 
-@task_wrapper
+@entry("evaluate", lightning=False)
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Score ``cfg.pred`` against ``cfg.gt``; returns the summary printed as JSON."""
     options = instantiate(cfg.metric)
-    directory = writable_dir(cfg.out_dir, "out_dir", create=True) if cfg.out_dir is not None else run_dir(cfg)
+    directory = Path(cfg.paths.output_dir)
+    if cfg.out_dir is not None:
+        directory = writable_dir(cfg.out_dir, "out_dir", create=True)
     names, result = evaluate_files(cfg.gt, cfg.pred, options, cfg.min_polygon_size)
     csv_path = write_image_results(directory / "cleval_per_image.csv", names, result.images)
     for name, image in worst_images(names, result.images, cfg.worst):
@@ -58,12 +59,5 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     return summary
 
 
-@hydra.main(config_path="../configs", config_name="evaluate", version_base="1.3")
-@report_usage_errors
-def main(cfg: DictConfig) -> None:
-    """Hydra entry point."""
-    evaluate(cfg)
-
-
 if __name__ == "__main__":
-    main()
+    evaluate.main()

@@ -24,16 +24,13 @@ import logging
 from pathlib import Path
 from typing import Any, cast
 
-import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.checkpoints.inference_settings import apply_stored_settings, export_long_side, stored_setting_keys
 from ocr.machine.hardware import register_resolvers
-from ocr.utils.cli import lightning_runner
-from ocr.utils.config_types import check_config_types
+from ocr.run.entry import entry, quiet_third_party, save_config
 from ocr.utils.errors import ConfigValueError
-from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
 quiet_third_party()
@@ -43,10 +40,10 @@ QUANTIZE = (None, "int8")
 log = logging.getLogger(__name__)
 
 
-@task_wrapper
+@entry("export")
 def export(cfg: DictConfig) -> dict[str, str]:
     """Export ``cfg.ckpt``; returns the paths written (model, sidecar)."""
-    from ocr.utils.output_dir import writable_dir
+    from ocr.run.folder import writable_dir
 
     # The checks' inputs before any export work: a bad value is refused in seconds, not after the export.
     if cfg.format not in FORMATS:
@@ -74,8 +71,7 @@ def export(cfg: DictConfig) -> dict[str, str]:
     from ocr.inference.onnx_runtime import sidecar_path
     from ocr.lightning_modules.restore import CHECKPOINT_SOURCE, module_from_loaded
 
-    check_config_types(cfg)
-    directory = run_dir(cfg)
+    directory = Path(cfg.paths.output_dir)
     checkpoint = load_checkpoint(cfg.ckpt)
     run_config = checkpoint["ocr_config"]
     apply_stored_settings(cfg, run_config, stored_setting_keys(cfg), CHECKPOINT_SOURCE)
@@ -216,11 +212,5 @@ def _refuse(report: Any, output: Path, error: type[Exception]) -> None:
         raise error(f"{output}: {report.problem}; not written (a previous model stays): {report.summary()}")
 
 
-@hydra.main(config_path="../configs", config_name="export", version_base="1.3")
-@lightning_runner
-def main(cfg: DictConfig) -> None:
-    export(cfg)
-
-
 if __name__ == "__main__":
-    main()
+    export.main()

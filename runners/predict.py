@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
-from ocr.utils.cli import lightning_runner
-from ocr.utils.config_types import check_config_types
+from ocr.run.entry import entry, quiet_third_party, save_config
 from ocr.utils.errors import ConfigValueError
-from ocr.utils.runner import quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
 quiet_third_party()
@@ -65,15 +63,14 @@ def model_name(cfg: DictConfig) -> str:
     return str(cfg.onnx_model if cfg.backend == "onnx" else cfg.ckpt)
 
 
-@task_wrapper
+@entry("predict")
 def predict(cfg: DictConfig) -> dict[str, str]:
     """Run the checkpoint over ``image_dir``; returns the paths written (empty on ranks other than 0)."""
     from ocr.lightning_modules.prediction_io import gather_predictions, save_overlays, save_predictions
     from ocr.reporting.collect import attach_report_collector
     from ocr.reporting.html import write_report
 
-    check_config_types(cfg)
-    directory = run_dir(cfg)
+    directory = Path(cfg.paths.output_dir)
     datamodule, module, trainer = prepare(cfg)
     save_config(cfg, directory)  # with the settings taken from the checkpoint
     pipeline = module.pipeline
@@ -102,11 +99,5 @@ def predict(cfg: DictConfig) -> dict[str, str]:
     return paths
 
 
-@hydra.main(config_path="../configs", config_name="predict", version_base="1.3")
-@lightning_runner
-def main(cfg: DictConfig) -> None:
-    predict(cfg)
-
-
 if __name__ == "__main__":
-    main()
+    predict.main()

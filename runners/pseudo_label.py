@@ -21,13 +21,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
-from ocr.utils.cli import lightning_runner
-from ocr.utils.config_types import check_config_types
-from ocr.utils.runner import load_runner, quiet_third_party, run_dir, save_config, task_wrapper
+from ocr.run.entry import entry, load_runner, quiet_third_party, save_config
 
 register_resolvers()
 quiet_third_party()
@@ -46,7 +43,7 @@ def keep_every_candidate(cfg: DictConfig) -> None:
     cfg.postprocess.box_thresh = 0.0
 
 
-@task_wrapper
+@entry("pseudo_label")
 def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
     """Predict ``image_dir`` and write the pseudo-labelled dataset; returns the summary (empty on ranks
     other than 0)."""
@@ -58,7 +55,7 @@ def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
         refuse_unsafe_output,
     )
 
-    directory = run_dir(cfg)
+    directory = Path(cfg.paths.output_dir)
     out = Path(cfg.output) if cfg.output is not None else directory
     refuse_unsafe_output(out, cfg.image_dir, cfg.ckpt, cfg.overwrite)  # before Lightning is even imported
     from ocr.data.annotations import save_annotations
@@ -66,7 +63,6 @@ def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
     from ocr.lightning_modules.prediction_io import gather_predictions
     from ocr.utils.io import atomic_write_json
 
-    check_config_types(cfg)
     thresholds = PseudoThresholds(float(cfg.pseudo.text_score), float(cfg.pseudo.ignore_score))
     datamodule, module, trainer = load_runner("predict").prepare(cfg, keep_every_candidate)
     save_config(cfg, directory)
@@ -113,11 +109,5 @@ def pseudo_label(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-@hydra.main(config_path="../configs", config_name="pseudo_label", version_base="1.3")
-@lightning_runner
-def main(cfg: DictConfig) -> None:
-    pseudo_label(cfg)
-
-
 if __name__ == "__main__":
-    main()
+    pseudo_label.main()

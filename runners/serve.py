@@ -14,19 +14,19 @@ message.
 
 from __future__ import annotations
 
-import hydra
+from pathlib import Path
+
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
-from ocr.utils.cli import lightning_runner
-from ocr.utils.runner import quiet_third_party, run_dir, task_wrapper
+from ocr.run.entry import entry, quiet_third_party
 
 register_resolvers()
 quiet_third_party()
 
 
-@task_wrapper
+@entry("serve")
 def serve(cfg: DictConfig) -> None:
     """Load the models, bind the port, print the URL and serve until interrupted."""
     from ocr.serve.server import bind_port, build_app, import_web_stack, run_app
@@ -35,16 +35,10 @@ def serve(cfg: DictConfig) -> None:
     sock = bind_port(cfg.host, cfg.port)  # first: a port in use fails before minutes of loading
     host, port = sock.getsockname()[:2]
     data_choice = HydraConfig.get().runtime.choices.get("data", "receipts")
-    app = build_app(cfg, run_dir(cfg) / "uploads", data_choice, (host, port))
+    app = build_app(cfg, Path(cfg.paths.output_dir) / "uploads", data_choice, (host, port))
     print(f"Serving on http://{host}:{port}/ (Ctrl+C stops)", flush=True)
     run_app(app, sock)
 
 
-@hydra.main(config_path="../configs", config_name="serve", version_base="1.3")
-@lightning_runner
-def main(cfg: DictConfig) -> None:
-    serve(cfg)
-
-
 if __name__ == "__main__":
-    main()
+    serve.main()

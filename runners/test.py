@@ -11,23 +11,21 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
-import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from ocr.machine.hardware import register_resolvers
-from ocr.utils.cli import lightning_runner
-from ocr.utils.config_types import check_config_types
+from ocr.run.entry import entry, format_metrics, quiet_third_party, save_config
 from ocr.utils.errors import ConfigValueError
-from ocr.utils.runner import format_metrics, quiet_third_party, run_dir, save_config, task_wrapper
 
 register_resolvers()
 quiet_third_party()
 log = logging.getLogger(__name__)
 
 
-@task_wrapper
+@entry("test")
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test (``split=test``) or validate (``split=val``) the checkpoint; returns the metrics."""
     from ocr.lightning_modules.prob_cache import open_prob_cache
@@ -37,11 +35,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     from ocr.reporting.html import write_report
     from ocr.utils.io import atomic_write_json
 
-    check_config_types(cfg)
     if cfg.split not in ("val", "test"):
         raise ConfigValueError(f"split: expected 'val' or 'test', got {cfg.split!r}")
     checkpoint = checkpoint_settings(cfg, targets=True)
-    directory = run_dir(cfg)
+    directory = Path(cfg.paths.output_dir)
     save_config(cfg, directory)
     module, trainer = restore_for_inference(cfg, checkpoint)
     module.prob_cache = open_prob_cache(cfg, directory)
@@ -74,11 +71,5 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
-@hydra.main(config_path="../configs", config_name="test", version_base="1.3")
-@lightning_runner
-def main(cfg: DictConfig) -> None:
-    evaluate(cfg)
-
-
 if __name__ == "__main__":
-    main()
+    evaluate.main()

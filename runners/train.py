@@ -10,41 +10,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.checkpoints.reading import allow_checkpoint_types
 from ocr.checkpoints.resume import Resume
-from ocr.checkpoints.run_start import claim_run
 from ocr.machine.hardware import register_resolvers
-from ocr.utils.cli import lightning_runner
+from ocr.run.entry import entry, format_metrics, instantiate_all, quiet_third_party, save_config
 from ocr.utils.commands import run_next_commands
-from ocr.utils.config_types import check_config_types
-from ocr.utils.runner import (
-    format_metrics,
-    get_metric_value,
-    instantiate_all,
-    quiet_third_party,
-    run_dir,
-    save_config,
-    task_wrapper,
-)
 
 register_resolvers()
 quiet_third_party()
 
 
-@task_wrapper
-def train(cfg: DictConfig) -> dict[str, float]:
-    """Claim the run folder (refusals write nothing), fit, then test with the best checkpoint; returns
-    the final metrics."""
-    with claim_run(cfg) as claim:
-        return fit_and_test(claim.run_config(cfg), claim.resume)
-
-
-def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
-    """Fit (from ``resume`` when given), then test with the best checkpoint; the final metrics."""
+@entry("train", training=True)
+def train(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
+    """Fit (from ``resume`` when given), then test with the best checkpoint; the final metrics. The run
+    shell (``ocr.run.entry``) has checked the config and claimed the run folder."""
     import lightning as L
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
@@ -53,8 +35,7 @@ def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
     from ocr.lightning_modules.callbacks.time_budget import TimeBudget
     from ocr.utils.io import atomic_write_json
 
-    check_config_types(cfg)
-    directory = run_dir(cfg)
+    directory = Path(cfg.paths.output_dir)
     if cfg.seed is not None:
         L.seed_everything(cfg.seed, workers=True)
     callbacks = instantiate_all(cfg.callbacks)  # first: the watchdog covers start-up
@@ -103,12 +84,5 @@ def fit_and_test(cfg: DictConfig, resume: Resume | None) -> dict[str, float]:
     return metrics
 
 
-@hydra.main(config_path="../configs", config_name="train", version_base="1.3")
-@lightning_runner
-def main(cfg: DictConfig) -> float | None:
-    metrics: dict[str, Any] = train(cfg)
-    return get_metric_value(metrics, cfg.optimized_metric)
-
-
 if __name__ == "__main__":
-    main()
+    train.main()

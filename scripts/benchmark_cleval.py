@@ -21,7 +21,7 @@ from hydra.utils import instantiate  # noqa: E402
 
 from ocr.metrics.cleval.evaluate import evaluate_dataset  # noqa: E402
 from ocr.metrics.cleval.options import CLEvalOptions  # noqa: E402
-from ocr.utils.runner import compose_config  # noqa: E402
+from ocr.run.config import compose_config  # noqa: E402
 from scripts.benchmark_results import add_record_argument, command_line, write_result  # noqa: E402
 
 

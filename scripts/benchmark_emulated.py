@@ -34,9 +34,10 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from ocr.lightning_modules.build import build_module
+from ocr.run.config import compose_config
+from ocr.run.entry import instantiate_all, quiet_third_party
 from ocr.types import DBOutput, Sample
 from ocr.utils.io import atomic_write_json
-from ocr.utils.runner import compose_config, instantiate_all, quiet_third_party
 from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
 
 QUEUE_STEPS = 2  # steps the host may run ahead of the emulated device

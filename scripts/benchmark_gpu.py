@@ -34,9 +34,10 @@ from ocr.data.datamodule import ReceiptDataModule
 from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.detection_module import DetectionModule
 from ocr.machine.hardware import autocast_dtype, cpu_has_native_bf16, cuda_has_native_bf16
+from ocr.run.config import compose_config
+from ocr.run.entry import quiet_third_party
 from ocr.types import Batch
 from ocr.utils.io import atomic_write_json
-from ocr.utils.runner import compose_config, quiet_third_party
 from scripts.benchmark_results import add_record_argument, command_line, write_result
 
 REPO = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ocr.inference.onnx_export import ProbabilityMapNet, export_onnx
 from ocr.inference.onnx_runtime import OnnxProbabilityMap
 from ocr.lightning_modules.build import build_net_and_loss
-from ocr.utils import runner
+from ocr.run.config import compose_config
 from scripts.benchmark_results import add_record_argument, command_line, write_result
 
 DEFAULT_MODELS = ("dbnet_resnet18_fpn", "dbnetpp_resnet18", "dbnet_resnet18_pan")
@@ -35,7 +35,7 @@ def build(spec: str, hardware: str) -> nn.Module:
     """The network of ``spec`` = ``<model config>[,<override>...]`` (random weights, eval mode, float32 on
     the CPU), e.g. ``dbnet_resnet18_pan,model.decoder.channels=32``."""
     name, *overrides = spec.split(",")
-    cfg = runner.compose_config("train", [f"model={name}", f"hardware={hardware}", *overrides])
+    cfg = compose_config("train", [f"model={name}", f"hardware={hardware}", *overrides])
     return build_net_and_loss(cfg, weights_free=True)[0].eval()
 
 

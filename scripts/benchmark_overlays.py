@@ -31,7 +31,8 @@ from ocr.lightning_modules.build import build_module  # noqa: E402
 from ocr.metrics.cleval.evaluate import match_image  # noqa: E402
 from ocr.metrics.cleval.outcomes import box_outcomes  # noqa: E402
 from ocr.reporting.overlays import ValOverlays  # noqa: E402
-from ocr.utils.runner import compose_config, instantiate_all  # noqa: E402
+from ocr.run.config import compose_config  # noqa: E402
+from ocr.run.entry import instantiate_all  # noqa: E402
 
 COLUMNS = ["pass", "images", "validation s", "overlay callback s", "box outcomes s", "overlay share %"]
 

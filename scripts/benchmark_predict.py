@@ -46,8 +46,9 @@ from ocr.evaluation.host_work import HostWork, ImageJob
 from ocr.evaluation.pipeline import EvalPipeline, PipelineSettings
 from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.prob_cache import ProbCache
+from ocr.run.config import compose_config
+from ocr.run.entry import load_runner
 from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput
-from ocr.utils import runner
 from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +62,7 @@ log = logging.getLogger("benchmark_predict")
 
 def random_checkpoint(path: Path, overrides: Sequence[str]) -> Path:
     """A run checkpoint with random weights of the train config's network (``overrides`` on top)."""
-    cfg = runner.compose_config("train", overrides, path.parent)
+    cfg = compose_config("train", overrides, path.parent)
     module = build_module(cfg)
     torch.save(
         {"state_dict": module.state_dict(), "ocr_config": OmegaConf.to_container(cfg, resolve=True)}, path
@@ -139,11 +140,11 @@ def score(gt: Path, predictions: dict[str, list[Any]], directory: Path) -> dict[
     from ocr.utils.submission import write_submission_csv
 
     csv = write_submission_csv(directory / "submission.csv", predictions)
-    evaluate = runner.load_runner("evaluate").evaluate
+    evaluate = load_runner("evaluate").evaluate
     hmeans = {}
     for mode in MODES:
         overrides = [f"gt={gt}", f"pred={csv}", f"mode={mode}", f"out_dir={directory / mode}"]
-        hmeans[mode] = float(evaluate(runner.compose_config("evaluate", overrides, directory))["hmean"])
+        hmeans[mode] = float(evaluate(compose_config("evaluate", overrides, directory))["hmean"])
     return hmeans
 
 
@@ -290,7 +291,7 @@ def prepare_emulation(
 ) -> Emulation:
     """Run the real network once over ``cfg``'s images (or read its logits from ``cache``); ``ms_per_batch``
     is a full batch's device time, smaller batches take it in proportion to their pixels."""
-    datamodule, module, trainer = runner.load_runner("predict").prepare(cfg)
+    datamodule, module, trainer = load_runner("predict").prepare(cfg)
     batches = list(datamodule.predict_dataloader())
     logits = []
     for batch in batches:
@@ -527,8 +528,8 @@ def build_rows(
                             *extra.split(),
                         ]
                         label = f"{backend}_{len(rows)}"
-                        cfg = runner.compose_config("predict", overrides, work / label)
-                        prepared = runner.load_runner("predict").prepare(cfg)
+                        cfg = compose_config("predict", overrides, work / label)
+                        prepared = load_runner("predict").prepare(cfg)
                         if model is None:
                             size = sum(p.numel() * p.element_size() for p in prepared[1].net.parameters())
                             title = Path(str(ckpt)).name
@@ -547,10 +548,10 @@ def export_for_benchmark(args: argparse.Namespace, ckpt: Path | str, images: Pat
     """``ckpt`` exported by runners/export.py at the first long side, parity checked on the images."""
     # Random weights find no text: their export is checked on the probability maps alone.
     parity = [f"parity.image_dir={images}"] + (["parity.min_polygons=0"] if args.ckpt is None else [])
-    export_cfg = runner.compose_config(
+    export_cfg = compose_config(
         "export", [f"ckpt={ckpt}", f"long_side={args.long_side}", *parity], work / "export"
     )
-    return Path(runner.load_runner("export").export(export_cfg)["model"])
+    return Path(load_runner("export").export(export_cfg)["model"])
 
 
 def markdown_table(rows: list[Row], peer: Peer | None, gt: Path | None, work: Path) -> str:
@@ -623,7 +624,7 @@ def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path, so
         "| --- " * 9 + "|",
     ]
     for batch in (int(b) for b in args.batches.split(",")):
-        cfg = runner.compose_config(
+        cfg = compose_config(
             "predict",
             [*overrides, f"data.eval_batch_size={batch}", *args.overrides],
             work / f"emulated_{batch}",

@@ -26,12 +26,12 @@ from hydra.utils import instantiate
 from ocr.data.targets.db import make_db_targets
 from ocr.data.transforms import EvalTransform
 from ocr.geometry import letterbox_geometry, to_input
+from ocr.run.config import compose_config
 from ocr.serve.app import create_app
 from ocr.serve.guard import TOKEN_HEADER, ModelFiles, RequestGuard
 from ocr.serve.models import ServedModel, load_served_model
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
-from ocr.utils.runner import compose_config
 from scripts.benchmark_results import add_record_argument, command_line, write_result
 
 SETTINGS = (

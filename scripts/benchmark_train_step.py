@@ -16,7 +16,7 @@ import torch
 
 from ocr.debug.oom_probe import random_batch
 from ocr.lightning_modules.build import build_net_and_loss
-from ocr.utils.runner import compose_config
+from ocr.run.config import compose_config
 from scripts.benchmark_results import add_record_argument, command_line, write_result
 
 

@@ -35,7 +35,7 @@ def validation_seconds(args: argparse.Namespace, ckpt: Path, work: Path) -> list
     from hydra.utils import instantiate
 
     from ocr.lightning_modules.restore import checkpoint_settings, restore_for_inference
-    from ocr.utils import runner
+    from ocr.run.config import compose_config
 
     hardware = "hardware=cpu" if args.device == "cpu" else "hardware=auto"
     overrides = [
@@ -49,7 +49,7 @@ def validation_seconds(args: argparse.Namespace, ckpt: Path, work: Path) -> list
         "report.enabled=false",
         f"trainer.limit_val_batches={-(-args.val_images // args.batch)}",
     ]
-    cfg = runner.compose_config("test", overrides, work / "validate")
+    cfg = compose_config("test", overrides, work / "validate")
     module, trainer = restore_for_inference(cfg, checkpoint_settings(cfg, targets=True))
     datamodule = instantiate(cfg.data)
     seconds = []

@@ -13,7 +13,8 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from ocr.utils import runner
+from ocr.run.config import compose_config
+from ocr.run.entry import load_runner
 from tests.gpu_proof.steps import TINY_CPU_RUN
 from tests.helpers.paths import REPO_ROOT
 
@@ -65,10 +66,10 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_run: list[str
 @pytest.fixture(scope="session")
 def runner_module() -> Callable[[str], ModuleType]:
     """``runner_module("train")`` imports ``runners/train.py``."""
-    return runner.load_runner
+    return load_runner
 
 
 @pytest.fixture(scope="session")
 def compose_cfg() -> Callable[[str, list[str], Path], DictConfig]:
     """``compose_cfg(name, overrides, output_dir)`` composes a runner config with that output directory."""
-    return runner.compose_config
+    return compose_config

@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from ocr.checkpoints.reading import load_checkpoint, load_checkpoint_file
-from ocr.utils.run_folder import RunRefusedError, read_run_id
+from ocr.utils.errors import RunRefusedError
 
 __all__ = [
     "CONTROL_KEYS",
@@ -72,6 +72,7 @@ class Resume:
     world_size: int | None = (
         None  # processes of the run that wrote the checkpoint (ocr.checkpoints.world_size)
     )
+    summary: str = ""  # what resumes from where, logged once the run folder is claimed
 
     @property
     def config_name(self) -> str:
@@ -235,10 +236,12 @@ def _check_fixed_key(run_cfg: DictConfig, key: str, value: Any, override: str) -
     )
 
 
-def _check_same_run(run_dir: Path, checkpoint_path: Path, run_config: dict[str, Any], allow: bool) -> bool:
-    """Whether the checkpoint belongs to the run in ``run_dir`` (by run identity when both record one, else
-    by where the file lies); another run's is refused unless ``allow``."""
-    folder_id = read_run_id(run_dir)
+def _check_same_run(
+    run_dir: Path, folder_id: str | None, checkpoint_path: Path, run_config: dict[str, Any], allow: bool
+) -> bool:
+    """Whether the checkpoint belongs to the run in ``run_dir`` (``folder_id``: its ``run.json``'s identity;
+    by run identity when both record one, else by where the file lies); another run's is refused unless
+    ``allow``."""
     checkpoint_id = run_config.get("run_id")
     if folder_id is not None and checkpoint_id is not None:
         same = folder_id == checkpoint_id
@@ -317,13 +320,14 @@ def _has_key(cfg: DictConfig, key: str) -> bool:
     return isinstance(parent, DictConfig) and leaf in parent
 
 
-def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
+def resume_run(composed: DictConfig, overrides: Sequence[str], folder_id: str | None) -> Resume:
     """The run's own config (from its checkpoint) with this invocation's key ``overrides`` (Hydra's
-    ``overrides.task``) applied, and the checkpoint. FileNotFoundError: no checkpoint; ResumeRefusedError:
-    an override that cannot apply, or another output directory."""
+    ``overrides.task``) applied, and the checkpoint (``folder_id``: the folder's run identity).
+    FileNotFoundError: no checkpoint; ResumeRefusedError: an override that cannot apply, or another output
+    directory."""
     run_dir = Path(composed.resume).resolve()
     refuse_file_resume(composed.resume)
-    if not run_dir.is_dir():
+    if not run_dir.is_dir() or not any(run_dir.iterdir()):  # empty: the folder Hydra made for this run
         raise ResumeRefusedError(f"resume={composed.resume}: no such run directory ({run_dir})")
     output_dir = Path(composed.paths.output_dir).resolve()
     if output_dir != run_dir:
@@ -334,7 +338,9 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
     checkpoint_path, step = find_checkpoint(run_dir, composed.ckpt_path)
     checkpoint = load_checkpoint(checkpoint_path)
     run_config = checkpoint["ocr_config"]
-    same_run = _check_same_run(run_dir, checkpoint_path, run_config, composed.resume_allow_other_run)
+    same_run = _check_same_run(
+        run_dir, folder_id, checkpoint_path, run_config, composed.resume_allow_other_run
+    )
     saved_dir = str(run_config["paths"]["output_dir"])
     if Path(saved_dir).resolve() != run_dir:
         log.warning("Resume: the run was written in %s; its paths now point to %s", saved_dir, run_dir)
@@ -354,22 +360,19 @@ def resume_run(composed: DictConfig, overrides: Sequence[str]) -> Resume:
     fingerprint = checkpoint.get("data_fingerprint")
     if fingerprint is None:
         fingerprint = _sidecar_fingerprint(Path(f"{checkpoint_path}.json"))
-    log.info(
-        "Resuming %s from %s (epoch %s, step %d) with the run's own config; command-line overrides "
-        "applied: %s",
-        run_dir,
-        checkpoint_path.name,
-        checkpoint.get("epoch"),
-        step,
-        ", ".join(applied) or "none",
+    summary = (
+        f"Resuming {run_dir} from {checkpoint_path.name} (epoch {checkpoint.get('epoch')}, step {step}) with "
+        f"the run's own config; command-line overrides applied: {', '.join(applied) or 'none'}"
     )
     run_id = run_config.get("run_id") if same_run else None
-    return Resume(checkpoint_path, step, cfg, applied, fingerprint, run_id, checkpoint.get("world_size"))
+    world_size = checkpoint.get("world_size")
+    return Resume(checkpoint_path, step, cfg, applied, fingerprint, run_id, world_size, summary)
 
 
-def resume_from_command_line(cfg: DictConfig) -> Resume | None:
-    """The resume ``cfg`` asks for (``resume=<run dir>``, optional ``ckpt_path``), or None; refuses
-    ``ckpt_path`` without ``resume`` and ``model.init_from`` with it."""
+def resume_from_command_line(cfg: DictConfig, folder_id: str | None) -> Resume | None:
+    """The resume ``cfg`` asks for (``resume=<run dir>``, optional ``ckpt_path``; ``folder_id``: the
+    folder's run identity), or None; refuses ``ckpt_path`` without ``resume`` and ``model.init_from`` with
+    it."""
     if cfg.ckpt_path is not None and cfg.resume is None:
         raise ValueError(
             f"ckpt_path={cfg.ckpt_path} needs the run to resume: pass resume=<run dir> (its own config "
@@ -388,4 +391,4 @@ def resume_from_command_line(cfg: DictConfig) -> Resume | None:
 
     # Without a Hydra run (a test composing the config) there is no command line.
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    return resume_run(cfg, overrides)
+    return resume_run(cfg, overrides, folder_id)

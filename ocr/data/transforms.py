@@ -129,13 +129,9 @@ class EvalTransform:
                 every input is still the ``long_side`` square.
             short_side: the short side's target with ``resize="short"``.
         """
-        if long_side <= 0:
-            raise ValueError(f"long_side: expected a positive int, got {long_side!r}")
-        if pad_multiple is not None and pad_multiple <= 0:
-            raise ValueError(f"pad_multiple: expected null or a positive int, got {pad_multiple!r}")
         if resize not in RESIZE_RULES:
             raise ValueError(f"resize: expected one of {RESIZE_RULES}, got {resize!r}")
-        if resize == "short" and (short_side is None or short_side <= 0):
+        if resize == "short" and short_side is None:  # the sizes' ranges: the config check (PositiveInt)
             raise ValueError(f"short_side: expected a positive int with resize=short, got {short_side!r}")
         self.resize = resize
         self.short_side = short_side

@@ -4,7 +4,8 @@
 Kinds: ``exception`` (a RuntimeError), ``nan_loss`` (the ``loss`` output becomes NaN, for the non-finite
 guard; NaN images without a ``loss``), ``stall`` (sleep ``stall_s``, default 2.5x the watchdog's timeout),
 ``bad_index`` (an out-of-bounds ``index_select``: a device-side assert on CUDA, IndexError on the CPU) and
-``cuda_fault`` (``torch.AcceleratorError`` on any device: the CUDA fault path on a CPU)."""
+``cuda_fault`` (``torch.AcceleratorError`` on any device: the CUDA fault path of ``ocr.run.faults`` on a
+CPU)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
+from ocr.run.watchdog import StallWatchdog
 
 __all__ = [
     "FAULT_KINDS",

@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from omegaconf import OmegaConf
 
+    from ocr.run.config import compose_config
     from ocr.utils.io import atomic_write_json
-    from ocr.utils.runner import compose_config
 
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.stderr.write("oom-probe: no CUDA GPU visible; use --device cpu to only check that a step runs\n")

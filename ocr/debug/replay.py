@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     if not result.reproduced and state.get("first_bad_step") not in (None, state.get("detected_at_step")):
         sys.stdout.write(
             "hint: the first bad step was earlier than the saved batch; rerun the training with "
-            "callbacks.nonfinite_guard.check_every_n_steps=1 to capture it\n"
+            "callbacks.guard.check_every_n_steps=1 to capture it\n"
         )
     return EXIT_REPRODUCED if result.reproduced else EXIT_CLEAN
 

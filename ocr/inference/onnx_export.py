@@ -37,10 +37,10 @@ from ocr.inference.onnx_runtime import (
     OnnxProbabilityMap,
     sidecar_path,
 )
+from ocr.run.folder import write_interrupted
 from ocr.types import Batch, Polygon
 from ocr.utils.errors import InputNotFoundError, UsageError
 from ocr.utils.io import TEMP_SUFFIX, atomic_write_bytes, atomic_write_json
-from ocr.utils.sentinels import write_interrupted
 
 __all__ = [
     "OPSET",

@@ -16,8 +16,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ocr.checkpoints.inference_settings import apply_stored_settings, stored_setting_keys
 from ocr.checkpoints.reading import load_checkpoint
 from ocr.lightning_modules.build import build_module
-from ocr.lightning_modules.callbacks.cuda_fault import CudaFaultExit
 from ocr.lightning_modules.detection_module import DetectionModule
+from ocr.run.guard import Guard
 
 __all__ = [
     "CHECKPOINT_SOURCE",
@@ -75,9 +75,9 @@ def checkpoint_settings(cfg: DictConfig, *, targets: bool) -> dict[str, Any]:
 def restore_for_inference(cfg: DictConfig, checkpoint: dict[str, Any]) -> tuple[DetectionModule, L.Trainer]:
     """What test and predict start from: the module of ``checkpoint`` (read from ``cfg.ckpt`` by
     :func:`checkpoint_settings`) and a trainer from ``cfg.trainer`` without loggers or checkpointing, whose
-    one callback ends the process on a CUDA fault as training does (``CudaFaultExit``)."""
+    one callback ends the process on a CUDA fault as training does (``Guard.for_inference``)."""
     module = module_from_loaded(checkpoint, cfg.ckpt, cfg)
-    return module, inference_trainer(cfg.trainer, [CudaFaultExit(run_dir=cfg.paths.output_dir)])
+    return module, inference_trainer(cfg.trainer, [Guard.for_inference(cfg.paths.output_dir)])
 
 
 def inference_trainer(

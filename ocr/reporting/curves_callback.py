@@ -11,10 +11,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
-from ocr.lightning_modules.callbacks.interrupt import is_interruption
 from ocr.machine.sync import sync_allowed
 from ocr.reporting.curves import write_curves
-from ocr.utils.cuda_fault import is_cuda_fault
+from ocr.run.faults import is_cuda_fault
+from ocr.run.interrupt import is_interruption
 
 __all__ = ["TrainingCurves"]
 

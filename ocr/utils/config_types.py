@@ -26,7 +26,6 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ocr.utils.config_rules import check_config_values
 from ocr.utils.errors import ConfigValueError, UsageError
 
 __all__ = [
@@ -100,7 +99,6 @@ def check_config_types(cfg: DictConfig) -> None:
         ConfigValueTypeError: one or more values have the wrong type (all problems are listed).
         ConfigValueError: the types fit, but values are out of their bounds (all are listed).
     """
-    check_config_values(cfg)
     unknown = _unknown_arguments(cfg, "")
     if unknown:
         raise ConfigValueError(f"config: {'; '.join(unknown)} (a key added with '+' reaches the constructor)")

@@ -5,8 +5,7 @@ checkpoint, an annotation, a refused resume, a full disk, an output folder it ca
 :class:`UsageError`, together with the built-in class callers catch (``ValueError``, ``OSError``, ...).
 Its message is the whole report: it names the key or file, what was expected and what came instead.
 The runners print it alone on the console and keep the traceback for the run's log file
-(:func:`ocr.utils.runner.report_usage_errors`); any other exception is a bug and keeps its traceback.
-Standard library only: the sentinels and Hydra callbacks use it before torch is imported.
+(:mod:`ocr.run.entry`); any other exception is a bug and keeps its traceback. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ __all__ = [
     "ConfigValueError",
     "InputNotFoundError",
     "OutputDirError",
+    "RunRefusedError",
     "UsageError",
     "find_usage_error",
 ]
@@ -39,6 +39,10 @@ class InputNotFoundError(UsageError, FileNotFoundError):
 
 class OutputDirError(UsageError, OSError):
     """An output folder that cannot be created or written (read-only, a file in the way, no permission)."""
+
+
+class RunRefusedError(UsageError):
+    """A run refused at start, before it wrote anything into its folder (its status stays as it was)."""
 
 
 def find_usage_error(exc: BaseException) -> UsageError | None:

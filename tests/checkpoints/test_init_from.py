@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from ocr.lightning_modules.build import build_module, build_net_and_loss
-from ocr.utils.runner import compose_config
+from ocr.run.config import compose_config
 
 TINY_MODEL = ["hardware=cpu", "model.decoder.channels=16"]
 

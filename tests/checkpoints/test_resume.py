@@ -23,6 +23,7 @@ from ocr.checkpoints.resume import (
     resume_run,
 )
 from ocr.machine.hardware import register_resolvers
+from ocr.run.folder import read_run_id
 from tests.helpers.paths import REPO_ROOT
 
 RUN_CONFIG = {
@@ -40,6 +41,11 @@ RUN_CONFIG = {
     "callbacks": {"checkpoint": {"dirpath": "/old/place/run/checkpoints"}},
     "logger": {"csv": {"save_dir": "/old/place/run", "version": ""}},
 }
+
+
+def _resume(composed: OmegaConf, overrides: list[str]) -> Resume:
+    """``resume_run`` with the folder's run identity, as the run claim passes it."""
+    return resume_run(composed, overrides, read_run_id(composed.paths.output_dir))
 
 
 def _save(run: Path, name: str, step: int, with_json: bool = True, run_id: str | None = None) -> Path:
@@ -101,14 +107,14 @@ def test_restores_the_run_config_and_applies_only_command_line_keys(
 ) -> None:
     _save(tmp_path, "last.ckpt", 9)
     with caplog.at_level(logging.INFO, logger="ocr.checkpoints.resume"):
-        resume = resume_run(_composed(tmp_path), ["trainer.max_steps=400", f"resume={tmp_path}"])
+        resume = _resume(_composed(tmp_path), ["trainer.max_steps=400", f"resume={tmp_path}"])
     cfg = resume.config
     assert cfg.trainer.max_steps == 400  # given on the command line
     assert cfg.trainer.accelerator == "cpu" and cfg.data.root == "/data/receipts"  # the run's own
     assert cfg.data.batch_size == 8 and list(cfg.data.scale_range) == [0.5, 3.0]
     assert cfg.resume == str(tmp_path) and resume.step == 9 and resume.overrides == ["trainer.max_steps=400"]
     assert cfg.logger.csv.version == "resumed-step9"  # Lightning's CSVLogger would delete metrics.csv
-    assert "command-line overrides applied: trainer.max_steps=400" in caplog.text
+    assert "command-line overrides applied: trainer.max_steps=400" in resume.summary  # logged once claimed
     assert resume.config_name == "config.resumed-step9.yaml"
     with pytest.raises(Exception, match="not in struct"):
         cfg.unknown_key = 1
@@ -132,13 +138,13 @@ def test_refuses_overrides_that_do_not_fit_the_run_config(
         with open_dict(composed):
             composed.trainer.max_stpes = 4
     with pytest.raises(ValueError, match=message):
-        resume_run(composed, [override])
+        _resume(composed, [override])
 
 
 def test_a_moved_run_gets_its_paths_rebased(tmp_path: Path) -> None:
     _save(tmp_path / "old", "last.ckpt", 3)
     (tmp_path / "old").rename(tmp_path / "new")
-    cfg = resume_run(_composed(tmp_path / "new"), []).config
+    cfg = _resume(_composed(tmp_path / "new"), []).config
     assert cfg.paths.output_dir == str(tmp_path / "new")
     assert cfg.callbacks.checkpoint.dirpath == str(tmp_path / "new" / "checkpoints")
 
@@ -147,23 +153,23 @@ def test_another_output_directory_is_refused(tmp_path: Path) -> None:
     _save(tmp_path, "last.ckpt", 3)
     composed = _composed(tmp_path, paths={"output_dir": str(tmp_path / "elsewhere")})
     with pytest.raises(ValueError, match="continues in that directory"):
-        resume_run(composed, [])
+        _resume(composed, [])
 
 
 def test_ckpt_path_alone_asks_for_the_run_directory() -> None:
     cfg = OmegaConf.create({"resume": None, "ckpt_path": "/runs/x/checkpoints/last.ckpt"})
     with pytest.raises(ValueError, match="pass resume=<run dir>"):
-        resume_from_command_line(cfg)
+        resume_from_command_line(cfg, None)
 
 
 def test_init_from_with_resume_is_refused(tmp_path: Path) -> None:
     _save(tmp_path, "last.ckpt", 3)
     cfg = _composed(tmp_path, model={"init_from": "/runs/pretrain/checkpoints/best.ckpt"})
     with pytest.raises(ResumeRefusedError, match=r"model.init_from=/runs/pretrain/checkpoints/best.ckpt"):
-        resume_from_command_line(cfg)
+        resume_from_command_line(cfg, None)
     with open_dict(cfg):
         cfg.model.init_from = None
-    assert resume_from_command_line(cfg) is not None
+    assert resume_from_command_line(cfg, None) is not None
 
 
 def test_data_fingerprint_change_is_refused_unless_allowed(
@@ -193,7 +199,8 @@ def test_the_run_directory_is_the_resumed_run_or_a_new_one(name: str, overrides:
         cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
     expected = "/runs/a" if overrides == ["resume=/runs/a"] else f"outputs/{name}/"
     assert cfg.hydra.run.dir.startswith(expected)
-    assert cfg.hydra.output_subdir.startswith(".hydra/")  # one record per invocation, none overwritten
+    # The run shell writes the .hydra/<time>/ record once the folder is claimed: a refusal writes none.
+    assert cfg.hydra.output_subdir is None
 
 
 @pytest.mark.parametrize("defect", ["stale", "unreadable"])
@@ -226,7 +233,7 @@ def test_an_older_checkpoint_fingerprint_comes_from_its_sidecar_when_readable(
     torch.save(checkpoint, path)
     Path(f"{path}.json").write_text(sidecar)
     with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.resume"):
-        resume = resume_run(_composed(tmp_path), [f"resume={tmp_path}"])
+        resume = _resume(_composed(tmp_path), [f"resume={tmp_path}"])
     assert resume.data_fingerprint == expected
     assert (expected is None) == ("cannot read the data fingerprint" in caplog.text)
 
@@ -244,9 +251,9 @@ def test_a_change_that_the_checkpoint_would_undo_is_refused(
     OmegaConf.update(composed, key, value)  # as Hydra composes `<key>=<value>`
     expected = f"'{key}={value}' changes {key} ({run_value} in the run's config)"
     with pytest.raises(ResumeRefusedError, match=re.escape(expected)):
-        resume_run(composed, [f"{key}={value}"])
+        _resume(composed, [f"{key}={value}"])
     OmegaConf.update(composed, key, run_value)
-    resume_run(composed, [f"{key}={run_value}"])  # the run's own value changes nothing
+    _resume(composed, [f"{key}={run_value}"])  # the run's own value changes nothing
 
 
 def test_another_runs_checkpoint_is_refused_naming_both_runs(tmp_path: Path) -> None:
@@ -254,7 +261,7 @@ def test_another_runs_checkpoint_is_refused_naming_both_runs(tmp_path: Path) -> 
     other = _save(tmp_path / "b", "last.ckpt", 12, run_id="bbbb")
     composed = _composed(tmp_path / "a", ckpt_path=str(other))
     with pytest.raises(ResumeRefusedError) as refused:
-        resume_run(composed, [])
+        _resume(composed, [])
     message = str(refused.value)
     assert (
         f"ckpt_path={other}: the checkpoint belongs to another run, bbbb written in {tmp_path / 'b'}"
@@ -270,7 +277,7 @@ def test_another_runs_checkpoint_goes_on_when_allowed(
     other = _save(tmp_path / "b", "last.ckpt", 12, run_id="bbbb")
     composed = _composed(tmp_path / "a", ckpt_path=str(other), resume_allow_other_run=True)
     with caplog.at_level(logging.WARNING, logger="ocr.checkpoints.resume"):
-        resume = resume_run(composed, [])
+        resume = _resume(composed, [])
     assert "going on <resume_allow_other_run=true>" in caplog.text
     assert resume.run_id is None and resume.step == 12
     assert resume.config.paths.output_dir == str(tmp_path / "a")  # nothing points into the other run
@@ -286,9 +293,9 @@ def test_checkpoints_without_a_run_id_belong_to_the_folder_they_lie_in(
     composed = _composed(tmp_path / "a", ckpt_path=str(elsewhere))
     if refused:
         with pytest.raises(ResumeRefusedError, match="(no run id recorded)"):
-            resume_run(composed, [])
+            _resume(composed, [])
     else:
-        assert resume_run(composed, []).step == 6
+        assert _resume(composed, []).step == 6
 
 
 @pytest.mark.parametrize("overrides", [[], ["trainer.max_steps=6"]])
@@ -301,10 +308,10 @@ def test_a_resume_with_nothing_to_train_is_refused_with_the_step_and_the_overrid
     with open_dict(composed):
         composed.trainer.max_steps = 6 if overrides else 400
     with pytest.raises(ResumeRefusedError) as refused:
-        resume_run(composed, [*overrides, f"resume={tmp_path}"])
+        _resume(composed, [*overrides, f"resume={tmp_path}"])
     limit = 6 if overrides else 200
     message = str(refused.value)
     assert f"nothing to train, the run is at step 200 and trainer.max_steps={limit}" in message
     assert f"resume={tmp_path} trainer.max_steps=400" in message
     assert "runners/test.py ckpt=" in message
-    resume_run(_composed(tmp_path), ["trainer.max_steps=400", f"resume={tmp_path}"])  # trains: goes on
+    _resume(_composed(tmp_path), ["trainer.max_steps=400", f"resume={tmp_path}"])  # trains: goes on

@@ -88,7 +88,7 @@ def test_the_resume_reads_the_checkpoints_world_size(tmp_path: Path) -> None:
             "paths": {"output_dir": str(tmp_path)},
         }
     )
-    resume = resume_run(composed, [])
+    resume = resume_run(composed, [], None)
     assert resume.world_size == 4 and resume.config.resume_allow_world_size_change is True
 
 

@@ -16,8 +16,8 @@ from ocr.data.images import ImageReadError
 from ocr.data.scan import load_source
 from ocr.data.transforms import EvalTransform, SourceImage, resize_by
 from ocr.geometry import to_original
+from ocr.run.config import compose_config
 from ocr.types import Geometry
-from ocr.utils.runner import compose_config
 from tests.helpers.receipt_fixtures import MEAN, STD, block_words, labelled_dataset, write_split
 
 

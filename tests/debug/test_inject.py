@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.debug.inject import FaultInjector, InjectedFaultError, apply_fault, injection
-from ocr.lightning_modules.callbacks.watchdog import StallWatchdog
+from ocr.run.watchdog import StallWatchdog
 
 Compose = Callable[[str, list[str], Path], DictConfig]
 

@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 from ocr.data.collate import collate_batch
 from ocr.debug.oom_probe import random_batch
 from ocr.debug.replay import EXIT_CLEAN, EXIT_REPRODUCED, EXIT_UNUSABLE, main
+from ocr.run.config import compose_config
 from ocr.types import TARGET_KEYS, BatchCoding
-from ocr.utils.runner import compose_config
 from tests.helpers.receipt_fixtures import labelled_dataset, make_root, train_transform
 
 

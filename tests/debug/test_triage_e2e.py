@@ -12,8 +12,8 @@ from omegaconf import DictConfig
 
 from ocr.debug import replay
 from ocr.debug.inject import InjectedFaultError
-from ocr.lightning_modules.callbacks.nonfinite_guard import NonFiniteLossError
 from ocr.models.loss.checks import LossInputError
+from ocr.run.nonfinite import NonFiniteLossError
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
 
@@ -76,7 +76,7 @@ def test_nan_loss_bundle_names_step_and_replay_reproduces(
             "debug=inject",
             "callbacks.inject.kind=nan_loss",
             "callbacks.inject.step=1",
-            "callbacks.nonfinite_guard.check_every_n_steps=1",
+            "callbacks.guard.check_every_n_steps=1",
         ],
     )
     with pytest.raises(NonFiniteLossError):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ocr.utils.fault_exit import EXIT_CUDA_FAULT
+from ocr.run.faults import EXIT_CUDA_FAULT
 from tests.helpers.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow  # a real runner in a subprocess: a minute on 2 busy cores
@@ -86,11 +86,9 @@ def test_a_cuda_fault_ends_the_run_within_seconds_with_our_explanation(
         for line in lines
         if "[ERROR]" in line or line.startswith("Traceback") or EXCEPTION_LINE.match(line)
     ]
-    assert (
-        "[ocr.lightning_modules.callbacks.cuda_fault][ERROR] - CUDA FAULT (device-side assert)" in errors[0]
-    )
+    assert "[ocr.run.guard][ERROR] - CUDA FAULT (device-side assert)" in errors[0]
     assert errors[-1] == lines[-1] and lines[-1].endswith(
-        f"[ocr.utils.fault_exit][ERROR] - CUDA FAULT: ending the process with exit code {EXIT_CUDA_FAULT}."
+        f"[ocr.run.faults][ERROR] - CUDA FAULT: ending the process with exit code {EXIT_CUDA_FAULT}."
     )
     # The traceback shown is the first CUDA error's (raised in the injection), not the teardown's.
     assert "in apply_fault" in text and "dead_teardown" not in text and "HYDRA_FULL_ERROR" not in text

@@ -106,7 +106,7 @@ def test_resume_after_kill_matches_an_uninterrupted_run(
     assert start_step % STEPS_PER_EPOCH == 0 and start_step < 3 * STEPS_PER_EPOCH
 
     # Resumed in this process too (the command line's resume=<run dir> is tested in test_train_test_predict).
-    with caplog.at_level(logging.INFO, logger="ocr.checkpoints.resume"):
+    with caplog.at_level(logging.INFO):  # the resume's summary is the run shell's, once the folder is claimed
         train(compose_cfg("train", [f"resume={killed_run}"], killed_run))
     assert f"Resume: picked {killed_run / 'checkpoints' / 'last.ckpt'}" in caplog.text
     assert f"(epoch {start_step // STEPS_PER_EPOCH - 1}, step {start_step})" in caplog.text

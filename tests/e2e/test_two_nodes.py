@@ -23,7 +23,7 @@ import torch
 from omegaconf import DictConfig
 
 from ocr.data.synthetic.generate import generate_dataset
-from ocr.utils.peer_lost import EXIT_PEER_LOST
+from ocr.run.faults import EXIT_PEER_LOST
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.rank_report import weights_sha256
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ocr.debug.sanitizer import EXIT_NOT_FOUND, HOW_TO_GET, summarize_report
-from ocr.utils.fault_exit import EXIT_CUDA_FAULT, closing_line
+from ocr.run.faults import EXIT_CUDA_FAULT, closing_line
 
 __all__ = [
     "StepResult",

@@ -207,7 +207,7 @@ class Plan:
             "test_after_fit=false",
             # On CUDA the NaN weights' logits reach the guard's flag: the check every 5 steps still names
             # the injected step. The CPU keeps the loss's immediate input assert, so check every step.
-            f"callbacks.nonfinite_guard.check_every_n_steps={5 if self.cuda else 1}",
+            f"callbacks.guard.check_every_n_steps={5 if self.cuda else 1}",
         ]
         if name == "nan_loss":
 

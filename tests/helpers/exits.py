@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from ocr.utils import fault_exit
+from ocr.run import faults
 
 
 class Exited(BaseException):
@@ -32,8 +32,8 @@ class Exits:
 
 
 def fake_exits(monkeypatch: pytest.MonkeyPatch) -> Exits:
-    """Replace ``os._exit`` in ``ocr.utils.fault_exit`` and forget any fault handled by an earlier test."""
+    """Replace ``os._exit`` in ``ocr.run.faults`` and forget any fault handled by an earlier test."""
     exits = Exits()
-    monkeypatch.setattr(fault_exit, "_hard_exit", exits)
-    monkeypatch.setattr(fault_exit, "_active", None)
+    monkeypatch.setattr(faults, "_hard_exit", exits)
+    monkeypatch.setattr(faults, "_active", None)
     return exits

@@ -15,8 +15,8 @@ from ocr.geometry import letterbox_geometry
 from ocr.inference.onnx_runtime import OnnxPredictModule
 from ocr.lightning_modules.build import build_module
 from ocr.lightning_modules.detection_module import DetectionModule, add_scores
+from ocr.run.config import compose_config
 from ocr.types import TARGET_KEYS
-from ocr.utils.runner import compose_config
 from tests.helpers.receipt_fixtures import labelled_dataset, make_root, train_transform
 
 IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from ocr.data.synthetic.generate import generate_dataset
 from ocr.lightning_modules.callbacks import time_budget
 from ocr.metrics.cleval.metric import CLEvalMetric
-from ocr.utils.runner import load_runner
+from ocr.run.entry import load_runner
 
 RANKS_TIMEOUT_S = 300
 pytestmark = pytest.mark.slow  # the ranks start from a server that imports torch: 45 s on 2 loaded cores

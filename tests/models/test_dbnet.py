@@ -13,8 +13,8 @@ from ocr.models.decoder import FPNDecoder, UNetDecoder
 from ocr.models.encoder import TimmEncoder
 from ocr.models.head import DBHead
 from ocr.models.pan import PANDecoder
+from ocr.run.config import compose_config
 from ocr.types import DBOutput
-from ocr.utils.runner import compose_config
 
 # Each option inherits dbnet_resnet18_fpn and changes one thing: (timm encoder, decoder class, decoder
 # output channels: the hardware preset's width, 128 on a CPU, or PAN's 4 x 128 on any hardware).

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ocr.utils.fault_exit import EXIT_CUDA_FAULT
-from ocr.utils.runner import compose_config
+from ocr.run.config import compose_config
+from ocr.run.faults import EXIT_CUDA_FAULT
 from tests.gpu_proof import run as gpu_proof
 from tests.gpu_proof.checks import StepResult
 from tests.gpu_proof.steps import GPU_ESTIMATE_S, PHASES, STEPS, TESTS, Plan, Step, StepRun

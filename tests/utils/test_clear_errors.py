@@ -20,10 +20,9 @@ from ocr.checkpoints.resume import find_checkpoint
 from ocr.data.annotations import load_annotations
 from ocr.data.dataset import ImageFolderDataset
 from ocr.lightning_modules.prediction_io import require_images
-from ocr.utils.cli import report_usage_errors
+from ocr.run.entry import entry
+from ocr.run.folder import OutputDirCheck, writable_dir
 from ocr.utils.errors import CheckpointError, find_usage_error
-from ocr.utils.output_dir import OutputDirCheck
-from ocr.utils.runner import run_dir
 from tests.helpers.receipt_fixtures import eval_transform
 
 Compose = Callable[[str, list[str], Path], DictConfig]
@@ -63,8 +62,8 @@ def test_the_errors_raised_on_purpose_are_usage_errors_naming_what_is_wrong(tmp_
         "image_dir=": lambda: require_images(
             ImageFolderDataset(image_dir=tmp_path / "empty", transform=eval_transform())
         ),
-        f"paths.output_dir={blocker / 'run'}: expected a folder": lambda: run_dir(
-            OmegaConf.create({"paths": {"output_dir": str(blocker / "run")}})
+        f"paths.output_dir={blocker / 'run'}: expected a folder": lambda: writable_dir(
+            blocker / "run", "paths.output_dir", create=True
         ),
         "postprocess.unclip_ratio: expected >= 0.0, got -1": lambda: instantiate(postprocess),
         f"{tmp_path / 'gone.json'}: annotation file not found": lambda: load_annotations(
@@ -95,7 +94,8 @@ def test_a_failed_resume_leaves_one_status(
     cfg = compose_cfg("train", [*tiny_run, f"resume={run}"], run)
     with pytest.raises(CheckpointError, match=f"{last}: a truncated checkpoint"):
         runner_module("train").train(cfg)
-    assert [p.name for p in run.glob(".*") if p.name in (".SUCCESS", ".FAILURE")] == [".FAILURE"]
+    # Refused at the claim, before anything is written: the run's status stays as it was.
+    assert [p.name for p in run.glob(".*") if p.name in (".SUCCESS", ".FAILURE")] == [".SUCCESS"]
 
 
 @pytest.fixture
@@ -115,11 +115,13 @@ def run_logging(tmp_path: Path) -> Iterator[tuple[io.StringIO, Path]]:
 
 
 def _main(exc: BaseException, tmp_path: Path) -> Callable[[], object]:
-    @report_usage_errors
-    def main(cfg: DictConfig) -> None:
+    """A runner's process (``task.main()`` under Hydra) whose task raises ``exc``."""
+
+    @entry("predict", lightning=False)
+    def task(cfg: DictConfig) -> None:
         raise exc
 
-    return lambda: main(OmegaConf.create({"paths": {"output_dir": str(tmp_path / "run")}}))
+    return lambda: task.run_as_process(OmegaConf.create({"paths": {"output_dir": str(tmp_path / "run")}}))
 
 
 def test_a_usage_error_ends_the_run_with_its_message_alone(
@@ -131,7 +133,11 @@ def test_a_usage_error_ends_the_run_with_its_message_alone(
     with pytest.raises(SystemExit) as info:
         _main(CheckpointError(message), tmp_path)()
     assert info.value.code == 1
-    assert console.getvalue() == message + "\n"  # the message once, no traceback
+    run = tmp_path / "run"
+    assert console.getvalue().splitlines() == [  # the message once (with its report), no traceback
+        f"Run failed: CheckpointError: {message} (report: {run / '.FAILURE'})",
+        f"Run directory: {run}",
+    ]
     logged = log_file.read_text()
     assert "Traceback (most recent call last)" in logged and "CheckpointError: " + message in logged
 
@@ -145,7 +151,7 @@ def test_other_errors_and_hydra_full_error_keep_the_traceback(
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     with pytest.raises(CheckpointError):
         _main(CheckpointError("ckpt=x: broken"), tmp_path)()
-    assert run_logging[0].getvalue() == ""
+    assert "Traceback" not in run_logging[0].getvalue()  # Hydra prints it, not the runner
 
 
 def test_a_read_only_run_directory_stops_before_hydra_writes_into_it(

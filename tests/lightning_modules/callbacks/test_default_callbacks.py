@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ocr.utils.runner import instantiate_all
+from ocr.run.entry import instantiate_all
 
 Compose = Callable[[str, list[str], Path], DictConfig]
 MAX_CALLBACKS = 8

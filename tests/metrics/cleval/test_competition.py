@@ -21,7 +21,7 @@ from ocr.metrics.cleval.evaluate import evaluate_dataset, evaluate_image
 from ocr.metrics.cleval.metric import CLEvalMetric
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.files import evaluate_files
-from ocr.utils.runner import compose_config
+from ocr.run.config import compose_config
 from tests.helpers.paths import REPO_ROOT
 
 HANDMADE_COPY = Path(__file__).resolve().parent / "fixtures" / "cleval_competition_handmade.json"

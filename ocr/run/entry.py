@@ -1,0 +1,364 @@
+"""The entry decorator every runner uses, and the small helpers of the thin runners.
+
+``@entry("predict")`` on a runner's task gives the run its shell. Called with a composed config (by
+``main`` under Hydra, or by a test) it checks the config once (``ocr.run.config.check_config``), claims
+the run folder once (``ocr.run.folder.claim_run``: every refusal before the first write, then the lock,
+and for training the run's identity), writes Hydra's record of the invocation, runs the task and, when
+it raises, records how the run ended: a CUDA fault ends the process with 84 (``ocr.run.faults``), a lost
+peer with 87 (``ocr.run.peers``), a stop by a signal with 128 + its number (``.INTERRUPTED``); any other
+error writes ``.FAILURE`` and goes on. ``task.main()`` is the process: Hydra's command line, and an error
+the project raised on purpose (:class:`~ocr.utils.errors.UsageError`) ends it with its message alone and
+exit status 1, the traceback in the log file only (``HYDRA_FULL_ERROR=1``: Hydra's report instead).
+
+A refused start writes nothing into the run folder: Hydra is told to write neither its ``.hydra/`` record
+(``hydra.output_subdir: null``, written here once the folder is claimed) nor the log file before the
+first record (the file handler's ``delay``), the refusal's line goes to the console alone, and the folder
+Hydra created for this run is removed again when it stayed empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import logging
+import os
+import re
+import signal
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Generic, NoReturn, TypeVar
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from ocr.machine.distributed import rank_zero_only_value, warn_unlaunched_multi_node
+from ocr.run.config import CONFIG_DIR, check_config
+from ocr.run.faults import exit_on_cuda_fault
+from ocr.run.folder import (
+    STARTED,
+    claim_run,
+    failure_written,
+    interrupted_exit_code,
+    record_failure,
+    run_config,
+    write_interrupted,
+)
+from ocr.run.peers import exit_on_lost_peer, lost_peer_reported
+from ocr.utils.errors import RunRefusedError, UsageError, find_usage_error
+from ocr.utils.io import atomic_write_text
+
+__all__ = [
+    "RunEntry",
+    "entry",
+    "exit_with_message",
+    "format_metrics",
+    "instantiate_all",
+    "load_runner",
+    "quiet_third_party",
+    "route_lightning_logs",
+    "save_config",
+]
+
+log = logging.getLogger(__name__)
+
+RUNNERS_DIR = CONFIG_DIR.parent / "runners"
+# Lightning messages that advertise products rather than describe the run.
+_ADVERTISEMENT = re.compile(r"^\W*Tip: ")
+T = TypeVar("T")
+
+
+class RunEntry(Generic[T]):
+    """A runner's task in the run shell (see the module docstring); made by :func:`entry`."""
+
+    def __init__(self, task: Callable[..., T], config_name: str, training: bool, lightning: bool) -> None:
+        self.task, self.config_name, self.training, self.lightning = task, config_name, training, lightning
+        self.claimed = False  # whether this process has written into the run folder
+        self.process = False  # whether this is the process's run (main), not a call from a test
+        functools.update_wrapper(self, task)
+
+    def __call__(self, cfg: DictConfig) -> T:
+        """Check, claim, run the task; record how it ended.
+
+        Raises:
+            SystemExit: a stop by a signal (128 + its number).
+        """
+        run_dir = Path(cfg.paths.output_dir)
+        self.claimed = False
+        try:
+            with _log_files_detached(self.process):  # a refused start writes no log file
+                claim = claim_run(cfg, training=self.training, check=check_config)
+        except BaseException:
+            if self.process:
+                _remove_hydras_empty_folder(run_dir)
+            raise
+        self.claimed = True
+        try:
+            if self.process:
+                if self.lightning:
+                    route_lightning_logs()
+                _write_hydra_record(claim.run_dir, cfg)
+            warn_unlaunched_multi_node(_hardware())
+            if claim.resume is not None:
+                log.info("%s", claim.resume.summary)
+            if self.training:
+                return self.task(run_config(cfg, claim), claim.resume)
+            return self.task(cfg)
+        except BaseException as exc:
+            _record_end(run_dir, exc)
+            raise
+        finally:
+            claim.release()
+
+    def run_as_process(self, cfg: DictConfig) -> float | None:
+        """This entry as the process's run: a usage error ends it with its message and exit status 1;
+        returns the value of ``optimized_metric`` for Hydra sweeps."""
+        self.process = True
+        try:
+            result = self(cfg)
+        except Exception as exc:
+            usage = find_usage_error(exc)
+            if usage is None or _multirun():
+                raise
+            # The task logged "Run failed: <type>: <message>" when it wrote .FAILURE.
+            logged = usage is exc and failure_written(Path(cfg.paths.output_dir))
+            exit_with_message(exc, usage, logged=logged, to_log_files=self.claimed)
+        return _metric_value(result, cfg.get("optimized_metric"))
+
+    def main(self) -> None:
+        """The process: Hydra's command line for ``configs/<config_name>.yaml``, then the run."""
+        import hydra
+
+        # Hydra names the job (and its log file) after the file of the function it unwraps to: the task's.
+        process = functools.wraps(self.task)(lambda cfg: self.run_as_process(cfg))
+        hydra.main(config_path=str(CONFIG_DIR), config_name=self.config_name, version_base="1.3")(process)()
+
+
+def entry(
+    config_name: str, *, training: bool = False, lightning: bool = True
+) -> Callable[[Callable[..., T]], RunEntry[T]]:
+    """Give a runner's task the run shell for ``configs/<config_name>.yaml``. A ``training`` task is
+    called with the config to run and the resume it continues (None: a new run), any other with the
+    config; a ``lightning`` one has Lightning's log lines routed once (:func:`route_lightning_logs`)."""
+
+    def decorate(task: Callable[..., T]) -> RunEntry[T]:
+        return RunEntry(task, config_name, training, lightning)
+
+    return decorate
+
+
+def _hardware() -> str | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().runtime.choices.get("hardware") if HydraConfig.initialized() else None
+
+
+def _hydra_run_dir() -> Path | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir).resolve() if HydraConfig.initialized() else None
+
+
+@contextlib.contextmanager
+def _log_files_detached(detach: bool) -> Iterator[None]:
+    """While the run folder is not claimed, log records go to the console only (Hydra's log file is
+    opened at its first record)."""
+    root = logging.getLogger()
+    files = (
+        [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)] if detach else []
+    )
+    for handler in files:
+        root.removeHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in files:
+            root.addHandler(handler)
+
+
+def _remove_hydras_empty_folder(run_dir: Path) -> None:
+    """After a refused start: the run folder Hydra created for this process, if it stayed empty."""
+    folder = run_dir.resolve()
+    if folder != _hydra_run_dir():
+        return
+    try:
+        if folder.stat().st_ctime >= STARTED - 1 and not any(folder.iterdir()):
+            folder.rmdir()
+    except OSError:
+        pass
+
+
+def _write_hydra_record(run_dir: Path, cfg: DictConfig) -> None:
+    """What Hydra would have written before the task: ``.hydra/<time>/{config,hydra,overrides}.yaml``
+    (global rank 0; a resumed run adds its own)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if run_dir != _hydra_run_dir():
+        return
+    subdir = rank_zero_only_value(f".hydra/{datetime.now():%Y-%m-%d_%H-%M-%S}")
+    if subdir is None:
+        return
+    hydra_cfg = HydraConfig.get()
+    record = run_dir / subdir
+    atomic_write_text(record / "config.yaml", OmegaConf.to_yaml(cfg))
+    atomic_write_text(record / "hydra.yaml", OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})))
+    atomic_write_text(record / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.overrides.task))
+
+
+def _record_end(run_dir: Path, exc: BaseException) -> None:
+    """How a claimed run that raised ``exc`` ends: a CUDA fault or a lost peer ends the process here; a
+    stop by a signal raises SystemExit with its code; anything else but a clean exit writes ``.FAILURE``."""
+    exit_on_cuda_fault(exc, run_dir)
+    exit_on_lost_peer(exc, run_dir)
+    if isinstance(exc, RunRefusedError):  # e.g. a resume whose data changed: its status stays as it was
+        log.error("Run refused; the run directory is unchanged: %s", run_dir)
+        return
+    exit_code = interrupted_exit_code(run_dir)  # the guard recorded it in .INTERRUPTED
+    if exit_code is None and isinstance(exc, KeyboardInterrupt):
+        exit_code = 128 + signal.SIGINT
+        write_interrupted(run_dir, "interrupted by Ctrl-C outside training (nothing new to save)", exit_code)
+        log.warning("Run interrupted by Ctrl-C outside training: %s", run_dir)
+    if exit_code is not None:
+        raise SystemExit(exit_code) from None
+    # Lightning turns Ctrl-C into SystemExit(1); only a clean exit is not a failure. A rank that lost its
+    # peers may have reported first; this rank's own error is the cause.
+    clean_exit = isinstance(exc, SystemExit) and exc.code in (0, None)
+    if (not failure_written(run_dir) or lost_peer_reported(run_dir)) and not clean_exit:
+        record_failure(run_dir, exc)
+    log.error("Run directory: %s", run_dir)
+
+
+def exit_with_message(
+    exc: BaseException, usage: UsageError, *, logged: bool = False, to_log_files: bool = True
+) -> NoReturn:
+    """Log ``usage``'s message (unless ``logged`` already) and exit with status 1; the traceback of
+    ``exc`` goes to the log files only, and nothing does when not ``to_log_files`` (a refused start writes
+    nothing into its folder). With ``HYDRA_FULL_ERROR=1``, re-raise ``exc`` instead.
+
+    Raises:
+        SystemExit: status 1.
+    """
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise exc
+    root = logging.getLogger()
+    files = [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)]
+    if to_log_files:
+        trace = "Traceback of the error (on the console with HYDRA_FULL_ERROR=1):"
+        record = log.makeRecord(
+            log.name, logging.ERROR, __file__, 0, trace, (), (type(exc), exc, exc.__traceback__)
+        )
+        for handler in files:
+            handler.handle(record)
+    else:
+        for handler in files:
+            root.removeHandler(handler)
+    if not logged:
+        log.error("%s", usage)
+    raise SystemExit(1) from None
+
+
+def _multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _metric_value(result: Any, name: str | None) -> float | None:
+    """The value of ``name`` in a training run's metrics, for Hydra sweeps (None, with a warning naming
+    the available metrics, when the run never produced it: it stopped before the first validation)."""
+    if not name or not isinstance(result, Mapping):
+        return None
+    if name not in result:
+        log.warning("optimized_metric=%r was not produced by this run; available: %s", name, sorted(result))
+        return None
+    return float(result[name])
+
+
+def route_lightning_logs() -> None:
+    """Each Lightning message once: through the root logger's handlers (Hydra's console and log file), not
+    also through the console handler the ``lightning`` package adds to itself at import; its product tips
+    are dropped."""
+    import lightning  # noqa: F401  # importing it adds the handler removed here
+
+    package = logging.getLogger("lightning")
+    if logging.getLogger().handlers:  # else (no logging configured) its own handler is the only output
+        for handler in package.handlers[:]:
+            package.removeHandler(handler)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_not_an_advertisement)
+
+
+def _not_an_advertisement(record: logging.LogRecord) -> bool:
+    return not _ADVERTISEMENT.match(record.getMessage())
+
+
+def load_runner(name: str) -> ModuleType:
+    """Import ``runners/<name>.py`` (runners are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"runner_{name}", RUNNERS_DIR / f"{name}.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"runners/{name}.py: expected a runner script, found none at {RUNNERS_DIR}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def instantiate_all(group: DictConfig | None) -> list[Any]:
+    """Instantiate each ``_target_`` entry of a group (callbacks, loggers), skipping ``None`` results."""
+    objects = []
+    for name, node in (group or {}).items():
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            shown = OmegaConf.to_yaml(node)
+            raise ValueError(f"{str(name)}: expected a config node with _target_, got {shown!r}")
+        log.info("Instantiating %s <%s>", name, node._target_)
+        obj = instantiate(node)
+        if obj is not None:
+            objects.append(obj)
+    return objects
+
+
+def save_config(cfg: DictConfig, directory: Path, name: str = "config.yaml", header: str = "") -> Path:
+    """Write the resolved config as ``name`` into the run directory, after ``header`` (comment lines);
+    atomic, global rank 0 only."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    path = directory / name
+    if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # Lightning sets it on the function
+        atomic_write_text(path, header + OmegaConf.to_yaml(cfg, resolve=True))
+    return path
+
+
+def format_metrics(metrics: Mapping[str, float], title: str) -> str:
+    """A plain-text table of metrics for the console."""
+    if not metrics:
+        return f"{title}: (no metrics)"
+    width = max(len(k) for k in metrics)
+    lines = [title, "-" * (width + 12)]
+    lines += [f"{k:<{width}}  {v:>9.4f}" for k, v in sorted(metrics.items())]
+    return "\n".join(lines)
+
+
+def quiet_third_party() -> None:
+    """Defaults for a clean console (no albumentations update check, no warnings the project handles, no
+    ONNX exporter chatter); PROJECT_ROOT for ``paths``."""
+    # predict_step returns nothing on purpose: predictions arrive through the module's pipeline.
+    warnings.filterwarnings("ignore", message=r"predict returned None if it was on purpose.*")
+    # Lightning's own pytree helper on newer torch: not actionable for users.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+    # A resume continues in its own run directory, whose checkpoints folder is not empty on purpose.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    # A checkpoint written between validations resumes the epoch with its remaining number of batches,
+    # drawn afresh (README, "Resume a run"); from one written at a validation the resume is exact.
+    warnings.filterwarnings(
+        "ignore", message=r".*ended before the epoch ended and your dataloader is not resumable"
+    )
+    # The ONNX exporter's graph passes log every rewrite at INFO (dozens of lines per export).
+    for name in ("onnxscript", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+    if "PROJECT_ROOT" not in os.environ:
+        os.environ["PROJECT_ROOT"] = str(Path(sys.argv[0]).resolve().parents[1])
