@@ -43,8 +43,8 @@ def top_ops_report(events: torch.autograd.profiler_util.EventList, row_limit: in
 
 
 class ReportingProfiler(PyTorchProfiler):
-    """``PyTorchProfiler`` with torch's ``wait``/``warmup``/``active`` schedule (skip the first step: it
-    holds one-off start-up costs) and a ``top_ops.txt`` report of ``row_limit`` rows per table."""
+    """``PyTorchProfiler`` on the schedule ``wait``/``warmup``/``active`` steps (the first steps carry
+    one-off start-up costs), with a ``top_ops.txt`` report of ``row_limit`` rows per table."""
 
     def __init__(
         self,
