@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, table_cells, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
@@ -313,7 +313,7 @@ def claim_variant(protocol: Protocol, label_subset: int | None) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--init-from", type=Path, required=True, help="the pretrained checkpoint")
     parser.add_argument("--data-root", type=Path, default=DEFAULT_ROOT)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -333,7 +333,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--jobs", type=int, default=1, help="seeds run side by side (a shared CPU host: more of its share)"
     )
-    add_record_argument(parser)
     return parser.parse_args(argv)
 
 

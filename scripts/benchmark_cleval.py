@@ -9,7 +9,6 @@ Metric uses.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -22,7 +21,7 @@ from hydra.utils import instantiate  # noqa: E402
 from ocr.metrics.cleval.evaluate import evaluate_dataset  # noqa: E402
 from ocr.metrics.cleval.options import CLEvalOptions  # noqa: E402
 from ocr.run.config import compose_config  # noqa: E402
-from scripts.benchmark_results import add_record_argument, command_line, write_result  # noqa: E402
+from scripts.benchmark_results import benchmark_parser, command_line, write_result  # noqa: E402
 
 
 def make_page(
@@ -75,14 +74,13 @@ def time_dataset(pages: list, options: CLEvalOptions, repeats: int) -> tuple[flo
 
 def main() -> None:
     """Run the benchmark and print a Markdown table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--boxes", type=int, nargs="+", default=[50, 100, 200])
     parser.add_argument("--images", type=int, default=400)
     parser.add_argument("--pages", type=int, default=50, help="pages per box count for the per-image figure")
     parser.add_argument(
         "--modes", nargs="+", choices=["competition", "upstream"], default=["competition", "upstream"]
     )
-    add_record_argument(parser)
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})

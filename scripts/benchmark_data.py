@@ -38,7 +38,7 @@ from omegaconf import OmegaConf
 
 from ocr.data import collate  # looked up at each call, so the collate stage can wrap it
 from ocr.data.coding import decode_batch
-from scripts.benchmark_results import add_record_argument, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, write_result
 
 try:
     from ocr.machine.hardware import register_resolvers
@@ -303,9 +303,7 @@ def _spread(rates: Sequence[float]) -> str:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command line; unknown trailing ``key=value`` arguments are Hydra overrides."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="dataset folder (data.root)")
     parser.add_argument("--data", default="receipts", help="data config group")
     parser.add_argument("--preset", default="h100_80gb", help="hardware config whose data settings to use")
@@ -319,7 +317,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where decode_batch is timed"
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.cache_dir=/tmp/cache")
-    add_record_argument(parser)
     return parser.parse_args(argv)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Sequence
@@ -38,7 +37,14 @@ from ocr.run.config import compose_config
 from ocr.run.entry import instantiate_all, quiet_third_party
 from ocr.types import DBOutput, Sample
 from ocr.utils.io import atomic_write_json
-from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
+from scripts.benchmark_results import (
+    benchmark_parser,
+    command_line,
+    machine_line,
+    table_cells,
+    worker_overrides,
+    write_result,
+)
 
 QUEUE_STEPS = 2  # steps the host may run ahead of the emulated device
 SYNC_EVERY_N_STEPS = 50  # configs/callbacks/triage.yaml: nonfinite_guard.check_every_n_steps
@@ -194,8 +200,7 @@ def config_overrides(args: argparse.Namespace, data_root: Path, max_steps: int) 
         "data.targets.min_text_size=2",
         f"data.batch_size={args.batch}",
         f"data.eval_batch_size={args.batch}",
-        f"data.num_workers={args.workers}",
-        f"data.persistent_workers={args.workers > 0}",
+        *worker_overrides(args.workers),
         "data.pin_memory=false",
         "trainer.precision=32-true",
         "trainer.enable_model_summary=false",
@@ -251,7 +256,7 @@ def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     wait = getattr(datamodule, "loader_wait", None)
     firsts = [] if wait is None else list(wait.first_batch)
     return {
-        "machine": f"{platform.platform()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}",
+        "machine": machine_line(),
         "load_average": os.getloadavg(),
         "samples": args.samples,
         "batch": args.batch,
@@ -303,9 +308,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the emulation; prints the Markdown table and returns the report with it (also ``--json``)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--samples", type=int, default=150, help="training images (N)")
     parser.add_argument("--batch", type=int, default=16, help="batch size (B)")
     parser.add_argument("--workers", type=int, default=15, help="DataLoader workers (W)")
@@ -330,7 +333,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=300, help="timed steps, rounded up to whole epochs")
     parser.add_argument("--warmup", type=int, default=60, help="warm-up steps, rounded up to whole epochs")
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
-    add_record_argument(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
     args = parser.parse_args(argv)
     if min(args.samples, args.batch, args.steps, args.warmup) < 1 or args.workers < 0:

@@ -17,8 +17,6 @@ import argparse
 import contextlib
 import itertools
 import math
-import os
-import platform
 import tempfile
 import time
 from collections.abc import Sequence
@@ -38,7 +36,13 @@ from ocr.run.config import compose_config
 from ocr.run.entry import quiet_third_party
 from ocr.types import Batch
 from ocr.utils.io import atomic_write_json
-from scripts.benchmark_results import add_record_argument, command_line, write_result
+from scripts.benchmark_results import (
+    benchmark_parser,
+    command_line,
+    machine_line,
+    worker_overrides,
+    write_result,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "sroie-compact"
@@ -82,16 +86,13 @@ def _sync(device: torch.device) -> None:
 
 def variant_config(args: argparse.Namespace, variant: Variant, work: Path) -> DictConfig:
     """configs/train.yaml for ``variant`` with the benchmark's sizes; the variant's keys are applied last."""
-    workers: list[str] = []  # --workers unset: the preset's
-    if args.workers is not None:
-        workers = [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
     overrides = [
         "hardware=h100_80gb" if args.device == "cuda" else "hardware=cpu",
         f"data={args.data}",
         f"data.root={args.data_root}",
         f"data.batch_size={args.batch}",
         f"data.train_transform.crop_size={args.size}",
-        *workers,
+        *worker_overrides(args.workers),
         *args.overrides,
         f"trainer.precision={variant.precision}",
         f"module.channels_last={variant.channels_last}",
@@ -207,13 +208,6 @@ def time_pipeline(
     return clock.rate, clock.data_wait
 
 
-def machine(device: torch.device) -> str:
-    parts = [platform.platform(), f"{os.cpu_count()} logical CPUs", f"torch {torch.__version__}"]
-    if device.type == "cuda":
-        parts.append(torch.cuda.get_device_name(device))
-    return ", ".join(parts)
-
-
 def table_row(row: dict[str, Any]) -> str:
     if row["skipped"]:
         return f"| {row['variant']} | skipped: {row['skipped']} | | | |"
@@ -238,9 +232,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; prints the Markdown table and returns the report (also ``--json``)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--data", choices=("receipts", "synthetic"), default="receipts", help="data config")
     parser.add_argument(
@@ -255,7 +247,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "--variants", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
-    add_record_argument(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
@@ -282,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         datamodule.teardown("fit")  # its workers stop: the ceiling is timed without them
         report: dict[str, Any] = {
             "device": device.type,
-            "machine": machine(device),
+            "machine": machine_line(str(device)),
             "data": str(args.data_root) if args.data == "receipts" else "synthetic",
             "batch": args.batch,
             "size": args.size,

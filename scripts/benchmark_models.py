@@ -11,7 +11,6 @@ a (1, 3, size, size) letterbox.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -26,7 +25,7 @@ from ocr.inference.onnx_export import ProbabilityMapNet, export_onnx
 from ocr.inference.onnx_runtime import OnnxProbabilityMap
 from ocr.lightning_modules.build import build_net_and_loss
 from ocr.run.config import compose_config
-from scripts.benchmark_results import add_record_argument, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, write_result
 
 DEFAULT_MODELS = ("dbnet_resnet18_fpn", "dbnetpp_resnet18", "dbnet_resnet18_pan")
 
@@ -54,9 +53,7 @@ def time_ms(run: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument(
         "--models",
         nargs="+",
@@ -67,7 +64,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="timed rounds (each runs every model once)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads, PyTorch and ONNX Runtime")
     parser.add_argument("--hardware", default="cpu", help="hardware preset whose decoder width is built")
-    add_record_argument(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     images = torch.randn(1, 3, args.size, args.size)

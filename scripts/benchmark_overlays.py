@@ -11,7 +11,6 @@ cost over the validation's wall time.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from lightning.pytorch.callbacks import Callback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchmark_results import add_record_argument, command_line, write_result  # noqa: E402
+from benchmark_results import benchmark_parser, command_line, write_result  # noqa: E402
 
 from ocr.evaluation.host_work import ImageOutcome  # noqa: E402
 from ocr.lightning_modules.build import build_module  # noqa: E402
@@ -61,11 +60,10 @@ class OutcomeTimer(Callback):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--ckpt", type=Path, help="network weights (model.init_from); default: random")
     parser.add_argument("--repeats", type=int, default=3, help="timed validation passes")
     parser.add_argument("--logger", default="tensorboard", help="the logger config the overlays go to")
-    add_record_argument(parser)
     args = parser.parse_args(argv)
     out = Path(tempfile.mkdtemp(prefix="benchmark_overlays_"))
     overrides = ["hardware=cpu", f"logger={args.logger}"]

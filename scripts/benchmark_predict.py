@@ -49,7 +49,13 @@ from ocr.lightning_modules.prob_cache import ProbCache
 from ocr.run.config import compose_config
 from ocr.run.entry import load_runner
 from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput
-from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
+from scripts.benchmark_results import (
+    benchmark_parser,
+    command_line,
+    table_cells,
+    worker_overrides,
+    write_result,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "sroie-compact" / "images" / "test"
@@ -352,9 +358,7 @@ def emulated_rates(emulation: Emulation, settings: PipelineSettings, passes: int
 
 def main(argv: Sequence[str] | None = None) -> str:
     """Run the benchmark; logs each row of the Markdown table when measured and returns the table."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--ckpt", type=Path, default=None, help="checkpoint; default: random r18-FPN")
     parser.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="folder of images to predict")
     parser.add_argument("--num-images", type=int, default=32, help="first N images (sorted) of --images")
@@ -384,7 +388,6 @@ def main(argv: Sequence[str] | None = None) -> str:
         "--gt", type=Path, default=None, help="annotations of --images to score each row and the peer"
     )
     parser.add_argument("--json", type=Path, default=None, help="write every row and the machine here")
-    add_record_argument(parser)
     parser.add_argument(
         "--peer-python", type=Path, default=None, help=f"the peer's Python (rapidocr); else ${PEER_ENV}"
     )
@@ -425,9 +428,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         for name in names:
             (images / name).symlink_to(args.images.resolve() / name)
         hardware = "hardware=cpu" if args.device == "cpu" else "hardware=auto"
-        data = [f"data.root={work / 'unused'}"]
-        if args.workers is not None:
-            data += [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
+        data = [f"data.root={work / 'unused'}", *worker_overrides(args.workers)]
         backends = args.backends.split(",")
         if args.ckpt is None and args.onnx_model and "torch" not in backends:
             ckpt: Path | str = "unused"  # predict's ckpt key is required; the ONNX backend never reads it

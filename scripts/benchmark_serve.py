@@ -10,7 +10,6 @@ ground truth's blurred DB target. Prints the median, 90th percentile and maximum
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from ocr.serve.guard import TOKEN_HEADER, ModelFiles, RequestGuard
 from ocr.serve.models import ServedModel, load_served_model
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
-from scripts.benchmark_results import add_record_argument, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, write_result
 
 SETTINGS = (
     {"thresh": 0.3, "box_thresh": 0.5, "unclip_ratio": 1.5},
@@ -63,9 +62,7 @@ def truth_map(state: ServeState, key: str, model: ServedModel) -> torch.Tensor:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument(
         "--root", default=str(Path(__file__).resolve().parents[2] / "shared/datasets/sroie-compact")
     )
@@ -74,7 +71,6 @@ def main() -> None:
     parser.add_argument("--long-side", type=int, default=1024)
     parser.add_argument("--ckpt", default=None)
     parser.add_argument("--repeats", type=int, default=5)
-    add_record_argument(parser)
     args = parser.parse_args()
 
     cfg = compose_config("serve", [f"data.root={args.root}", f"split={args.split}"])

@@ -15,7 +15,6 @@ import os
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
     os.environ[_var] = "1"
 
-import argparse  # noqa: E402
 import importlib.util  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
@@ -28,7 +27,7 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ocr.data.targets.db import make_db_targets  # noqa: E402
-from scripts.benchmark_results import add_record_argument, command_line, write_result  # noqa: E402
+from scripts.benchmark_results import benchmark_parser, command_line, write_result  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "helpers" / "db_reference.py"
 
@@ -62,16 +61,13 @@ def time_per_image(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--boxes", type=int, nargs="+", default=[50, 100, 200])
     parser.add_argument("--size", type=int, default=640)
     parser.add_argument("--images", type=int, default=5, help="layouts per box count")
     parser.add_argument("--rounds", type=int, default=7, help="timed passes for the fast one (oracle: 3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layouts", nargs="+", choices=["words", "jittered"], default=["words", "jittered"])
-    add_record_argument(parser)
     args = parser.parse_args()
 
     if hasattr(os, "sched_setaffinity"):

@@ -8,7 +8,6 @@ Prints one Markdown row per variant: seconds per step and images per second (bes
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import time
 
@@ -17,7 +16,7 @@ import torch
 from ocr.debug.oom_probe import random_batch
 from ocr.lightning_modules.build import build_net_and_loss
 from ocr.run.config import compose_config
-from scripts.benchmark_results import add_record_argument, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, write_result
 
 
 def time_steps(
@@ -48,15 +47,12 @@ def time_steps(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--model", default="dbnet_resnet18_fpn", help="a file name in configs/model/")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=3)
-    add_record_argument(parser)
     args = parser.parse_args()
     device = torch.device(args.device)
     print(
