@@ -2,9 +2,8 @@
 
     uv run python scripts/benchmark_cleval.py [--boxes 50 100 200] [--images 400] [--modes upstream]
 
-Prints, for each mode, ms per image for each box count and the time of a whole validation set (``--images``
-pages of 100 boxes), both through :func:`ocr.metrics.cleval.evaluate.evaluate_dataset`, the path the
-Metric uses.
+Prints per mode the ms per image per box count and a validation set's time (``--images`` pages of 100
+boxes), through ``evaluate_dataset``, the path the Metric uses.
 """
 
 from __future__ import annotations
@@ -73,7 +72,6 @@ def time_dataset(pages: list, options: CLEvalOptions, repeats: int) -> tuple[flo
 
 
 def main() -> None:
-    """Run the benchmark and print a Markdown table."""
     parser = benchmark_parser(__doc__)
     parser.add_argument("--boxes", type=int, nargs="+", default=[50, 100, 200])
     parser.add_argument("--images", type=int, default=400)
@@ -92,7 +90,6 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     totals, rows = [], []
     for mode in args.modes:
-        # The project's metric config, with the mode asked for.
         options = instantiate(compose_config("train", [f"metric.mode={mode}"]).metric)
         for n, pages in page_sets.items():
             cpu, wall = time_dataset(pages, options, repeats=3)

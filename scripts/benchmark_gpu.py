@@ -4,11 +4,9 @@
     uv run python scripts/benchmark_gpu.py --device cpu --size 128 --batch 2 --steps 4 --variants fp32
 
 Variants ``fp32``, ``bf16_cl`` (bf16 autocast + channels_last) and ``compile`` (``bf16_cl`` +
-torch.compile), each the module of configs/train.yaml (``data=receipts``, trailing Hydra overrides on
-top). Ceiling: forward, DBLoss, backward and optimizer step on a few real batches moved to the device
-once by the datamodule's hooks. Pipeline: a fresh module trained by the configured Trainer on the train
-loader, without validation, logger or the run's callbacks; its data wait is ``LoaderWait``'s share.
-Warm-up and timed steps are whole epochs; CUDA is synchronised before each clock read.
+torch.compile) of configs/train.yaml's module. Ceiling: forward, loss, backward and optimizer step on a
+few real batches already on the device. Pipeline: the configured Trainer on the train loader, without
+validation, logger or callbacks; data wait is ``LoaderWait``'s share. Steps are whole epochs.
 """
 
 from __future__ import annotations
@@ -48,6 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "sroie-compact"
 GOAL_RATIO = 0.95  # issue 14: the real pipeline at 95 % or more of the ceiling on a GPU
 CEILING_BATCHES = 4  # real batches kept on the device for the ceiling
+COLUMNS = ("variant", "ceiling img/s", "pipeline img/s", "ratio", "data wait")
 
 
 class Variant(NamedTuple):
@@ -85,7 +84,6 @@ def _sync(device: torch.device) -> None:
 
 
 def variant_config(args: argparse.Namespace, variant: Variant, work: Path) -> DictConfig:
-    """configs/train.yaml for ``variant`` with the benchmark's sizes; the variant's keys are applied last."""
     overrides = [
         "hardware=h100_80gb" if args.device == "cuda" else "hardware=cpu",
         f"data={args.data}",
@@ -111,7 +109,7 @@ def time_ceiling(
     steps: int,
     warmup: int,
 ) -> float:
-    """Images per second of forward + loss + backward + optimizer step on batches already on ``device``."""
+    """img/s of forward + loss + backward + optimizer step on batches already on ``device``."""
     module.to(device)
     module.setup("fit")  # channels_last and compile, as Lightning does before training
     module.train()
@@ -144,8 +142,7 @@ def time_ceiling(
 
 
 class EpochClock(Callback):
-    """Images per second over the epochs after ``warmup_epochs``, clock read at epoch ends after a sync;
-    the train loader's wait over the same epochs."""
+    """img/s over the epochs after ``warmup_epochs`` (read at synced epoch ends); the loader's wait."""
 
     def __init__(self, warmup_epochs: int, device: torch.device) -> None:
         self.warmup_epochs = warmup_epochs
@@ -181,7 +178,6 @@ class EpochClock(Callback):
 
     @property
     def data_wait(self) -> float:
-        """Share of the timed epochs spent waiting for the train loader."""
         assert self.start is not None and self.stop is not None
         return (self.waited[-1] - self.waited[0]) / (self.stop - self.start)
 
@@ -189,8 +185,7 @@ class EpochClock(Callback):
 def time_pipeline(
     cfg: DictConfig, datamodule: ReceiptDataModule, device: torch.device, epochs: int, warmup_epochs: int
 ) -> tuple[float, float]:
-    """Images per second of ``trainer.fit`` over ``epochs`` epochs after ``warmup_epochs``, and the share
-    of that time spent waiting for data."""
+    """img/s of ``trainer.fit`` over ``epochs`` after ``warmup_epochs``, and the data-wait share."""
     clock = EpochClock(warmup_epochs, device)
     trainer = instantiate(
         cfg.trainer,
@@ -208,11 +203,15 @@ def time_pipeline(
     return clock.rate, clock.data_wait
 
 
-def table_row(row: dict[str, Any]) -> str:
+def row_cells(row: dict[str, Any]) -> list[str | None]:
     if row["skipped"]:
-        return f"| {row['variant']} | skipped: {row['skipped']} | | | |"
-    figures = f"{row['ceiling_img_s']:.1f} | {row['pipeline_img_s']:.1f} | {row['ratio']:.2f}"
-    return f"| {row['variant']} | {figures} | {100 * row['data_wait']:.0f} % |"
+        return [row["variant"], f"skipped: {row['skipped']}", None, None, None]
+    figures = [f"{row['ceiling_img_s']:.1f}", f"{row['pipeline_img_s']:.1f}", f"{row['ratio']:.2f}"]
+    return [row["variant"], *figures, f"{100 * row['data_wait']:.0f} %"]
+
+
+def table_row(row: dict[str, Any]) -> str:
+    return "| " + " | ".join(cell or "" for cell in row_cells(row)) + " |"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -221,7 +220,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['workers']} workers; {report['steps']} timed steps ({report['epochs']} epochs) after "
         f"{report['warmup_steps']} warm-up steps",
         "",
-        "| variant | ceiling img/s | pipeline img/s | ratio | data wait |",
+        "| " + " | ".join(COLUMNS) + " |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     lines += [table_row(row) for row in report["variants"]]
@@ -231,7 +230,6 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run the benchmark; prints the Markdown table and returns the report (also ``--json``)."""
     parser = benchmark_parser(__doc__)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--data", choices=("receipts", "synthetic"), default="receipts", help="data config")
@@ -242,11 +240,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--size", type=int, default=640, help="training crop size (px)")
     parser.add_argument("--steps", type=int, default=100, help="timed steps, rounded up to whole epochs")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up steps, rounded up to whole epochs")
-    parser.add_argument("--workers", type=int, default=None, help="data.num_workers; default: the preset's")
+    parser.add_argument("--workers", type=int, help="data.num_workers; default: the preset's")
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}"
     )
-    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
@@ -325,14 +323,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{report['steps']} timed steps after {report['warmup_steps']}; data wait: the share of the "
             "timed epochs the loop waited for the loader.",
             command_line(__file__, argv),
-            ["variant", "ceiling img/s", "pipeline img/s", "ratio", "data wait"],
-            [
-                [row["variant"], f"skipped: {row['skipped']}", None, None, None]
-                if row["skipped"]
-                else [row["variant"], f"{row['ceiling_img_s']:.1f}", f"{row['pipeline_img_s']:.1f}"]
-                + [f"{row['ratio']:.2f}", f"{100 * row['data_wait']:.0f} %"]
-                for row in report["variants"]
-            ],
+            COLUMNS,
+            [row_cells(row) for row in report["variants"]],
             device=args.device,
             directory=args.record,
         )

@@ -5,8 +5,7 @@ CPU latency at batch 1, PyTorch and ONNX Runtime, the models interleaved round b
     uv run python scripts/benchmark_models.py --models dbnet_resnet18_fpn dbnet_resnet18_pan \
         dbnet_resnet18_pan,model.decoder.channels=32 --size 640
 
-Each model is built by the one builder with random weights and exported by ``export_onnx``; the input is
-a (1, 3, size, size) letterbox.
+Random weights, exported by ``export_onnx``; the input is a (1, 3, size, size) letterbox.
 """
 
 from __future__ import annotations
@@ -31,15 +30,13 @@ DEFAULT_MODELS = ("dbnet_resnet18_fpn", "dbnetpp_resnet18", "dbnet_resnet18_pan"
 
 
 def build(spec: str, hardware: str) -> nn.Module:
-    """The network of ``spec`` = ``<model config>[,<override>...]`` (random weights, eval mode, float32 on
-    the CPU), e.g. ``dbnet_resnet18_pan,model.decoder.channels=32``."""
+    """The network of ``spec`` = ``<model config>[,<override>...]``, random weights, eval mode."""
     name, *overrides = spec.split(",")
     cfg = compose_config("train", [f"model={name}", f"hardware={hardware}", *overrides])
     return build_net_and_loss(cfg, weights_free=True)[0].eval()
 
 
 def gflops(net: nn.Module, images: torch.Tensor) -> float:
-    """Forward GFLOPs of ``net`` on ``images`` (multiply-add = 2)."""
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         net(images)
@@ -54,12 +51,7 @@ def time_ms(run: Callable[[], object]) -> float:
 
 def main() -> None:
     parser = benchmark_parser(__doc__)
-    parser.add_argument(
-        "--models",
-        nargs="+",
-        default=list(DEFAULT_MODELS),
-        help="model configs, each optionally with ',<override>...'",
-    )
+    parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS, help="configs, each [,<override>...]")
     parser.add_argument("--size", type=int, default=1024, help="input side (a long side letterboxed square)")
     parser.add_argument("--rounds", type=int, default=10, help="timed rounds (each runs every model once)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads, PyTorch and ONNX Runtime")

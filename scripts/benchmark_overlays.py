@@ -2,11 +2,9 @@
 
     uv run python scripts/benchmark_overlays.py [--ckpt CKPT] [--repeats 3] [--logger tensorboard] [--record]
 
-Runs ``trainer.validate`` on the preset's validation (``hardware=cpu``, the default synthetic val split)
-with the run's ``callbacks.val_overlays`` and logger, after one warm-up pass. The overlays' cost is the
-callback's own time (gathering, choosing, reading, drawing, sending) plus the per-box outcomes the
-workers add to each image (``box_outcomes``, timed here again on the same matches); the share is that
-cost over the validation's wall time.
+``trainer.validate`` on the ``hardware=cpu`` preset's synthetic val split with ``callbacks.val_overlays``
+and the logger, after a warm-up. The cost: the callback's own time plus the workers' ``box_outcomes``
+(timed again here on the same matches); the share is that cost over the validation's wall time.
 """
 
 from __future__ import annotations
@@ -37,8 +35,7 @@ COLUMNS = ["pass", "images", "validation s", "overlay callback s", "box outcomes
 
 
 class OutcomeTimer(Callback):
-    """A second sink of the pipeline: times ``box_outcomes`` on each val image's match, as the workers
-    compute it."""
+    """A second sink of the pipeline: times ``box_outcomes`` on each val image's match, as the workers do."""
 
     preview_long_side = 0
 
@@ -108,14 +105,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{sizes.long_side} to logger={args.logger}, weights {args.ckpt or 'random'}; cost = the "
             "callback's time + box_outcomes on the same matches"
         )
+        command = command_line(__file__, argv)
         path = write_result(
-            "overlays",
-            "Training throughput",
-            protocol,
-            command_line(__file__, argv),
-            COLUMNS,
-            rows,
-            directory=args.record,
+            "overlays", "Training throughput", protocol, command, COLUMNS, rows, directory=args.record
         )
         print(f"Recorded {path}")
 

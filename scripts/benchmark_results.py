@@ -74,7 +74,6 @@ def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
         "--record",
         nargs="?",
         const=RESULTS_DIR,
-        default=None,
         type=Path,
         metavar="DIR",
         help="also write the figures to DIR/<benchmark>-<machine>.json (default DIR: docs/results/)",

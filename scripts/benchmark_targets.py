@@ -33,7 +33,7 @@ REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "helpers" / "db_refe
 
 
 def load_reference() -> ModuleType:
-    """Import the oracle from tests/helpers/db_reference.py (the repo root is not on a script's path)."""
+    """The oracle, tests/helpers/db_reference.py (the repo root is not on a script's path)."""
     spec = importlib.util.spec_from_file_location("db_reference", REFERENCE)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(f"oracle not found: expected {REFERENCE}")
@@ -48,8 +48,7 @@ def time_per_image(
     size: int,
     rounds: int,
 ) -> tuple[float, float]:
-    """Fastest of ``rounds`` passes over all layouts: (CPU ms, wall ms) per image; this thread's CPU time
-    leaves out other processes' share of a shared core."""
+    """Fastest of ``rounds`` passes: (this thread's CPU ms, wall ms) per image."""
     cpu, wall = [], []
     for _ in range(rounds):
         cpu_start, wall_start = time.thread_time(), time.perf_counter()

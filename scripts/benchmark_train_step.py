@@ -22,7 +22,7 @@ from scripts.benchmark_results import benchmark_parser, command_line, write_resu
 def time_steps(
     model_cfg: str, device: torch.device, batch: int, size: int, bf16: bool, channels_last: bool, steps: int
 ) -> float:
-    """Best wall time of one optimizer step over ``steps`` steps (after one warm-up step)."""
+    """Best wall time of one optimizer step of ``steps`` (after a warm-up step)."""
     net, loss_fn = build_net_and_loss(compose_config("train", [f"model={model_cfg}"]))
     net = net.to(device)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
@@ -64,13 +64,11 @@ def main() -> None:
     for bf16 in (False, True):
         for channels_last in (False, True):
             seconds = time_steps(args.model, device, args.batch, args.size, bf16, channels_last, args.steps)
-            rows.append(
-                (
-                    "bf16 autocast" if bf16 else "fp32",
-                    "channels_last" if channels_last else "NCHW",
-                    round(seconds, 3),
-                )
+            precision, layout = (
+                "bf16 autocast" if bf16 else "fp32",
+                "channels_last" if channels_last else "NCHW",
             )
+            rows.append((precision, layout, round(seconds, 3)))
             print(f"| {' | '.join(map(str, rows[-1]))} | {args.batch / seconds:.1f} |", flush=True)
     if args.record:
         write_result(
