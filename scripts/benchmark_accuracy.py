@@ -81,19 +81,10 @@ def _hardware(protocol: Protocol) -> list[str]:
 
 def train_command(protocol: Protocol, train_root: Path, seed: int, run_dir: Path) -> list[str]:
     command = [
-        protocol.python,
-        "runners/train.py",
-        "experiment=receipts_finetune",
-        f"data.root={train_root}",
-        f"model.init_from={protocol.init_from}",
-        f"seed={seed}",
-        f"trainer.max_steps={protocol.steps}",
-        "trainer.max_epochs=-1",
-        "time_budget_minutes=null",
-        "test_after_fit=false",
-        "trainer.limit_val_batches=0",
-        f"hydra.run.dir={run_dir}",
-        *_hardware(protocol),
+        *(protocol.python, "runners/train.py", "experiment=receipts_finetune", f"data.root={train_root}"),
+        *(f"model.init_from={protocol.init_from}", f"seed={seed}", f"trainer.max_steps={protocol.steps}"),
+        *("trainer.max_epochs=-1", "time_budget_minutes=null", "test_after_fit=false"),
+        *("trainer.limit_val_batches=0", f"hydra.run.dir={run_dir}", *_hardware(protocol)),
     ]
     if protocol.crop is not None:
         command.append(f"data.train_transform.crop_size={protocol.crop}")
@@ -104,14 +95,8 @@ def train_command(protocol: Protocol, train_root: Path, seed: int, run_dir: Path
 
 def predict_command(protocol: Protocol, ckpt: Path, root: Path, split: str, run_dir: Path) -> list[str]:
     return [
-        protocol.python,
-        "runners/predict.py",
-        f"ckpt={ckpt}",
-        "data=receipts",
-        f"data.root={root}",
-        f"image_dir={root / 'images' / split}",
-        "report.enabled=false",
-        f"hydra.run.dir={run_dir}",
+        *(protocol.python, "runners/predict.py", f"ckpt={ckpt}", "data=receipts", f"data.root={root}"),
+        *(f"image_dir={root / 'images' / split}", "report.enabled=false", f"hydra.run.dir={run_dir}"),
         *_hardware(protocol),
         *protocol.eval_overrides,
     ]
@@ -119,28 +104,17 @@ def predict_command(protocol: Protocol, ckpt: Path, root: Path, split: str, run_
 
 def evaluate_command(protocol: Protocol, gt: Path, pred: Path, mode: str, run_dir: Path) -> list[str]:
     return [
-        protocol.python,
-        "runners/evaluate.py",
-        f"gt={gt}",
-        f"pred={pred}",
-        f"mode={mode}",
-        f"out_dir={run_dir}",
-        f"hydra.run.dir={run_dir}",
+        *(protocol.python, "runners/evaluate.py", f"gt={gt}", f"pred={pred}", f"mode={mode}"),
+        *(f"out_dir={run_dir}", f"hydra.run.dir={run_dir}"),
     ]
 
 
 def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
     """n, mean, standard error of the mean (sample sd / sqrt(n)) and sample sd; None where undefined."""
     n = len(values)
-    if n == 0:
-        return {"n": 0, "mean": None, "se": None, "sd": None}
     sd = statistics.stdev(values) if n > 1 else None
-    return {
-        "n": n,
-        "mean": statistics.fmean(values),
-        "se": None if sd is None else sd / math.sqrt(n),
-        "sd": sd,
-    }
+    mean = statistics.fmean(values) if n else None
+    return {"n": n, "mean": mean, "se": None if sd is None else sd / math.sqrt(n), "sd": sd}
 
 
 def columns(results: Sequence[SeedResult]) -> list[tuple[str, str]]:
@@ -166,12 +140,7 @@ def markdown(variant: str, results: Sequence[SeedResult]) -> str:
     cols = columns(results)
     stats = aggregate(results)
     header = ["seed", *(f"{name} {mode}" for name, mode in cols), "train s"]
-    lines = [
-        f"### {variant}",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
+    lines = [f"### {variant}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in results:
         cells = [str(r.seed), *(f"{r.scores[n][m]['hmean']:.4f}" for n, m in cols), f"{r.train_seconds:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -323,9 +292,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the runners")
     parser.add_argument("--hardware", help="configs/hardware preset (default: the configs')")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "benchmark_accuracy")
-    parser.add_argument(
-        "--jobs", type=int, default=1, help="seeds run side by side (a shared CPU host: more of its share)"
-    )
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run side by side")
     return parser.parse_args(argv)
 
 

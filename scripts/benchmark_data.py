@@ -307,7 +307,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--loader", action="store_true", help="iterate train_dataloader(); no stage table")
     parser.add_argument(
-        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where decode_batch is timed"
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="decode_batch's device"
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.cache_dir=/tmp/cache")
     return parser.parse_args(argv)
@@ -338,15 +338,8 @@ def record(args: argparse.Namespace, result: dict[str, Any], argv: Sequence[str]
         ]
         rows.append(["total", f"{cpu * 1e3 / total:.1f}", "100%"])
         benchmark = "data"
-    write_result(
-        benchmark,
-        "The data pipeline",
-        protocol,
-        command_line(__file__, argv),
-        columns,
-        rows,
-        directory=args.record,
-    )
+    command = command_line(__file__, argv)
+    write_result(benchmark, "The data pipeline", protocol, command, columns, rows, directory=args.record)
 
 
 def main(argv: Sequence[str] | None = None) -> str:

@@ -178,29 +178,16 @@ def config_overrides(args: argparse.Namespace, data_root: Path, max_steps: int) 
         else ["trainer.limit_val_batches=0", "trainer.check_val_every_n_epoch=1"]
     )
     return [
-        "hardware=cpu",
-        "data=synthetic",
-        f"data.root={data_root}",
-        f"data.synthetic.num_train={args.samples}",
-        f"data.synthetic.num_val={args.val_images}",
-        "data.synthetic.num_test=1",
-        f"data.synthetic.long_side={px}",
-        f"data.train_transform.crop_size={args.crop_px}",
-        f"data.train_transform.train_long_side={px}",
-        f"data.eval_transform.long_side={px}",
-        "data.targets.min_text_size=2",
-        f"data.batch_size={args.batch}",
+        *("hardware=cpu", "data=synthetic", f"data.root={data_root}", "data.synthetic.num_test=1"),
+        *(f"data.synthetic.num_train={args.samples}", f"data.synthetic.num_val={args.val_images}"),
+        *(f"data.synthetic.long_side={px}", f"data.train_transform.train_long_side={px}"),
+        *(f"data.eval_transform.long_side={px}", f"data.train_transform.crop_size={args.crop_px}"),
+        *("data.targets.min_text_size=2", f"data.batch_size={args.batch}"),
         f"data.eval_batch_size={args.batch}",
         *worker_overrides(args.workers),
-        "data.pin_memory=false",
-        "trainer.precision=32-true",
-        "trainer.enable_model_summary=false",
-        "trainer.max_epochs=-1",
-        f"trainer.max_steps={max_steps}",
-        *validation,
-        "time_budget_minutes=null",
-        "test_after_fit=false",
-        "logger=csv",
+        *("data.pin_memory=false", "trainer.precision=32-true", "trainer.enable_model_summary=false"),
+        *("trainer.max_epochs=-1", f"trainer.max_steps={max_steps}", *validation),
+        *("time_budget_minutes=null", "test_after_fit=false", "logger=csv"),
         "callbacks.progress_bar.every_n_seconds=10",
         *args.overrides,
     ]
@@ -244,19 +231,11 @@ def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     figures = clock.figures()
     wait = getattr(datamodule, "loader_wait", None)
     firsts = [] if wait is None else list(wait.first_batch)
-    return {
-        "machine": machine_line(),
-        "load_average": os.getloadavg(),
-        **{key: getattr(args, key) for key in SETTING_KEYS},
-        "real_work_ms": real_ms,
-        "steps_per_epoch": per_epoch,
-        "warmup_steps": warmup,
-        "steps": steps,
-        "ceiling_img_s": ceiling,
-        **figures,
-        "ratio": figures["pipeline_img_s"] / ceiling,  # type: ignore[operator]
-        "first_batch_wait_s": firsts,
-    }
+    report = {"machine": machine_line(), "load_average": os.getloadavg()}
+    report |= {key: getattr(args, key) for key in SETTING_KEYS} | {"real_work_ms": real_ms}
+    report |= {"steps_per_epoch": per_epoch, "warmup_steps": warmup, "steps": steps, "ceiling_img_s": ceiling}
+    ratio = figures["pipeline_img_s"] / ceiling  # type: ignore[operator]
+    return report | figures | {"ratio": ratio, "first_batch_wait_s": firsts}
 
 
 def markdown(report: dict[str, Any]) -> str:

@@ -187,18 +187,9 @@ def time_pipeline(
 ) -> tuple[float, float]:
     """img/s of ``trainer.fit`` over ``epochs`` after ``warmup_epochs``, and the data-wait share."""
     clock = EpochClock(warmup_epochs, device)
-    trainer = instantiate(
-        cfg.trainer,
-        callbacks=[clock],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        max_epochs=warmup_epochs + epochs,
-        max_steps=-1,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-    )
+    settings = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=-1)
+    settings |= dict(enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0)
+    trainer = instantiate(cfg.trainer, callbacks=[clock], max_epochs=warmup_epochs + epochs, **settings)
     trainer.fit(build_module(cfg), datamodule=datamodule)
     return clock.rate, clock.data_wait
 
@@ -233,17 +224,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--data", choices=("receipts", "synthetic"), default="receipts", help="data config")
-    parser.add_argument(
-        "--data-root", type=Path, default=DEFAULT_DATA, help="receipts root (images/, jsons/)"
-    )
+    parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA, help="receipts root")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--size", type=int, default=640, help="training crop size (px)")
     parser.add_argument("--steps", type=int, default=100, help="timed steps, rounded up to whole epochs")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up steps, rounded up to whole epochs")
     parser.add_argument("--workers", type=int, help="data.num_workers; default: the preset's")
-    parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}"
-    )
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
     args = parser.parse_args(argv)
@@ -269,21 +256,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         # Taken once.
         cpu_batches = list(itertools.islice(datamodule.train_dataloader(), min(CEILING_BATCHES, per_epoch)))
         datamodule.teardown("fit")  # its workers stop: the ceiling is timed without them
-        report: dict[str, Any] = {
-            "device": device.type,
-            "machine": machine_line(str(device)),
-            "data": str(args.data_root) if args.data == "receipts" else "synthetic",
-            "batch": args.batch,
-            "size": args.size,
-            "workers": datamodule.num_workers,
-            "pin_memory": datamodule.pin_memory,
-            "steps_per_epoch": per_epoch,
-            "warmup_steps": warmup_epochs * per_epoch,
-            "steps": epochs * per_epoch,
-            "epochs": epochs,
-            "goal_ratio": GOAL_RATIO,
-            "variants": [],
-        }
+        data = str(args.data_root) if args.data == "receipts" else "synthetic"
+        report: dict[str, Any] = {"device": device.type, "machine": machine_line(str(device)), "data": data}
+        report |= {"batch": args.batch, "size": args.size, "workers": datamodule.num_workers}
+        report |= {"pin_memory": datamodule.pin_memory, "steps_per_epoch": per_epoch}
+        report |= {"warmup_steps": warmup_epochs * per_epoch, "steps": epochs * per_epoch, "epochs": epochs}
+        report |= {"goal_ratio": GOAL_RATIO, "variants": []}
         for name in names:
             variant = VARIANTS[name]
             row: dict[str, Any] = {"variant": name, "skipped": skip_reason(variant, device)}

@@ -358,9 +358,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("--emulate-ms", type=float, help="emulate a network of this many ms per batch")
     parser.add_argument("--repeat", type=int, default=1, help="emulation: passes go over the images N times")
     parser.add_argument("--maps-cache", type=Path, help="emulation: the network's logits kept in this folder")
-    parser.add_argument(
-        "--pools", help="emulation: pools to compare, kind:workers,... (default: the config's)"
-    )
+    parser.add_argument("--pools", help="emulation: pools to compare, kind:workers,...")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for predict (and the random ckpt)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -436,14 +434,10 @@ def record(args: argparse.Namespace, argv: Sequence[str] | None, table: str) -> 
         f"{args.images.name}/; the peer (rapidocr, detection only) after ours in the same run; rows scored "
         "by `runners/evaluate.py` where the images have ground truth."
     )
+    name, command = "predict-emulated" if emulated else "predict", command_line(__file__, argv)
+    question = "Predict and deployment speed"
     write_result(
-        "predict-emulated" if emulated else "predict",
-        "Predict and deployment speed",
-        protocol,
-        command_line(__file__, argv),
-        *table_cells(table),
-        device=args.device,
-        directory=args.record,
+        name, question, protocol, command, *table_cells(table), device=args.device, directory=args.record
     )
 
 
@@ -468,12 +462,8 @@ def build_rows(
     rows = []
     for (backend, model), batch, long_side, (name, extra) in product(models, batches, long_sides, variants):
         overrides = [
-            *common,
-            f"data.eval_transform.long_side={long_side}",
-            f"data.eval_batch_size={batch}",
-            f"backend={backend}",
-            f"ckpt={ckpt}",
-            f"image_dir={images}",
+            *(*common, f"data.eval_transform.long_side={long_side}", f"data.eval_batch_size={batch}"),
+            *(f"backend={backend}", f"ckpt={ckpt}", f"image_dir={images}"),
             *([f"onnx_model={model}"] if model is not None else []),
             *args.overrides,
             *extra.split(),
@@ -530,34 +520,25 @@ def markdown_table(rows: list[Row], peer: Peer | None, gt: Path | None, work: Pa
     return "\n".join(lines)
 
 
-def machine() -> dict[str, Any]:
-    """The CPU model, core count and load, for the JSON."""
-    from ocr.machine.environment import cpu_info
-
-    return {
-        "cpu": cpu_info()["model"],
-        "cores": os.cpu_count(),
-        "load_average": list(os.getloadavg()),
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-    }
-
-
 def write_json(path: Path, rows: list[Row], peer: Peer | None, names: list[str], gt: Path | None) -> None:
+    """Every row, the peer and the machine (CPU model, cores, load, versions)."""
+    from ocr.machine.environment import cpu_info
     from ocr.utils.io import atomic_write_json
 
+    machine = {"cpu": cpu_info()["model"], "cores": os.cpu_count(), "load_average": list(os.getloadavg())}
+    machine |= {"python": sys.version.split()[0], "torch": torch.__version__}
+    peer_record = None
+    if peer is not None:
+        median = statistics.median(peer.rates) if peer.rates else None
+        peer_record = {"info": peer.info, "img_per_s": peer.rates, "img_per_s_median": median}
+    rows_record = [row.record() for row in rows]
+    gt_name = str(gt) if gt is not None else None
     record = {
-        "machine": machine(),
+        "machine": machine,
         "images": len(names),
-        "gt": str(gt) if gt is not None else None,
-        "rows": [row.record() for row in rows],
-        "peer": None
-        if peer is None
-        else {
-            "info": peer.info,
-            "img_per_s": peer.rates,
-            "img_per_s_median": statistics.median(peer.rates) if peer.rates else None,
-        },
+        "gt": gt_name,
+        "rows": rows_record,
+        "peer": peer_record,
     }
     atomic_write_json(path, record)
     log.info("wrote %s", path)

@@ -37,14 +37,9 @@ def validation_seconds(args: argparse.Namespace, ckpt: Path, work: Path) -> list
     from ocr.run.config import compose_config
 
     overrides = [
-        f"ckpt={ckpt}",
-        "split=val",
-        "hardware=cpu" if args.device == "cpu" else "hardware=auto",
-        "data=receipts",
-        f"data.root={args.data_root}",
-        f"data.eval_transform.long_side={args.long_side}",
-        f"data.eval_batch_size={args.batch}",
-        "report.enabled=false",
+        *(f"ckpt={ckpt}", "split=val", "hardware=cpu" if args.device == "cpu" else "hardware=auto"),
+        *("data=receipts", f"data.root={args.data_root}", f"data.eval_transform.long_side={args.long_side}"),
+        *(f"data.eval_batch_size={args.batch}", "report.enabled=false"),
         f"trainer.limit_val_batches={-(-args.val_images // args.batch)}",
     ]
     cfg = compose_config("test", overrides, work / "validate")

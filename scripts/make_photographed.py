@@ -125,15 +125,9 @@ def main(argv: Sequence[str] | None = None) -> Path:
     augment: PhotoAugment = instantiate(config)
     out: Path = args.out
     _check_replaceable(out)
-    manifest: dict[str, Any] = {
-        "generator": GENERATOR,
-        "root": str(args.root),
-        "split": args.split,
-        "seed": args.seed,
-        "exif_mode": args.exif_mode,
-        "quality": args.quality,
-        "photo": OmegaConf.to_container(config),
-    }
+    manifest: dict[str, Any] = {"generator": GENERATOR, "root": str(args.root), "split": args.split}
+    manifest |= {"seed": args.seed, "exif_mode": args.exif_mode, "quality": args.quality}
+    manifest["photo"] = OmegaConf.to_container(config)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
