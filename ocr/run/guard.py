@@ -23,6 +23,7 @@ import logging
 import signal
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -347,29 +348,37 @@ class Guard(Callback):
             self._end_for_fault(trainer, pl_module, exception, fault, store)
         if not self.training:
             return
-        interrupted = is_interruption(exception, trainer)
-        if not interrupted:
-            self._write_crash_bundle(trainer, pl_module, exception)
-            self.nonfinite.on_exception(exception)
-        else:
+        if is_interruption(exception, trainer):
             self.interrupts.record(trainer, exception)
-        if not interrupted and trainer.is_global_zero:
-            if not failure_written(self.run_dir):
-                record_failure(self.run_dir, exception)
-            _tag_wandb(trainer, "failed")
+        else:
+            # Not for an error about what the run was given (its message names the key or file; nothing to
+            # replay), except the loss's: its batch and weights are what replay starts from.
+            usage = find_usage_error(exception)
+            if usage is None or isinstance(usage, LossInputError | NonFiniteLossError):
+                crash = self._write_crash_bundle(trainer, pl_module, exception, self._environment)
+                if crash is not None:
+                    log.error(
+                        "Crash bundle written to %s; replay it with: scripts/debug_cuda.sh replay %s",
+                        crash,
+                        crash,
+                    )
+            self.nonfinite.on_exception(exception)
+            if trainer.is_global_zero:
+                if not failure_written(self.run_dir):
+                    record_failure(self.run_dir, exception)
+                _tag_wandb(trainer, "failed")
         self.interrupts.restore()  # Lightning calls no callback's teardown after an exception
 
     def _write_crash_bundle(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
-        """Unless the error is about what the run was given (its message names the key or file; nothing to
-        replay), except the loss's: its batch and weights are what replay starts from."""
-        usage = find_usage_error(exception)
-        if usage is not None and not isinstance(usage, LossInputError | NonFiniteLossError):
-            return
-        environment = self._environment
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        exception: BaseException,
+        environment: dict[str, Any] | None,
+    ) -> Path | None:
+        """The crash bundle, or None when writing it failed (the original exception matters more)."""
         try:
-            crash = write_crash_bundle(
+            return write_crash_bundle(
                 self.run_dir,
                 trainer,
                 pl_module,
@@ -378,13 +387,10 @@ class Guard(Callback):
                 batch=failed_cpu_batch(trainer, exception),
                 batch_idx=self._batch_idx,
             )
-        except Exception:  # the original exception matters more than a complete bundle
-            log.exception(
-                "Could not write the crash bundle into %s",
-                crash_dir(self.run_dir, trainer.global_rank, trainer.node_rank),
-            )
-            return
-        log.error("Crash bundle written to %s; replay it with: scripts/debug_cuda.sh replay %s", crash, crash)
+        except Exception:
+            folder = crash_dir(self.run_dir, trainer.global_rank, trainer.node_rank)
+            log.exception("Could not write the crash bundle into %s", folder)
+            return None
 
     def _end_for_fault(
         self,
@@ -422,18 +428,7 @@ class Guard(Callback):
         assert self._ending is not None
         state = crash_dir(self.run_dir, trainer.global_rank, trainer.node_rank) / "state.json"
         if not (state.is_file() and state.stat().st_mtime >= self._detected_s - 1):
-            try:
-                write_crash_bundle(
-                    self.run_dir,
-                    trainer,
-                    pl_module,
-                    exception,
-                    environment=None,
-                    batch=failed_cpu_batch(trainer, exception),
-                    batch_idx=self._batch_idx,
-                )
-            except Exception:  # the exit matters more than a complete bundle
-                log.exception("Could not write the crash bundle into %s", state.parent)
+            self._write_crash_bundle(trainer, pl_module, exception, environment=None)
         store = default_store() if trainer.world_size > 1 else None
         if store is not None:
             wait_for_acks(store, trainer.world_size - 1, ACK_WAIT_S)
@@ -456,17 +451,12 @@ class Guard(Callback):
         """``fault.json``: what the proof and the other ranks read (host-side facts only)."""
         kind = type(fault.exception)
         return {
-            "rank": site.rank,
-            "world_size": site.world_size,
+            **asdict(site),
             "kind": fault.kind,
             "asynchronous": fault.asynchronous,
             "summary": fault.summary,
             "exception_type": f"{kind.__module__}.{kind.__qualname__}",
             "where": site.describe(),
-            "stage": site.stage,
-            "global_step": site.global_step,
-            "epoch": site.epoch,
-            "batch_idx": site.batch_idx,
             "image_ids": list(site.image_ids),
             "detected_unix_s": self._detected_s,
             "exit_code": self._ending.code if self._ending is not None else None,
