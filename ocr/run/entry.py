@@ -91,7 +91,8 @@ class RunEntry(Generic[T]):
                 if self.lightning:
                     route_lightning_logs()
                 _write_hydra_record(claim.run_dir, cfg)
-            warn_unlaunched_multi_node(_hardware())
+            hydra_cfg = _hydra()
+            warn_unlaunched_multi_node(hydra_cfg.runtime.choices.get("hardware") if hydra_cfg else None)
             if claim.resume is not None:
                 log.info("%s", claim.resume.summary)
             if self.training:
@@ -134,25 +135,22 @@ def entry(
     called with the config to run and the resume it continues (None: a new run), any other with the
     config; a ``lightning`` one has Lightning's log lines routed once (:func:`route_lightning_logs`)."""
 
-    def decorate(task: Callable[..., T]) -> RunEntry[T]:
-        return RunEntry(task, config_name, training, lightning)
-
-    return decorate
+    return lambda task: RunEntry(task, config_name, training, lightning)
 
 
-def _hardware() -> str | None:
+def _hydra() -> Any | None:
+    """Hydra's config of this run, None outside a Hydra run."""
     from hydra.core.hydra_config import HydraConfig
 
-    return HydraConfig.get().runtime.choices.get("hardware") if HydraConfig.initialized() else None
+    return HydraConfig.get() if HydraConfig.initialized() else None
 
 
 def _hydra_run_dir() -> Path | None:
-    from hydra.core.hydra_config import HydraConfig
+    hydra_cfg = _hydra()
+    return Path(hydra_cfg.runtime.output_dir).resolve() if hydra_cfg is not None else None
 
-    return Path(HydraConfig.get().runtime.output_dir).resolve() if HydraConfig.initialized() else None
 
-
-def _detach_log_files() -> list[logging.Handler]:
+def _detach_log_files() -> list[logging.FileHandler]:
     """Remove the root logger's file handlers (Hydra's log file opens at its first record); returns them."""
     root = logging.getLogger()
     files = [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)]
@@ -187,14 +185,12 @@ def _remove_hydras_empty_folder(run_dir: Path) -> None:
 def _write_hydra_record(run_dir: Path, cfg: DictConfig) -> None:
     """What Hydra would have written before the task: ``.hydra/<time>/{config,hydra,overrides}.yaml``
     (global rank 0; a resumed run adds its own)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if run_dir != _hydra_run_dir():
+    hydra_cfg = _hydra()
+    if hydra_cfg is None or run_dir != _hydra_run_dir():
         return
     subdir = rank_zero_only_value(f".hydra/{datetime.now():%Y-%m-%d_%H-%M-%S}")
     if subdir is None:
         return
-    hydra_cfg = HydraConfig.get()
     record = run_dir / subdir
     atomic_write_text(record / "config.yaml", OmegaConf.to_yaml(cfg))
     atomic_write_text(record / "hydra.yaml", OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})))
@@ -243,10 +239,10 @@ def exit_with_message(
 
 
 def _multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    hydra_cfg = _hydra()
+    return hydra_cfg is not None and hydra_cfg.mode == RunMode.MULTIRUN
 
 
 def _metric_value(result: Any, name: str | None) -> float | None:
