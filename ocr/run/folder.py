@@ -191,7 +191,14 @@ class RunLock:
         """Own the run folder (created if missing); RunFolderBusyError, writing nothing, when another
         live process (or one that cannot be checked: another host) owns it."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._take()
+        with _folder_mutex(self.run_dir):
+            stale = self.refuse_if_busy()
+            if stale is not None:
+                owner, reason = stale
+                log.warning(
+                    "Run folder %s: taking over the lock of %s: %s", self.run_dir, owner.describe(), reason
+                )
+            atomic_write_json(self.path, asdict(self.owner))
         atexit.register(self.release)
 
     def refuse_if_busy(self) -> tuple[LockOwner, str] | None:
@@ -208,16 +215,6 @@ class RunLock:
                 f"process is gone for sure (its machine crashed), delete {self.path}"
             )
         return current, reason
-
-    def _take(self) -> None:
-        with _folder_mutex(self.run_dir):
-            stale = self.refuse_if_busy()
-            if stale is not None:
-                owner, reason = stale
-                log.warning(
-                    "Run folder %s: taking over the lock of %s: %s", self.run_dir, owner.describe(), reason
-                )
-            atomic_write_json(self.path, asdict(self.owner))
 
     def release(self) -> None:
         """Remove the lock file if this process still owns it."""
