@@ -8,11 +8,10 @@ through the real runners, scored on val, test and (optionally) a photographed pr
         [--splits val test] [--jobs 1] [--python python3] [--hardware cpu|h100_80gb|...] \
         [--out outputs/benchmark_accuracy]
 
-Per seed (a process of its own): ``runners/train.py experiment=receipts_finetune`` for exactly
-``--steps`` steps from ``--init-from`` without validation, then ``runners/predict.py`` of ``last.ckpt`` on
-each split and ``runners/evaluate.py`` in both modes. ``--label-subset N`` trains on the first N train
-images' labels (the others under ``unlabelled/``, for runners/pseudo_label.py). A seed whose
-``figures.json`` exists is not run again. Writes ``<out>/<variant>/results.json`` and ``results.md``.
+Per seed (its own processes): ``runners/train.py experiment=receipts_finetune`` for exactly ``--steps``
+steps without validation, then ``runners/predict.py`` of ``last.ckpt`` on each split and
+``runners/evaluate.py`` in both modes. ``--label-subset N``: the first N train images' labels (the others
+under ``unlabelled/``). A seed with a ``figures.json`` is not run again. Writes ``<out>/<variant>/results.*``.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, table_cells, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
@@ -81,21 +80,11 @@ def _hardware(protocol: Protocol) -> list[str]:
 
 
 def train_command(protocol: Protocol, train_root: Path, seed: int, run_dir: Path) -> list[str]:
-    """``runners/train.py`` for ``seed`` into ``run_dir``."""
     command = [
-        protocol.python,
-        "runners/train.py",
-        "experiment=receipts_finetune",
-        f"data.root={train_root}",
-        f"model.init_from={protocol.init_from}",
-        f"seed={seed}",
-        f"trainer.max_steps={protocol.steps}",
-        "trainer.max_epochs=-1",
-        "time_budget_minutes=null",
-        "test_after_fit=false",
-        "trainer.limit_val_batches=0",
-        f"hydra.run.dir={run_dir}",
-        *_hardware(protocol),
+        *(protocol.python, "runners/train.py", "experiment=receipts_finetune", f"data.root={train_root}"),
+        *(f"model.init_from={protocol.init_from}", f"seed={seed}", f"trainer.max_steps={protocol.steps}"),
+        *("trainer.max_epochs=-1", "time_budget_minutes=null", "test_after_fit=false"),
+        *("trainer.limit_val_batches=0", f"hydra.run.dir={run_dir}", *_hardware(protocol)),
     ]
     if protocol.crop is not None:
         command.append(f"data.train_transform.crop_size={protocol.crop}")
@@ -105,46 +94,27 @@ def train_command(protocol: Protocol, train_root: Path, seed: int, run_dir: Path
 
 
 def predict_command(protocol: Protocol, ckpt: Path, root: Path, split: str, run_dir: Path) -> list[str]:
-    """``runners/predict.py`` of ``ckpt`` over ``root``'s ``split`` images into ``run_dir``."""
     return [
-        protocol.python,
-        "runners/predict.py",
-        f"ckpt={ckpt}",
-        "data=receipts",
-        f"data.root={root}",
-        f"image_dir={root / 'images' / split}",
-        "report.enabled=false",
-        f"hydra.run.dir={run_dir}",
+        *(protocol.python, "runners/predict.py", f"ckpt={ckpt}", "data=receipts", f"data.root={root}"),
+        *(f"image_dir={root / 'images' / split}", "report.enabled=false", f"hydra.run.dir={run_dir}"),
         *_hardware(protocol),
         *protocol.eval_overrides,
     ]
 
 
 def evaluate_command(protocol: Protocol, gt: Path, pred: Path, mode: str, run_dir: Path) -> list[str]:
-    """``runners/evaluate.py`` of ``pred`` against ``gt`` in ``mode`` into ``run_dir``."""
     return [
-        protocol.python,
-        "runners/evaluate.py",
-        f"gt={gt}",
-        f"pred={pred}",
-        f"mode={mode}",
-        f"out_dir={run_dir}",
-        f"hydra.run.dir={run_dir}",
+        *(protocol.python, "runners/evaluate.py", f"gt={gt}", f"pred={pred}", f"mode={mode}"),
+        *(f"out_dir={run_dir}", f"hydra.run.dir={run_dir}"),
     ]
 
 
 def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
     """n, mean, standard error of the mean (sample sd / sqrt(n)) and sample sd; None where undefined."""
     n = len(values)
-    if n == 0:
-        return {"n": 0, "mean": None, "se": None, "sd": None}
     sd = statistics.stdev(values) if n > 1 else None
-    return {
-        "n": n,
-        "mean": statistics.fmean(values),
-        "se": None if sd is None else sd / math.sqrt(n),
-        "sd": sd,
-    }
+    mean = statistics.fmean(values) if n else None
+    return {"n": n, "mean": mean, "se": None if sd is None else sd / math.sqrt(n), "sd": sd}
 
 
 def columns(results: Sequence[SeedResult]) -> list[tuple[str, str]]:
@@ -166,17 +136,11 @@ def aggregate(results: Sequence[SeedResult]) -> dict[str, dict[str, float | int 
 
 
 def markdown(variant: str, results: Sequence[SeedResult]) -> str:
-    """The table: one row per seed (hmean per eval set and mode, training seconds), then mean, standard
-    error and sd."""
+    """One row per seed (hmean per eval set and mode, training seconds), then mean, SE and sd."""
     cols = columns(results)
     stats = aggregate(results)
     header = ["seed", *(f"{name} {mode}" for name, mode in cols), "train s"]
-    lines = [
-        f"### {variant}",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
+    lines = [f"### {variant}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in results:
         cells = [str(r.seed), *(f"{r.scores[n][m]['hmean']:.4f}" for n, m in cols), f"{r.train_seconds:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -203,8 +167,7 @@ def last_json_line(stdout: str) -> dict[str, Any]:
 
 
 def _run(command: list[str], log_path: Path) -> str:
-    """Run ``command`` in the repository; its output goes to ``log_path`` and is returned. A failure
-    raises naming the command and the log."""
+    """``command``'s stdout, run in the repository and logged to ``log_path``; a failure raises."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
@@ -293,8 +256,7 @@ def protocol_record(protocol: Protocol, label_subset: int | None = None) -> dict
 
 
 def claim_variant(protocol: Protocol, label_subset: int | None) -> None:
-    """Record the protocol in ``<variant>/protocol.json``; refuse a folder that holds another protocol's
-    seeds (their saved figures would be taken as this protocol's)."""
+    """Record the protocol in ``<variant>/protocol.json``; refuse a folder of another protocol's seeds."""
     from ocr.utils.io import atomic_write_json
 
     path = protocol.out / "protocol.json"
@@ -313,32 +275,29 @@ def claim_variant(protocol: Protocol, label_subset: int | None) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--init-from", type=Path, required=True, help="the pretrained checkpoint")
     parser.add_argument("--data-root", type=Path, default=DEFAULT_ROOT)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=150, help="training steps per seed")
-    parser.add_argument("--crop", type=int, default=None, help="training crop (default: the preset's)")
+    parser.add_argument("--crop", type=int, help="training crop (default: the preset's)")
     parser.add_argument("--variant", default="baseline", help="name of the variant's folder and table")
     parser.add_argument("--override", action="append", default=[], help="train override (repeatable)")
     parser.add_argument("--eval-override", action="append", default=[], help="predict override (repeatable)")
-    parser.add_argument("--label-subset", type=int, default=None, help="keep the first N train labels")
+    parser.add_argument("--label-subset", type=int, help="keep the first N train labels")
     parser.add_argument("--extra-train-root", type=Path, action="append", default=[])
-    parser.add_argument("--proxy-root", type=Path, default=None, help="photographed copy (dataset root)")
+    parser.add_argument("--proxy-root", type=Path, help="photographed copy (dataset root)")
     parser.add_argument("--proxy-split", default="test")
     parser.add_argument("--splits", nargs="+", default=["val", "test"], help="the data root's splits scored")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the runners")
-    parser.add_argument("--hardware", default=None, help="configs/hardware preset (default: the configs')")
+    parser.add_argument("--hardware", help="configs/hardware preset (default: the configs')")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "benchmark_accuracy")
-    parser.add_argument(
-        "--jobs", type=int, default=1, help="seeds run side by side (a shared CPU host: more of its share)"
-    )
-    add_record_argument(parser)
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run side by side")
     return parser.parse_args(argv)
 
 
 def protocol_from_args(args: argparse.Namespace) -> Protocol:
-    """The variant's protocol; relative paths are made absolute (the runners run in the repository)."""
+    """The variant's protocol, paths absolute (the runners run in the repository)."""
     return Protocol(
         init_from=args.init_from.resolve(),
         data_root=args.data_root.resolve(),
@@ -357,7 +316,7 @@ def protocol_from_args(args: argparse.Namespace) -> Protocol:
 
 
 def train_root(protocol: Protocol, label_subset: int | None) -> Path:
-    """The data root trained on: the data root, or a fresh label subset of it in the variant's folder."""
+    """The data root, or a fresh label subset of it in the variant's folder."""
     if label_subset is None:
         return protocol.data_root
     from ocr.data.layout import write_label_subset

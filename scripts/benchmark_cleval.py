@@ -2,14 +2,12 @@
 
     uv run python scripts/benchmark_cleval.py [--boxes 50 100 200] [--images 400] [--modes upstream]
 
-Prints, for each mode, ms per image for each box count and the time of a whole validation set (``--images``
-pages of 100 boxes), both through :func:`ocr.metrics.cleval.evaluate.evaluate_dataset`, the path the
-Metric uses.
+Prints per mode the ms per image per box count and a validation set's time (``--images`` pages of 100
+boxes), through ``evaluate_dataset``, the path the Metric uses.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -22,7 +20,9 @@ from hydra.utils import instantiate  # noqa: E402
 from ocr.metrics.cleval.evaluate import evaluate_dataset  # noqa: E402
 from ocr.metrics.cleval.options import CLEvalOptions  # noqa: E402
 from ocr.run.config import compose_config  # noqa: E402
-from scripts.benchmark_results import add_record_argument, command_line, write_result  # noqa: E402
+from scripts.benchmark_results import benchmark_parser, command_line, write_result  # noqa: E402
+
+MODES = ["competition", "upstream"]
 
 
 def make_page(
@@ -74,15 +74,11 @@ def time_dataset(pages: list, options: CLEvalOptions, repeats: int) -> tuple[flo
 
 
 def main() -> None:
-    """Run the benchmark and print a Markdown table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--boxes", type=int, nargs="+", default=[50, 100, 200])
     parser.add_argument("--images", type=int, default=400)
     parser.add_argument("--pages", type=int, default=50, help="pages per box count for the per-image figure")
-    parser.add_argument(
-        "--modes", nargs="+", choices=["competition", "upstream"], default=["competition", "upstream"]
-    )
-    add_record_argument(parser)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=MODES)
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -94,7 +90,6 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     totals, rows = [], []
     for mode in args.modes:
-        # The project's metric config, with the mode asked for.
         options = instantiate(compose_config("train", [f"metric.mode={mode}"]).metric)
         for n, pages in page_sets.items():
             cpu, wall = time_dataset(pages, options, repeats=3)

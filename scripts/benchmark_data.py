@@ -4,12 +4,10 @@
     uv run python scripts/benchmark_data.py data.render_on=worker # the crop and targets in the worker
     uv run python scripts/benchmark_data.py --preset rtx3060_12gb_i5_16core data.cache_dir=null
 
-Runs what one DataLoader worker and the collate run, on ONE pinned CPU core, over the train dataset of
-``data=<data>`` with ``hardware=<preset>``'s data settings; a stage is the exclusive CPU time of the
-functions ``STAGES`` names (the rest is ``other``). With ``data.render_on=device`` the device stage is
-timed apart on the last batches (``--device``). ``--loader`` times ``train_dataloader()`` itself instead
-(0 workers), so another checkout can be measured the same way. Trailing arguments are Hydra overrides of
-``configs/train.yaml``.
+What one DataLoader worker and the collate run, on ONE pinned core, over ``data=<data>``'s train set with
+``hardware=<preset>``'s data settings; a stage is the exclusive CPU time of the functions ``STAGES``
+names. The device stage is timed apart (``--device``). ``--loader`` times ``train_dataloader()`` itself
+(0 workers), so another checkout can be measured the same way.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from omegaconf import OmegaConf
 
 from ocr.data import collate  # looked up at each call, so the collate stage can wrap it
 from ocr.data.coding import decode_batch
-from scripts.benchmark_results import add_record_argument, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, write_result
 
 try:
     from ocr.machine.hardware import register_resolvers
@@ -74,7 +72,6 @@ class StageClock:
     """Exclusive CPU time per stage: a timed call nested in another is subtracted from its caller."""
 
     def __init__(self) -> None:
-        """Start with no time recorded."""
         self.seconds: dict[str, float] = defaultdict(float)
         self._children: list[list[float]] = []
 
@@ -98,8 +95,7 @@ class StageClock:
 
 @contextlib.contextmanager
 def instrument(clock: StageClock, dataset: Any) -> Iterator[None]:
-    """Wrap every function ``STAGES`` names for the duration of the block, then put them back
-    (AttributeError: update ``STAGES`` with the pipeline)."""
+    """Every function ``STAGES`` names wrapped for the block (AttributeError: update ``STAGES``)."""
     roots = {"dataset": dataset}
     originals = []
     try:
@@ -136,7 +132,7 @@ def machine() -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Build the train dataset from the config and time ``passes`` passes of ``samples`` samples."""
+    """``args.passes`` timed passes of ``args.samples`` samples of the config's train dataset."""
     register_resolvers()
     GlobalHydra.instance().clear()
     overrides = [
@@ -156,34 +152,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # What the train stream's workers read (ocr.data.stream reseeds the transform per sample; a seeded
     # transform and order stand for it here).
     dataset, batch_size = datamodule.datasets["train"], int(datamodule.batch_size)
+    common = {"overrides": overrides, "batch_size": batch_size, "images": len(dataset)}
     if args.loader:
         render_on = str(OmegaConf.select(cfg, "data.render_on", default="worker"))
-        return time_loader(args, datamodule.train_dataloader(), dataset, batch_size, overrides, render_on)
+        return (
+            time_loader(args, datamodule.train_dataloader(), dataset, batch_size)
+            | common
+            | {"render_on": render_on}
+        )
     dataset.transform.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     epochs = math.ceil((args.warmup + args.passes * args.samples) / len(dataset))
     order = np.concatenate([rng.permutation(len(dataset)) for _ in range(epochs)])  # shuffled epochs
     for index in order[: args.warmup]:
         dataset[int(index)]
-    clock = StageClock()
-    cpu, wall, position, batches = [], [], args.warmup, []
+    clock, positions, batches = StageClock(), iter(range(args.warmup, len(order), args.samples)), []
+
+    def one_pass() -> None:
+        position = next(positions)
+        for start in range(0, args.samples, batch_size):
+            picked = order[position + start : position + min(start + batch_size, args.samples)]
+            batches.append(collate.collate_batch([dataset[int(i)] for i in picked]))
+            del batches[:-DEVICE_BATCHES]
+
     with instrument(clock, dataset):
-        for _ in range(args.passes):
-            cpu_start, wall_start = time.process_time(), time.perf_counter()
-            for start in range(0, args.samples, batch_size):
-                picked = order[position + start : position + min(start + batch_size, args.samples)]
-                batches = [*batches, collate.collate_batch([dataset[int(i)] for i in picked])][
-                    -DEVICE_BATCHES:
-                ]
-            cpu.append(time.process_time() - cpu_start)
-            wall.append(time.perf_counter() - wall_start)
-            position += args.samples
-    return {
-        "overrides": overrides,
+        cpu, wall = timed_passes(args.passes, one_pass)
+    return common | {
         "render_on": cfg.data.render_on,
         "samples_per_pass": args.samples,
-        "batch_size": batch_size,
-        "images": len(dataset),
         "cpu": cpu,
         "wall": wall,
         "stages": dict(clock.seconds),
@@ -192,37 +188,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def time_loader(
-    args: argparse.Namespace,
-    loader: Any,
-    dataset: Any,
-    batch_size: int,
-    overrides: list[str],
-    render_on: str,
-) -> dict[str, Any]:
-    """CPU and wall seconds per pass of ``args.samples`` samples, iterating ``loader`` (0 workers) over
-    ``dataset`` in batches of ``batch_size``."""
+def timed_passes(passes: int, one_pass: Callable[[], object]) -> tuple[list[float], list[float]]:
+    """CPU and wall seconds of each of ``passes`` calls of ``one_pass``."""
+    cpu, wall = [], []
+    for _ in range(passes):
+        cpu_start, wall_start = time.process_time(), time.perf_counter()
+        one_pass()
+        cpu.append(time.process_time() - cpu_start)
+        wall.append(time.perf_counter() - wall_start)
+    return cpu, wall
+
+
+def time_loader(args: argparse.Namespace, loader: Any, dataset: Any, batch_size: int) -> dict[str, Any]:
+    """CPU and wall seconds per pass of ``args.samples`` samples from ``loader`` (0 workers)."""
     torch.manual_seed(args.seed)
     dataset.transform.set_random_seed(args.seed)
     batches = _endless(loader)
     for _ in range(math.ceil(args.warmup / batch_size)):
         next(batches)
-    cpu, wall, per_pass = [], [], math.ceil(args.samples / batch_size)
-    for _ in range(args.passes):
-        cpu_start, wall_start = time.process_time(), time.perf_counter()
+    per_pass, last = math.ceil(args.samples / batch_size), []
+
+    def one_pass() -> None:
         for _ in range(per_pass):
-            last = next(batches)
-        cpu.append(time.process_time() - cpu_start)
-        wall.append(time.perf_counter() - wall_start)
+            last[:] = [next(batches)]
+
+    cpu, wall = timed_passes(args.passes, one_pass)
     return {
-        "overrides": overrides,
-        "render_on": render_on,
         "samples_per_pass": per_pass * batch_size,  # whole batches (drop_last)
-        "batch_size": batch_size,
-        "images": len(dataset),
         "cpu": cpu,
         "wall": wall,
-        "wire_bytes": wire_bytes(last) / len(last["image_id"]),
+        "wire_bytes": wire_bytes(last[0]) / len(last[0]["image_id"]),
     }
 
 
@@ -258,8 +253,7 @@ def time_device_stage(batches: list[dict[str, Any]], device: torch.device) -> di
 
 
 def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
-    """Markdown: the setup, img/s and ms per sample per pass, and (not ``--loader``) the device stage and
-    the per-stage table (ms per sample, exclusive CPU)."""
+    """Markdown: the setup, img/s and ms per sample per pass, and (not ``--loader``) the stage table."""
     samples = result["samples_per_pass"]
     total = samples * args.passes
     cpu_rates = [samples / s for s in result["cpu"]]
@@ -302,10 +296,7 @@ def _spread(rates: Sequence[float]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Command line; unknown trailing ``key=value`` arguments are Hydra overrides."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="dataset folder (data.root)")
     parser.add_argument("--data", default="receipts", help="data config group")
     parser.add_argument("--preset", default="h100_80gb", help="hardware config whose data settings to use")
@@ -316,15 +307,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--loader", action="store_true", help="iterate train_dataloader(); no stage table")
     parser.add_argument(
-        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where decode_batch is timed"
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="decode_batch's device"
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.cache_dir=/tmp/cache")
-    add_record_argument(parser)
     return parser.parse_args(argv)
 
 
 def record(args: argparse.Namespace, result: dict[str, Any], argv: Sequence[str] | None) -> None:
-    """The figures as data (``--record``): the stage table, or with ``--loader`` the loader's cost."""
     total, cpu = result["samples_per_pass"] * args.passes, sum(result["cpu"])
     per_sample = [1e3 * s / result["samples_per_pass"] for s in result["cpu"]]
     protocol = (
@@ -349,19 +338,11 @@ def record(args: argparse.Namespace, result: dict[str, Any], argv: Sequence[str]
         ]
         rows.append(["total", f"{cpu * 1e3 / total:.1f}", "100%"])
         benchmark = "data"
-    write_result(
-        benchmark,
-        "The data pipeline",
-        protocol,
-        command_line(__file__, argv),
-        columns,
-        rows,
-        directory=args.record,
-    )
+    command = command_line(__file__, argv)
+    write_result(benchmark, "The data pipeline", protocol, command, columns, rows, directory=args.record)
 
 
 def main(argv: Sequence[str] | None = None) -> str:
-    """Run the benchmark and print (and return) its Markdown report."""
     args = parse_args(argv)
     if args.core >= 0:
         os.sched_setaffinity(0, {args.core})

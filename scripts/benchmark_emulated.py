@@ -3,16 +3,13 @@ the network and for the workers' per-sample cost.
 
     uv run python scripts/benchmark_emulated.py --workers 15 --sample-ms 30 --step-ms 29.7 --json out.json
 
-Real (configs/train.yaml, ``hardware=cpu``, ``data=synthetic``): the datamodule, its train loader and
-batch-transfer hooks, DetectionModule's training step and logging, the run's callbacks and the
-validation cadence (``--val-every``). Emulated: the network and loss, by ``--step-ms`` of device time per
-step (29.7 ms = r18-FPN at 640 px, batch 16, bf16 on one H200), queued ahead of the host at most
-``QUEUE_STEPS`` steps and synced where training syncs (``--device async``), or slept through
-(``--device sync``); and each sample's worker cost, by ``--sample-ms`` on a per-batch timeline
-(``--sample-work sleep``: prebuilt samples; ``real``: built, then topped up). So the figures show how the
-pipeline schedules work, not how fast this CPU is (sleeping workers cost no CPU: 15 fit on 2 cores).
-``--warmup`` and ``--steps`` are rounded up to whole epochs; reports the ceiling (batch / step time), the
-pipeline's img/s, their ratio and the data-wait share.
+Real (configs/train.yaml, ``hardware=cpu``, ``data=synthetic``): the datamodule and its loader, the
+training step, the run's callbacks and validation cadence. Emulated: the network and loss as
+``--step-ms`` of device time per step (29.7 ms = r18-FPN, 640 px, batch 16, bf16 on an H200), queued at
+most ``QUEUE_STEPS`` ahead (``--device async``) or slept through (``sync``); each sample's worker cost as
+``--sample-ms`` on a per-batch timeline. So the figures show how the pipeline schedules work, not how
+fast this CPU is (sleeping workers cost no CPU). Reports the ceiling (batch / step time), the pipeline's
+img/s, their ratio and the data-wait share.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Sequence
@@ -38,17 +34,25 @@ from ocr.run.config import compose_config
 from ocr.run.entry import instantiate_all, quiet_third_party
 from ocr.types import DBOutput, Sample
 from ocr.utils.io import atomic_write_json
-from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
+from scripts.benchmark_results import (
+    benchmark_parser,
+    command_line,
+    machine_line,
+    table_cells,
+    worker_overrides,
+    write_result,
+)
 
 QUEUE_STEPS = 2  # steps the host may run ahead of the emulated device
 SYNC_EVERY_N_STEPS = 50  # configs/callbacks/triage.yaml: nonfinite_guard.check_every_n_steps
 REAL_WORK_SAMPLES = 16  # samples timed in this process to report the real work per sample
 BUILT_SAMPLES = 16  # real samples built once for --sample-work sleep
+# The arguments the report repeats, in its order.
+SETTING_KEYS = "samples batch workers sample_ms step_ms image_px crop_px device sample_work val_every".split()
 
 
 class EmulatedDevice:
-    """A device timeline: queued work runs after the work before it; the host waits only when more than
-    ``queue_steps`` pieces are unfinished (0: it sleeps through each), or at :meth:`synchronize`."""
+    """A device timeline: the host waits when more than ``queue_steps`` pieces are unfinished, or at sync."""
 
     def __init__(self, queue_steps: int) -> None:
         self.queue_steps = queue_steps
@@ -73,8 +77,7 @@ def _sleep_until(moment: float) -> None:
 
 
 class DeviceSyncs(Callback):
-    """The host waits for the emulated device where training syncs: at each epoch end and every
-    ``SYNC_EVERY_N_STEPS`` steps."""
+    """The host waits for the device where training syncs: each epoch end and ``SYNC_EVERY_N_STEPS``."""
 
     def __init__(self, device: EmulatedDevice) -> None:
         self.device = device
@@ -90,8 +93,7 @@ class DeviceSyncs(Callback):
 
 
 class SleepNet(nn.Module):
-    """Stands for the network on ``device``: ``seconds`` of device time per call, then logits that say "no
-    text" everywhere (so validation post-processing finds nothing) and depend on one parameter."""
+    """``seconds`` of device time per call, then "no text" logits (of one parameter) everywhere."""
 
     def __init__(self, seconds: float, device: EmulatedDevice) -> None:
         super().__init__()
@@ -112,10 +114,8 @@ class ZeroLoss(nn.Module):
 
 
 class PacedSamples(Dataset[Sample]):
-    """The train dataset with each sample taking ``seconds`` of the worker's time: one of ``built`` handed on
-    (None: built for real), then a sleep to the end of its slot on a timeline that restarts with each batch
-    of ``batch_size``, so late wake-ups on a busy machine do not add up: a batch takes ``batch_size *
-    seconds`` (more only when the real work takes longer) and the collate."""
+    """The train dataset, each sample taking ``seconds`` of the worker: one of ``built`` (None: built for
+    real), then a sleep to the end of its slot on a timeline restarted each batch (no drift adds up)."""
 
     def __init__(self, dataset: Any, seconds: float, built: list[Sample] | None, batch_size: int) -> None:
         self.dataset, self.seconds, self.built = dataset, seconds, built
@@ -137,8 +137,7 @@ class PacedSamples(Dataset[Sample]):
 
 
 class StepClock(Callback):
-    """Images per second from the end of step ``start`` to the end of step ``stop`` (device synchronised
-    before each read), and the train loader's wait over the same steps."""
+    """img/s from the end of step ``start`` to that of ``stop`` (synchronised), and the loader's wait."""
 
     def __init__(self, start: int, stop: int, device: EmulatedDevice) -> None:
         self.start, self.stop, self.device = start, stop, device
@@ -159,8 +158,7 @@ class StepClock(Callback):
                 self.marks[name] = (time.perf_counter(), waited, time.process_time())
 
     def figures(self) -> dict[str, float | None]:
-        """img/s, the data-wait share, seconds, and the main process's CPU milliseconds per step: the
-        host work a device step has to hide, whatever the machine's load does to the wall clock."""
+        """img/s, data-wait share, seconds, and the main process's CPU ms per step (load-independent)."""
         (t0, w0, c0), (t1, w1, c1) = self.marks["start"], self.marks["stop"]
         data_wait = None if w0 is None or w1 is None else (w1 - w0) / (t1 - t0)
         cpu_ms = 1000 * (c1 - c0) / (self.stop - self.start)
@@ -173,7 +171,6 @@ class StepClock(Callback):
 
 
 def config_overrides(args: argparse.Namespace, data_root: Path, max_steps: int) -> list[str]:
-    """configs/train.yaml for the emulation: tiny synthetic data, the asked batch, workers and cadence."""
     px = args.image_px
     validation = (
         [f"trainer.check_val_every_n_epoch={args.val_every}"]
@@ -181,45 +178,29 @@ def config_overrides(args: argparse.Namespace, data_root: Path, max_steps: int) 
         else ["trainer.limit_val_batches=0", "trainer.check_val_every_n_epoch=1"]
     )
     return [
-        "hardware=cpu",
-        "data=synthetic",
-        f"data.root={data_root}",
-        f"data.synthetic.num_train={args.samples}",
-        f"data.synthetic.num_val={args.val_images}",
-        "data.synthetic.num_test=1",
-        f"data.synthetic.long_side={px}",
-        f"data.train_transform.crop_size={args.crop_px}",
-        f"data.train_transform.train_long_side={px}",
-        f"data.eval_transform.long_side={px}",
-        "data.targets.min_text_size=2",
-        f"data.batch_size={args.batch}",
+        *("hardware=cpu", "data=synthetic", f"data.root={data_root}", "data.synthetic.num_test=1"),
+        *(f"data.synthetic.num_train={args.samples}", f"data.synthetic.num_val={args.val_images}"),
+        *(f"data.synthetic.long_side={px}", f"data.train_transform.train_long_side={px}"),
+        *(f"data.eval_transform.long_side={px}", f"data.train_transform.crop_size={args.crop_px}"),
+        *("data.targets.min_text_size=2", f"data.batch_size={args.batch}"),
         f"data.eval_batch_size={args.batch}",
-        f"data.num_workers={args.workers}",
-        f"data.persistent_workers={args.workers > 0}",
-        "data.pin_memory=false",
-        "trainer.precision=32-true",
-        "trainer.enable_model_summary=false",
-        "trainer.max_epochs=-1",
-        f"trainer.max_steps={max_steps}",
-        *validation,
-        "time_budget_minutes=null",
-        "test_after_fit=false",
-        "logger=csv",
+        *worker_overrides(args.workers),
+        *("data.pin_memory=false", "trainer.precision=32-true", "trainer.enable_model_summary=false"),
+        *("trainer.max_epochs=-1", f"trainer.max_steps={max_steps}", *validation),
+        *("time_budget_minutes=null", "test_after_fit=false", "logger=csv"),
         "callbacks.progress_bar.every_n_seconds=10",
         *args.overrides,
     ]
 
 
 def build_samples(dataset: Any, count: int) -> tuple[list[Sample], float]:
-    """The first ``count`` samples built for real (decode, transform, sanitation, targets) in this process,
-    and the milliseconds each took on average."""
+    """The first ``count`` samples built for real in this process, and the mean ms each took."""
     started = time.perf_counter()
     samples = [dataset[index] for index in range(min(count, len(dataset)))]
     return samples, 1000 * (time.perf_counter() - started) / len(samples)
 
 
 def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """One emulated training run; its figures."""
     # The main process's tensor work stands for device kernels: on one thread it neither fights the
     # workers for the cores nor stalls at a thread pool's barriers on a busy machine.
     torch.set_num_threads(1)
@@ -250,28 +231,11 @@ def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     figures = clock.figures()
     wait = getattr(datamodule, "loader_wait", None)
     firsts = [] if wait is None else list(wait.first_batch)
-    return {
-        "machine": f"{platform.platform()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}",
-        "load_average": os.getloadavg(),
-        "samples": args.samples,
-        "batch": args.batch,
-        "workers": args.workers,
-        "sample_ms": args.sample_ms,
-        "step_ms": args.step_ms,
-        "image_px": args.image_px,
-        "crop_px": args.crop_px,
-        "device": args.device,
-        "sample_work": args.sample_work,
-        "val_every": args.val_every,
-        "real_work_ms": real_ms,
-        "steps_per_epoch": per_epoch,
-        "warmup_steps": warmup,
-        "steps": steps,
-        "ceiling_img_s": ceiling,
-        **figures,
-        "ratio": figures["pipeline_img_s"] / ceiling,  # type: ignore[operator]
-        "first_batch_wait_s": firsts,
-    }
+    report = {"machine": machine_line(), "load_average": os.getloadavg()}
+    report |= {key: getattr(args, key) for key in SETTING_KEYS} | {"real_work_ms": real_ms}
+    report |= {"steps_per_epoch": per_epoch, "warmup_steps": warmup, "steps": steps, "ceiling_img_s": ceiling}
+    ratio = figures["pipeline_img_s"] / ceiling  # type: ignore[operator]
+    return report | figures | {"ratio": ratio, "first_batch_wait_s": firsts}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -302,10 +266,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run the emulation; prints the Markdown table and returns the report with it (also ``--json``)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--samples", type=int, default=150, help="training images (N)")
     parser.add_argument("--batch", type=int, default=16, help="batch size (B)")
     parser.add_argument("--workers", type=int, default=15, help="DataLoader workers (W)")
@@ -329,8 +290,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--val-images", type=int, default=16, help="validation images")
     parser.add_argument("--steps", type=int, default=300, help="timed steps, rounded up to whole epochs")
     parser.add_argument("--warmup", type=int, default=60, help="warm-up steps, rounded up to whole epochs")
-    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
-    add_record_argument(parser)
+    parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
     args = parser.parse_args(argv)
     if min(args.samples, args.batch, args.steps, args.warmup) < 1 or args.workers < 0:

@@ -4,11 +4,9 @@
     uv run python scripts/benchmark_gpu.py --device cpu --size 128 --batch 2 --steps 4 --variants fp32
 
 Variants ``fp32``, ``bf16_cl`` (bf16 autocast + channels_last) and ``compile`` (``bf16_cl`` +
-torch.compile), each the module of configs/train.yaml (``data=receipts``, trailing Hydra overrides on
-top). Ceiling: forward, DBLoss, backward and optimizer step on a few real batches moved to the device
-once by the datamodule's hooks. Pipeline: a fresh module trained by the configured Trainer on the train
-loader, without validation, logger or the run's callbacks; its data wait is ``LoaderWait``'s share.
-Warm-up and timed steps are whole epochs; CUDA is synchronised before each clock read.
+torch.compile) of configs/train.yaml's module. Ceiling: forward, loss, backward and optimizer step on a
+few real batches already on the device. Pipeline: the configured Trainer on the train loader, without
+validation, logger or callbacks; data wait is ``LoaderWait``'s share. Steps are whole epochs.
 """
 
 from __future__ import annotations
@@ -17,8 +15,6 @@ import argparse
 import contextlib
 import itertools
 import math
-import os
-import platform
 import tempfile
 import time
 from collections.abc import Sequence
@@ -38,12 +34,19 @@ from ocr.run.config import compose_config
 from ocr.run.entry import quiet_third_party
 from ocr.types import Batch
 from ocr.utils.io import atomic_write_json
-from scripts.benchmark_results import add_record_argument, command_line, write_result
+from scripts.benchmark_results import (
+    benchmark_parser,
+    command_line,
+    machine_line,
+    worker_overrides,
+    write_result,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "sroie-compact"
 GOAL_RATIO = 0.95  # issue 14: the real pipeline at 95 % or more of the ceiling on a GPU
 CEILING_BATCHES = 4  # real batches kept on the device for the ceiling
+COLUMNS = ("variant", "ceiling img/s", "pipeline img/s", "ratio", "data wait")
 
 
 class Variant(NamedTuple):
@@ -81,17 +84,13 @@ def _sync(device: torch.device) -> None:
 
 
 def variant_config(args: argparse.Namespace, variant: Variant, work: Path) -> DictConfig:
-    """configs/train.yaml for ``variant`` with the benchmark's sizes; the variant's keys are applied last."""
-    workers: list[str] = []  # --workers unset: the preset's
-    if args.workers is not None:
-        workers = [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
     overrides = [
         "hardware=h100_80gb" if args.device == "cuda" else "hardware=cpu",
         f"data={args.data}",
         f"data.root={args.data_root}",
         f"data.batch_size={args.batch}",
         f"data.train_transform.crop_size={args.size}",
-        *workers,
+        *worker_overrides(args.workers),
         *args.overrides,
         f"trainer.precision={variant.precision}",
         f"module.channels_last={variant.channels_last}",
@@ -110,7 +109,7 @@ def time_ceiling(
     steps: int,
     warmup: int,
 ) -> float:
-    """Images per second of forward + loss + backward + optimizer step on batches already on ``device``."""
+    """img/s of forward + loss + backward + optimizer step on batches already on ``device``."""
     module.to(device)
     module.setup("fit")  # channels_last and compile, as Lightning does before training
     module.train()
@@ -143,8 +142,7 @@ def time_ceiling(
 
 
 class EpochClock(Callback):
-    """Images per second over the epochs after ``warmup_epochs``, clock read at epoch ends after a sync;
-    the train loader's wait over the same epochs."""
+    """img/s over the epochs after ``warmup_epochs`` (read at synced epoch ends); the loader's wait."""
 
     def __init__(self, warmup_epochs: int, device: torch.device) -> None:
         self.warmup_epochs = warmup_epochs
@@ -180,7 +178,6 @@ class EpochClock(Callback):
 
     @property
     def data_wait(self) -> float:
-        """Share of the timed epochs spent waiting for the train loader."""
         assert self.start is not None and self.stop is not None
         return (self.waited[-1] - self.waited[0]) / (self.stop - self.start)
 
@@ -188,37 +185,24 @@ class EpochClock(Callback):
 def time_pipeline(
     cfg: DictConfig, datamodule: ReceiptDataModule, device: torch.device, epochs: int, warmup_epochs: int
 ) -> tuple[float, float]:
-    """Images per second of ``trainer.fit`` over ``epochs`` epochs after ``warmup_epochs``, and the share
-    of that time spent waiting for data."""
+    """img/s of ``trainer.fit`` over ``epochs`` after ``warmup_epochs``, and the data-wait share."""
     clock = EpochClock(warmup_epochs, device)
-    trainer = instantiate(
-        cfg.trainer,
-        callbacks=[clock],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        max_epochs=warmup_epochs + epochs,
-        max_steps=-1,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-    )
+    settings = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=-1)
+    settings |= dict(enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0)
+    trainer = instantiate(cfg.trainer, callbacks=[clock], max_epochs=warmup_epochs + epochs, **settings)
     trainer.fit(build_module(cfg), datamodule=datamodule)
     return clock.rate, clock.data_wait
 
 
-def machine(device: torch.device) -> str:
-    parts = [platform.platform(), f"{os.cpu_count()} logical CPUs", f"torch {torch.__version__}"]
-    if device.type == "cuda":
-        parts.append(torch.cuda.get_device_name(device))
-    return ", ".join(parts)
+def row_cells(row: dict[str, Any]) -> list[str | None]:
+    if row["skipped"]:
+        return [row["variant"], f"skipped: {row['skipped']}", None, None, None]
+    figures = [f"{row['ceiling_img_s']:.1f}", f"{row['pipeline_img_s']:.1f}", f"{row['ratio']:.2f}"]
+    return [row["variant"], *figures, f"{100 * row['data_wait']:.0f} %"]
 
 
 def table_row(row: dict[str, Any]) -> str:
-    if row["skipped"]:
-        return f"| {row['variant']} | skipped: {row['skipped']} | | | |"
-    figures = f"{row['ceiling_img_s']:.1f} | {row['pipeline_img_s']:.1f} | {row['ratio']:.2f}"
-    return f"| {row['variant']} | {figures} | {100 * row['data_wait']:.0f} % |"
+    return "| " + " | ".join(cell or "" for cell in row_cells(row)) + " |"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -227,7 +211,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['workers']} workers; {report['steps']} timed steps ({report['epochs']} epochs) after "
         f"{report['warmup_steps']} warm-up steps",
         "",
-        "| variant | ceiling img/s | pipeline img/s | ratio | data wait |",
+        "| " + " | ".join(COLUMNS) + " |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     lines += [table_row(row) for row in report["variants"]]
@@ -237,25 +221,17 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run the benchmark; prints the Markdown table and returns the report (also ``--json``)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--data", choices=("receipts", "synthetic"), default="receipts", help="data config")
-    parser.add_argument(
-        "--data-root", type=Path, default=DEFAULT_DATA, help="receipts root (images/, jsons/)"
-    )
+    parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA, help="receipts root")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--size", type=int, default=640, help="training crop size (px)")
     parser.add_argument("--steps", type=int, default=100, help="timed steps, rounded up to whole epochs")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up steps, rounded up to whole epochs")
-    parser.add_argument("--workers", type=int, default=None, help="data.num_workers; default: the preset's")
-    parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}"
-    )
-    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
-    add_record_argument(parser)
+    parser.add_argument("--workers", type=int, help="data.num_workers; default: the preset's")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
@@ -280,21 +256,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         # Taken once.
         cpu_batches = list(itertools.islice(datamodule.train_dataloader(), min(CEILING_BATCHES, per_epoch)))
         datamodule.teardown("fit")  # its workers stop: the ceiling is timed without them
-        report: dict[str, Any] = {
-            "device": device.type,
-            "machine": machine(device),
-            "data": str(args.data_root) if args.data == "receipts" else "synthetic",
-            "batch": args.batch,
-            "size": args.size,
-            "workers": datamodule.num_workers,
-            "pin_memory": datamodule.pin_memory,
-            "steps_per_epoch": per_epoch,
-            "warmup_steps": warmup_epochs * per_epoch,
-            "steps": epochs * per_epoch,
-            "epochs": epochs,
-            "goal_ratio": GOAL_RATIO,
-            "variants": [],
-        }
+        data = str(args.data_root) if args.data == "receipts" else "synthetic"
+        report: dict[str, Any] = {"device": device.type, "machine": machine_line(str(device)), "data": data}
+        report |= {"batch": args.batch, "size": args.size, "workers": datamodule.num_workers}
+        report |= {"pin_memory": datamodule.pin_memory, "steps_per_epoch": per_epoch}
+        report |= {"warmup_steps": warmup_epochs * per_epoch, "steps": epochs * per_epoch, "epochs": epochs}
+        report |= {"goal_ratio": GOAL_RATIO, "variants": []}
         for name in names:
             variant = VARIANTS[name]
             row: dict[str, Any] = {"variant": name, "skipped": skip_reason(variant, device)}
@@ -334,14 +301,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{report['steps']} timed steps after {report['warmup_steps']}; data wait: the share of the "
             "timed epochs the loop waited for the loader.",
             command_line(__file__, argv),
-            ["variant", "ceiling img/s", "pipeline img/s", "ratio", "data wait"],
-            [
-                [row["variant"], f"skipped: {row['skipped']}", None, None, None]
-                if row["skipped"]
-                else [row["variant"], f"{row['ceiling_img_s']:.1f}", f"{row['pipeline_img_s']:.1f}"]
-                + [f"{row['ratio']:.2f}", f"{100 * row['data_wait']:.0f} %"]
-                for row in report["variants"]
-            ],
+            COLUMNS,
+            [row_cells(row) for row in report["variants"]],
             device=args.device,
             directory=args.record,
         )

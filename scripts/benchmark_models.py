@@ -5,13 +5,11 @@ CPU latency at batch 1, PyTorch and ONNX Runtime, the models interleaved round b
     uv run python scripts/benchmark_models.py --models dbnet_resnet18_fpn dbnet_resnet18_pan \
         dbnet_resnet18_pan,model.decoder.channels=32 --size 640
 
-Each model is built by the one builder with random weights and exported by ``export_onnx``; the input is
-a (1, 3, size, size) letterbox.
+Random weights, exported by ``export_onnx``; the input is a (1, 3, size, size) letterbox.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -26,21 +24,19 @@ from ocr.inference.onnx_export import ProbabilityMapNet, export_onnx
 from ocr.inference.onnx_runtime import OnnxProbabilityMap
 from ocr.lightning_modules.build import build_net_and_loss
 from ocr.run.config import compose_config
-from scripts.benchmark_results import add_record_argument, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, write_result
 
 DEFAULT_MODELS = ("dbnet_resnet18_fpn", "dbnetpp_resnet18", "dbnet_resnet18_pan")
 
 
 def build(spec: str, hardware: str) -> nn.Module:
-    """The network of ``spec`` = ``<model config>[,<override>...]`` (random weights, eval mode, float32 on
-    the CPU), e.g. ``dbnet_resnet18_pan,model.decoder.channels=32``."""
+    """The network of ``spec`` = ``<model config>[,<override>...]``, random weights, eval mode."""
     name, *overrides = spec.split(",")
     cfg = compose_config("train", [f"model={name}", f"hardware={hardware}", *overrides])
     return build_net_and_loss(cfg, weights_free=True)[0].eval()
 
 
 def gflops(net: nn.Module, images: torch.Tensor) -> float:
-    """Forward GFLOPs of ``net`` on ``images`` (multiply-add = 2)."""
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         net(images)
@@ -54,20 +50,12 @@ def time_ms(run: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--models",
-        nargs="+",
-        default=list(DEFAULT_MODELS),
-        help="model configs, each optionally with ',<override>...'",
-    )
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS, help="configs, each [,<override>...]")
     parser.add_argument("--size", type=int, default=1024, help="input side (a long side letterboxed square)")
     parser.add_argument("--rounds", type=int, default=10, help="timed rounds (each runs every model once)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads, PyTorch and ONNX Runtime")
     parser.add_argument("--hardware", default="cpu", help="hardware preset whose decoder width is built")
-    add_record_argument(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     images = torch.randn(1, 3, args.size, args.size)

@@ -2,16 +2,13 @@
 
     uv run python scripts/benchmark_overlays.py [--ckpt CKPT] [--repeats 3] [--logger tensorboard] [--record]
 
-Runs ``trainer.validate`` on the preset's validation (``hardware=cpu``, the default synthetic val split)
-with the run's ``callbacks.val_overlays`` and logger, after one warm-up pass. The overlays' cost is the
-callback's own time (gathering, choosing, reading, drawing, sending) plus the per-box outcomes the
-workers add to each image (``box_outcomes``, timed here again on the same matches); the share is that
-cost over the validation's wall time.
+``trainer.validate`` on the ``hardware=cpu`` preset's synthetic val split with ``callbacks.val_overlays``
+and the logger, after a warm-up. The cost: the callback's own time plus the workers' ``box_outcomes``
+(timed again here on the same matches); the share is that cost over the validation's wall time.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -24,7 +21,7 @@ from lightning.pytorch.callbacks import Callback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchmark_results import add_record_argument, command_line, write_result  # noqa: E402
+from benchmark_results import benchmark_parser, command_line, write_result  # noqa: E402
 
 from ocr.evaluation.host_work import ImageOutcome  # noqa: E402
 from ocr.lightning_modules.build import build_module  # noqa: E402
@@ -38,8 +35,7 @@ COLUMNS = ["pass", "images", "validation s", "overlay callback s", "box outcomes
 
 
 class OutcomeTimer(Callback):
-    """A second sink of the pipeline: times ``box_outcomes`` on each val image's match, as the workers
-    compute it."""
+    """A second sink of the pipeline: times ``box_outcomes`` on each val image's match, as the workers do."""
 
     preview_long_side = 0
 
@@ -61,11 +57,10 @@ class OutcomeTimer(Callback):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--ckpt", type=Path, help="network weights (model.init_from); default: random")
     parser.add_argument("--repeats", type=int, default=3, help="timed validation passes")
     parser.add_argument("--logger", default="tensorboard", help="the logger config the overlays go to")
-    add_record_argument(parser)
     args = parser.parse_args(argv)
     out = Path(tempfile.mkdtemp(prefix="benchmark_overlays_"))
     overrides = ["hardware=cpu", f"logger={args.logger}"]
@@ -110,14 +105,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{sizes.long_side} to logger={args.logger}, weights {args.ckpt or 'random'}; cost = the "
             "callback's time + box_outcomes on the same matches"
         )
+        command = command_line(__file__, argv)
         path = write_result(
-            "overlays",
-            "Training throughput",
-            protocol,
-            command_line(__file__, argv),
-            COLUMNS,
-            rows,
-            directory=args.record,
+            "overlays", "Training throughput", protocol, command, COLUMNS, rows, directory=args.record
         )
         print(f"Recorded {path}")
 

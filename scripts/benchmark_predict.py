@@ -6,14 +6,11 @@
     uv run python scripts/benchmark_predict.py --ckpt ... --emulate-ms 29.9 --batches 16 \
         pipeline.kind=process pipeline.workers=2                                              # emulated
 
-Rows are backends x models x batch sizes x long sides x ``--variant``s, timed in turn one pass per round
-(a shared machine's load falls on every row alike) after one warm-up pass; writing outputs is not timed.
-Without ``--ckpt`` a random r18-FPN checkpoint is used; ONNX rows export it first (parity checked). With
-``--gt`` (default ``<images>/../../jsons/<split>.json``) each row is scored in both CLEval modes. The peer
-(``--peer-python`` or ``$RAPIDOCR_PYTHON``, rapidocr in its own venv) runs scripts/peer_rapidocr.py on the
-same images, one pass after each of our rounds. ``--emulate-ms`` replaces the network by a sleep per batch
-returning its real maps (batches from memory), so the passes show how much of
-``min(network rate, workers / post-processing time per image)`` the pipeline reaches.
+Rows (backends x models x batch sizes x long sides x ``--variant``s) are timed one pass each per round,
+so a shared machine's load falls on all alike; writing is not timed. ``--gt`` (default
+``<images>/../../jsons/<split>.json``) scores each row in both CLEval modes; the peer (rapidocr in its own
+venv) runs one pass after each of our rounds. ``--emulate-ms``: the network is a sleep per batch returning
+its real maps, to show how much of ``min(network rate, workers / post-processing per image)`` is reached.
 """
 
 from __future__ import annotations
@@ -28,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from itertools import product
 from pathlib import Path
 from typing import Any, NamedTuple
 from unittest import mock
@@ -49,7 +47,13 @@ from ocr.lightning_modules.prob_cache import ProbCache
 from ocr.run.config import compose_config
 from ocr.run.entry import load_runner
 from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput
-from scripts.benchmark_results import add_record_argument, command_line, table_cells, write_result
+from scripts.benchmark_results import (
+    benchmark_parser,
+    command_line,
+    table_cells,
+    worker_overrides,
+    write_result,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "sroie-compact" / "images" / "test"
@@ -71,8 +75,7 @@ def random_checkpoint(path: Path, overrides: Sequence[str]) -> Path:
 
 
 class Peer:
-    """The peer detector's worker (scripts/peer_rapidocr.py in the peer's Python), warmed up on start
-    (RuntimeError when it exits or answers something else than JSON)."""
+    """scripts/peer_rapidocr.py in the peer's Python, warmed up on start (RuntimeError when it exits)."""
 
     def __init__(self, python: Path, images: list[Path], work: Path) -> None:
         listing = work / "peer_images.txt"
@@ -124,8 +127,7 @@ def peer_python(given: Path | None) -> Path | None:
 
 
 def gt_of(gt: Path, names: list[str], work: Path) -> Path:
-    """``gt`` restricted to the images timed (``--num-images``), so that an image not predicted does not
-    count as one with no detections."""
+    """``gt`` restricted to the images timed (an image not predicted is no image without detections)."""
     from ocr.data.annotations import load_annotations, save_annotations
 
     records = load_annotations(gt)
@@ -135,8 +137,7 @@ def gt_of(gt: Path, names: list[str], work: Path) -> Path:
 
 
 def score(gt: Path, predictions: dict[str, list[Any]], directory: Path) -> dict[str, float]:
-    """CLEval hmean of ``predictions`` (polygons per image name) in both modes, by runners/evaluate.py on
-    the submission CSV written to ``directory``."""
+    """CLEval hmean of ``predictions`` (polygons per image) in both modes, by runners/evaluate.py."""
     from ocr.utils.submission import write_submission_csv
 
     csv = write_submission_csv(directory / "submission.csv", predictions)
@@ -149,24 +150,12 @@ def score(gt: Path, predictions: dict[str, list[Any]], directory: Path) -> dict[
 
 
 class Row:
-    """One timed configuration of ours, its ``prepared`` (data module, module, trainer) and its figures (a
-    plain class: a script loaded without a package cannot resolve a dataclass's annotations)."""
+    """One timed configuration: its ``labels`` (backend, model, device, batch, long_side, variant), config,
+    ``prepared`` (data module, module, trainer) and figures (no dataclass: a script loaded without a
+    package cannot resolve its annotations)."""
 
-    def __init__(
-        self,
-        backend: str,
-        model: str,
-        device: str,
-        batch: int,
-        long_side: int,
-        variant: str,
-        cfg: DictConfig,
-        size_mib: float,
-        prepared: tuple[Any, Any, Any],
-    ) -> None:
-        self.backend, self.model, self.device, self.batch = backend, model, device, batch
-        self.long_side, self.variant, self.cfg, self.size_mib = long_side, variant, cfg, size_mib
-        self.prepared = prepared
+    def __init__(self, labels: dict[str, Any], cfg: DictConfig, size_mib: float, prepared: tuple) -> None:
+        self.labels, self.cfg, self.size_mib, self.prepared = labels, cfg, size_mib, prepared
         self.rates: list[float] = []
         self.network_share = 0.0
         self.hmean: dict[str, float] = {}
@@ -182,7 +171,7 @@ class Row:
         seconds = time.perf_counter() - start
         trainer.limit_predict_batches = 1.0
         self.network_share = module.pipeline.times.network_share()
-        return len(datamodule.datasets["predict"]) / seconds
+        return self.images / seconds
 
     def predictions(self) -> dict[str, list[Any]]:
         """Polygons per image of the last pass."""
@@ -190,9 +179,9 @@ class Row:
 
     def markdown(self) -> str:
         hmean = " / ".join(f"{self.hmean[m]:.4f}" for m in MODES) if self.hmean else "-"
+        labels = " | ".join(str(value or "-") for value in self.labels.values())
         return (
-            f"| {self.backend} | {self.model} | {self.device} | {self.batch} | {self.long_side} | "
-            f"{self.variant or '-'} | {self.images} | {', '.join(f'{r:.2f}' for r in self.rates)} "
+            f"| {labels} | {self.images} | {', '.join(f'{r:.2f}' for r in self.rates)} "
             f"| {self.network_share:.0%} | {hmean} | {self.size_mib:.1f} |"
         )
 
@@ -202,12 +191,7 @@ class Row:
 
     def record(self) -> dict[str, Any]:
         return {
-            "backend": self.backend,
-            "model": self.model,
-            "device": self.device,
-            "batch": self.batch,
-            "long_side": self.long_side,
-            "variant": self.variant,
+            **self.labels,
             "images": self.images,
             "img_per_s": self.rates,
             "img_per_s_median": statistics.median(self.rates) if self.rates else None,
@@ -218,8 +202,7 @@ class Row:
 
 
 class EmulatedNetwork(nn.Module):
-    """Stands in for the network: waits each batch's device time (``seconds``), then returns its (B, 1, H, W)
-    ``prob_logits`` (the real network's, in batch order)."""
+    """Waits each batch's device time, then returns its real (B, 1, H, W) ``prob_logits``, in batch order."""
 
     def __init__(self, prob_logits: list[Tensor], seconds: list[float]) -> None:
         super().__init__()
@@ -251,8 +234,7 @@ class MemoryBatches(L.LightningDataModule):
 
 
 class Emulation(NamedTuple):
-    """What the emulated passes run: the predict module and trainer, the batches (pixels dropped), the
-    real network's logits of each and each one's device time."""
+    """The predict module and trainer, the batches (pixels dropped), their real logits and device times."""
 
     module: Any
     trainer: Any
@@ -262,20 +244,17 @@ class Emulation(NamedTuple):
 
     @property
     def images(self) -> int:
-        """Images per pass."""
         return sum(len(b["image_id"]) for b in self.batches)
 
 
 def network_logits(module: Any, images: Tensor, chunk: int) -> Tensor:
-    """(B, 1, H, W) probability logits of (B, 3, H, W) normalised images, ``chunk`` images per forward pass
-    (a batch of 16 at 1024 px would need tens of GB of activations on the CPU)."""
+    """(B, 1, H, W) logits of (B, 3, H, W) images, ``chunk`` per forward (16 at 1024 px: tens of GB)."""
     with torch.inference_mode():
         return torch.cat([module(images[i : i + chunk]).prob_logits for i in range(0, len(images), chunk)])
 
 
 def maps_cache(directory: Path, cfg: DictConfig, sources: list[str]) -> ProbCache:
-    """The network's logits per image on disk, keyed by the checkpoint file, the images and the eval
-    transform, so another emulation of the same maps skips the network."""
+    """The network's logits per image on disk, keyed by checkpoint, images and eval transform."""
     ckpt = Path(cfg.ckpt).resolve()
     key = {
         "ckpt": [str(ckpt), ckpt.stat().st_size, ckpt.stat().st_mtime_ns],
@@ -289,17 +268,16 @@ def maps_cache(directory: Path, cfg: DictConfig, sources: list[str]) -> ProbCach
 def prepare_emulation(
     cfg: DictConfig, ms_per_batch: float, cache: ProbCache | None, repeat: int = 1
 ) -> Emulation:
-    """Run the real network once over ``cfg``'s images (or read its logits from ``cache``); ``ms_per_batch``
-    is a full batch's device time, smaller batches take it in proportion to their pixels."""
+    """The real network once over ``cfg``'s images (or ``cache``); ``ms_per_batch`` is a full batch's device
+    time, smaller batches take it in proportion to their pixels."""
     datamodule, module, trainer = load_runner("predict").prepare(cfg)
     batches = list(datamodule.predict_dataloader())
-    logits = []
-    for batch in batches:
-        decoded = decode_batch(batch)
-        if cache is None:
-            logits.append(network_logits(module, decoded["images"], chunk=2))
-        else:
-            logits.append(cache.prob_logits(decoded, lambda images: network_logits(module, images, chunk=2)))
+
+    def forward(images: Tensor) -> Tensor:
+        return network_logits(module, images, chunk=2)
+
+    decoded = map(decode_batch, batches)
+    logits = [forward(d["images"]) if cache is None else cache.prob_logits(d, forward) for d in decoded]
     if cache is not None:
         log.info("%s", cache.summary())
     full = cfg.data.eval_batch_size * cfg.data.eval_transform.long_side**2
@@ -328,8 +306,7 @@ def postprocess_seconds(emulation: Emulation) -> float:
 
 
 def emulated_rates(emulation: Emulation, settings: PipelineSettings, passes: int) -> tuple[list[float], Any]:
-    """Images per second of each timed pass (after a warm-up pass) with the pipeline ``settings``, and the
-    last pass's :class:`~ocr.evaluation.pipeline.StageTimes`."""
+    """img/s of each timed pass after a warm-up with the pipeline ``settings``; the last pass's StageTimes."""
     module = emulation.module
     module.pipeline.close()
     module.pipeline = EvalPipeline(settings=settings, postprocess=module.pipeline.postprocess)
@@ -351,11 +328,8 @@ def emulated_rates(emulation: Emulation, settings: PipelineSettings, passes: int
 
 
 def main(argv: Sequence[str] | None = None) -> str:
-    """Run the benchmark; logs each row of the Markdown table when measured and returns the table."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--ckpt", type=Path, default=None, help="checkpoint; default: random r18-FPN")
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--ckpt", type=Path, help="checkpoint; default: random r18-FPN")
     parser.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="folder of images to predict")
     parser.add_argument("--num-images", type=int, default=32, help="first N images (sorted) of --images")
     parser.add_argument("--long-side", default="1024", help="comma-separated long sides (one row each)")
@@ -363,10 +337,8 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("--backends", default="torch,onnx", help="comma-separated: torch, onnx")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--passes", type=int, default=2, help="timed passes after one warm-up pass")
-    parser.add_argument(
-        "--warmup-batches", type=int, default=None, help="the warm-up pass's batches (default: all)"
-    )
-    parser.add_argument("--workers", type=int, default=None, help="data.num_workers; default: the config's")
+    parser.add_argument("--warmup-batches", type=int, help="the warm-up pass's batches (default: all)")
+    parser.add_argument("--workers", type=int, help="data.num_workers; default: the config's")
     parser.add_argument(
         "--onnx-model",
         type=Path,
@@ -380,32 +352,14 @@ def main(argv: Sequence[str] | None = None) -> str:
         default=[],
         help='NAME="override ..." rows with these predict overrides (repeatable); default: one, none',
     )
-    parser.add_argument(
-        "--gt", type=Path, default=None, help="annotations of --images to score each row and the peer"
-    )
-    parser.add_argument("--json", type=Path, default=None, help="write every row and the machine here")
-    add_record_argument(parser)
-    parser.add_argument(
-        "--peer-python", type=Path, default=None, help=f"the peer's Python (rapidocr); else ${PEER_ENV}"
-    )
-    parser.add_argument(
-        "--emulate-ms", type=float, default=None, help="emulate a network of this device time per batch (ms)"
-    )
-    parser.add_argument(
-        "--repeat", type=int, default=1, help="emulation: each pass goes over the images this many times"
-    )
-    parser.add_argument(
-        "--maps-cache",
-        type=Path,
-        default=None,
-        help="emulation: keep the network's logits per image in this folder for the next emulation",
-    )
-    parser.add_argument(
-        "--pools", default=None, help="emulation: pools to compare, kind:workers,... (default: the config's)"
-    )
-    parser.add_argument(
-        "overrides", nargs="*", help="extra Hydra overrides for predict (and the random ckpt)"
-    )
+    parser.add_argument("--gt", type=Path, help="annotations of --images to score each row and the peer")
+    parser.add_argument("--json", type=Path, help="write every row and the machine here")
+    parser.add_argument("--peer-python", type=Path, help=f"the peer's Python (rapidocr); else ${PEER_ENV}")
+    parser.add_argument("--emulate-ms", type=float, help="emulate a network of this many ms per batch")
+    parser.add_argument("--repeat", type=int, default=1, help="emulation: passes go over the images N times")
+    parser.add_argument("--maps-cache", type=Path, help="emulation: the network's logits kept in this folder")
+    parser.add_argument("--pools", help="emulation: pools to compare, kind:workers,...")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for predict (and the random ckpt)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -425,9 +379,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         for name in names:
             (images / name).symlink_to(args.images.resolve() / name)
         hardware = "hardware=cpu" if args.device == "cpu" else "hardware=auto"
-        data = [f"data.root={work / 'unused'}"]
-        if args.workers is not None:
-            data += [f"data.num_workers={args.workers}", f"data.persistent_workers={args.workers > 0}"]
+        data = [f"data.root={work / 'unused'}", *worker_overrides(args.workers)]
         backends = args.backends.split(",")
         if args.ckpt is None and args.onnx_model and "torch" not in backends:
             ckpt: Path | str = "unused"  # predict's ckpt key is required; the ONNX backend never reads it
@@ -455,11 +407,11 @@ def main(argv: Sequence[str] | None = None) -> str:
         finally:
             if peer is not None:
                 peer.close()
-        if gt is not None:
-            timed_gt = gt_of(gt, names, work)
+        timed_gt = None if gt is None else gt_of(gt, names, work)
+        if timed_gt is not None:
             for number, row in enumerate(rows):
                 row.hmean = score(timed_gt, row.predictions(), work / f"score_{number}")
-        table = markdown_table(rows, peer, None if gt is None else gt_of(gt, names, work), work)
+        table = markdown_table(rows, peer, timed_gt, work)
         if args.json is not None:
             write_json(args.json, rows, peer, names, gt)
     log.info("%s", table)
@@ -468,7 +420,6 @@ def main(argv: Sequence[str] | None = None) -> str:
 
 
 def record(args: argparse.Namespace, argv: Sequence[str] | None, table: str) -> None:
-    """The table as data (``--record``): ``predict``, or ``predict-emulated`` with ``--emulate-ms``."""
     if not args.record:
         return
     emulated = args.emulate_ms is not None
@@ -483,14 +434,10 @@ def record(args: argparse.Namespace, argv: Sequence[str] | None, table: str) -> 
         f"{args.images.name}/; the peer (rapidocr, detection only) after ours in the same run; rows scored "
         "by `runners/evaluate.py` where the images have ground truth."
     )
+    name, command = "predict-emulated" if emulated else "predict", command_line(__file__, argv)
+    question = "Predict and deployment speed"
     write_result(
-        "predict-emulated" if emulated else "predict",
-        "Predict and deployment speed",
-        protocol,
-        command_line(__file__, argv),
-        *table_cells(table),
-        device=args.device,
-        directory=args.record,
+        name, question, protocol, command, *table_cells(table), device=args.device, directory=args.record
     )
 
 
@@ -507,40 +454,32 @@ def build_rows(
     """Every row's config, prepared (data module, module, trainer) and sized."""
     from ocr.inference.onnx_runtime import read_sidecar
 
+    exported: list[Path | None] = [None]
+    if "onnx" in backends:
+        exported = list(args.onnx_model) or [export_for_benchmark(args, ckpt, images, work)]
+    models = [(b, m) for b in backends for m in (exported if b == "onnx" else [None])]
+    batches = [int(b) for b in args.batches.split(",")]
     rows = []
-    for backend in backends:
-        models: list[Path | None] = [None]
-        if backend == "onnx":
-            models = list(args.onnx_model) or [export_for_benchmark(args, ckpt, images, work)]
-        for model in models:
-            for batch in (int(b) for b in args.batches.split(",")):
-                for long_side in long_sides:
-                    for name, extra in variants:
-                        overrides = [
-                            *common,
-                            f"data.eval_transform.long_side={long_side}",
-                            f"data.eval_batch_size={batch}",
-                            f"backend={backend}",
-                            f"ckpt={ckpt}",
-                            f"image_dir={images}",
-                            *([f"onnx_model={model}"] if model is not None else []),
-                            *args.overrides,
-                            *extra.split(),
-                        ]
-                        label = f"{backend}_{len(rows)}"
-                        cfg = compose_config("predict", overrides, work / label)
-                        prepared = load_runner("predict").prepare(cfg)
-                        if model is None:
-                            size = sum(p.numel() * p.element_size() for p in prepared[1].net.parameters())
-                            title = Path(str(ckpt)).name
-                        else:
-                            size = model.stat().st_size
-                            quantized = (read_sidecar(model).get("quantization") or {}).get("type", "fp32")
-                            title = f"{model.parent.name}/{model.name} ({quantized})"
-                        device = "cpu" if backend == "onnx" else args.device
-                        rows.append(
-                            Row(backend, title, device, batch, long_side, name, cfg, size / 2**20, prepared)
-                        )
+    for (backend, model), batch, long_side, (name, extra) in product(models, batches, long_sides, variants):
+        overrides = [
+            *(*common, f"data.eval_transform.long_side={long_side}", f"data.eval_batch_size={batch}"),
+            *(f"backend={backend}", f"ckpt={ckpt}", f"image_dir={images}"),
+            *([f"onnx_model={model}"] if model is not None else []),
+            *args.overrides,
+            *extra.split(),
+        ]
+        cfg = compose_config("predict", overrides, work / f"{backend}_{len(rows)}")
+        prepared = load_runner("predict").prepare(cfg)
+        if model is None:
+            size = sum(p.numel() * p.element_size() for p in prepared[1].net.parameters())
+            title = Path(str(ckpt)).name
+        else:
+            size = model.stat().st_size
+            quantized = (read_sidecar(model).get("quantization") or {}).get("type", "fp32")
+            title = f"{model.parent.name}/{model.name} ({quantized})"
+        device = "cpu" if backend == "onnx" else args.device
+        labels = dict(backend=backend, model=title, device=device, batch=batch, long_side=long_side)
+        rows.append(Row(labels | {"variant": name}, cfg, size / 2**20, prepared))
     return rows
 
 
@@ -555,7 +494,7 @@ def export_for_benchmark(args: argparse.Namespace, ckpt: Path | str, images: Pat
 
 
 def markdown_table(rows: list[Row], peer: Peer | None, gt: Path | None, work: Path) -> str:
-    """The rows, the peer's last (scored when ``gt`` is given), and each row's ratio to the peer."""
+    """The rows, the peer's (scored against ``gt``), and each row's ratio to the peer."""
     lines = [
         "| backend | model | device | batch | long side | variant | images | img/s per pass | network share "
         "| hmean upstream / competition | model MiB | x peer |",
@@ -581,43 +520,32 @@ def markdown_table(rows: list[Row], peer: Peer | None, gt: Path | None, work: Pa
     return "\n".join(lines)
 
 
-def machine() -> dict[str, Any]:
-    """The CPU model, core count and load, for the JSON."""
-    from ocr.machine.environment import cpu_info
-
-    return {
-        "cpu": cpu_info()["model"],
-        "cores": os.cpu_count(),
-        "load_average": list(os.getloadavg()),
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-    }
-
-
 def write_json(path: Path, rows: list[Row], peer: Peer | None, names: list[str], gt: Path | None) -> None:
-    """Every row, the peer and the machine, for later tables."""
+    """Every row, the peer and the machine (CPU model, cores, load, versions)."""
+    from ocr.machine.environment import cpu_info
     from ocr.utils.io import atomic_write_json
 
+    machine = {"cpu": cpu_info()["model"], "cores": os.cpu_count(), "load_average": list(os.getloadavg())}
+    machine |= {"python": sys.version.split()[0], "torch": torch.__version__}
+    peer_record = None
+    if peer is not None:
+        median = statistics.median(peer.rates) if peer.rates else None
+        peer_record = {"info": peer.info, "img_per_s": peer.rates, "img_per_s_median": median}
+    rows_record = [row.record() for row in rows]
+    gt_name = str(gt) if gt is not None else None
     record = {
-        "machine": machine(),
+        "machine": machine,
         "images": len(names),
-        "gt": str(gt) if gt is not None else None,
-        "rows": [row.record() for row in rows],
-        "peer": None
-        if peer is None
-        else {
-            "info": peer.info,
-            "img_per_s": peer.rates,
-            "img_per_s_median": statistics.median(peer.rates) if peer.rates else None,
-        },
+        "gt": gt_name,
+        "rows": rows_record,
+        "peer": peer_record,
     }
     atomic_write_json(path, record)
     log.info("wrote %s", path)
 
 
 def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path, sources: list[str]) -> str:
-    """The emulation's table, one row per batch size and pool (logged as measured); ``sources`` are the
-    images' paths (the maps cache's key)."""
+    """The emulation's table, one row per batch size and pool; ``sources``: the images (the cache's key)."""
     rows = [
         "| network ms/batch | batch | images | network img/s | post-processing ms/image (1 thread, "
         "before/after) | pool | bound img/s | img/s per pass | ratio (median) |",

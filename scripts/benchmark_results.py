@@ -66,17 +66,36 @@ def command_line(script: str, argv: Sequence[str] | None) -> str:
     return shlex.join(["uv", "run", "python", f"scripts/{Path(script).name}", *args])
 
 
-def add_record_argument(parser: argparse.ArgumentParser) -> None:
-    """``--record [DIR]``: also write the figures as data (default docs/results/)."""
+def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's parser: ``doc`` (its usage lines) as --help, and ``--record [DIR]`` (default
+    docs/results/) to also write the figures as data."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--record",
         nargs="?",
         const=RESULTS_DIR,
-        default=None,
         type=Path,
         metavar="DIR",
         help="also write the figures to DIR/<benchmark>-<machine>.json (default DIR: docs/results/)",
     )
+    return parser
+
+
+def worker_overrides(workers: int | None) -> list[str]:
+    """``data.num_workers`` (persistent where there are any); None: the config's."""
+    if workers is None:
+        return []
+    return [f"data.num_workers={workers}", f"data.persistent_workers={workers > 0}"]
+
+
+def machine_line(device: str = "cpu") -> str:
+    """Platform, logical CPUs, torch version and (``cuda``) the GPU's name, for a printed report."""
+    import torch
+
+    parts = [platform.platform(), f"{os.cpu_count()} logical CPUs", f"torch {torch.__version__}"]
+    if device.startswith("cuda"):
+        parts.append(torch.cuda.get_device_name(torch.device(device)))
+    return ", ".join(parts)
 
 
 def table_cells(markdown: str) -> tuple[list[str], list[list[str]]]:

@@ -3,14 +3,12 @@
     uv run python scripts/benchmark_serve.py [--root ../shared/datasets/sroie-compact] [--images 20]
         [--long-side 1024] [--ckpt <file.ckpt>] [--repeats 5]
 
-Times ``POST /api/detect`` through FastAPI's TestClient with each image's probability map cached, for
-three control settings: post-processing, the CLEval card and the JSON. Without ``--ckpt`` the map is the
-ground truth's blurred DB target. Prints the median, 90th percentile and maximum per setting.
+Times ``POST /api/detect`` (post-processing, the CLEval card, the JSON) through FastAPI's TestClient with
+each image's map cached, for three settings; without ``--ckpt`` the map is the GT's blurred DB target.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -32,7 +30,7 @@ from ocr.serve.guard import TOKEN_HEADER, ModelFiles, RequestGuard
 from ocr.serve.models import ServedModel, load_served_model
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
-from scripts.benchmark_results import add_record_argument, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, write_result
 
 SETTINGS = (
     {"thresh": 0.3, "box_thresh": 0.5, "unclip_ratio": 1.5},
@@ -43,7 +41,7 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def truth_model(long_side: int, postprocess: dict[str, object]) -> ServedModel:
-    """A model whose 'network' is replaced per image by :func:`truth_map` (set before each first call)."""
+    """A model whose 'network' is replaced per image by :func:`truth_map`."""
     transform = EvalTransform(
         long_side=long_side, mean=IMAGENET_MEAN, std=IMAGENET_STD, fill=0, pad_multiple=None
     )
@@ -63,18 +61,15 @@ def truth_map(state: ServeState, key: str, model: ServedModel) -> torch.Tensor:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument(
         "--root", default=str(Path(__file__).resolve().parents[2] / "shared/datasets/sroie-compact")
     )
     parser.add_argument("--split", default="test")
     parser.add_argument("--images", type=int, default=20)
     parser.add_argument("--long-side", type=int, default=1024)
-    parser.add_argument("--ckpt", default=None)
+    parser.add_argument("--ckpt")
     parser.add_argument("--repeats", type=int, default=5)
-    add_record_argument(parser)
     args = parser.parse_args()
 
     cfg = compose_config("serve", [f"data.root={args.root}", f"split={args.split}"])
@@ -91,11 +86,8 @@ def main() -> None:
         app = create_app(state, browser, lambda key, path: model, "receipts", guard, served)
         client = TestClient(app, base_url="http://127.0.0.1:8000", headers={TOKEN_HEADER: guard.token})
         keys = browser.keys[: args.images]
-        runs = range(len(SETTINGS))
-        polygons: dict[int, list[int]] = {i: [] for i in runs}
-        times: dict[int, list[float]] = {i: [] for i in runs}
-        cpu: dict[int, list[float]] = {i: [] for i in runs}
-        post: dict[int, list[float]] = {i: [] for i in runs}
+        polygons: list[list[int]] = [[] for _ in SETTINGS]
+        times, cpu, post = ([[] for _ in SETTINGS] for _ in range(3))
         for key in keys:
             if not args.ckpt:
                 fixed = truth_map(state, key, model)
@@ -147,7 +139,6 @@ def main() -> None:
 
 
 def _summary(seconds: list[float]) -> str:
-    """Median / p90 / max in ms."""
     ms = sorted(s * 1000 for s in seconds)
     return (
         f"median {statistics.median(ms):.0f} / p90 {ms[int(0.9 * (len(ms) - 1))]:.0f} / max {ms[-1]:.0f} ms"

@@ -15,7 +15,6 @@ import os
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
     os.environ[_var] = "1"
 
-import argparse  # noqa: E402
 import importlib.util  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
@@ -28,13 +27,13 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ocr.data.targets.db import make_db_targets  # noqa: E402
-from scripts.benchmark_results import add_record_argument, command_line, write_result  # noqa: E402
+from scripts.benchmark_results import benchmark_parser, command_line, write_result  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "helpers" / "db_reference.py"
 
 
 def load_reference() -> ModuleType:
-    """Import the oracle from tests/helpers/db_reference.py (the repo root is not on a script's path)."""
+    """The oracle, tests/helpers/db_reference.py (the repo root is not on a script's path)."""
     spec = importlib.util.spec_from_file_location("db_reference", REFERENCE)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(f"oracle not found: expected {REFERENCE}")
@@ -49,8 +48,7 @@ def time_per_image(
     size: int,
     rounds: int,
 ) -> tuple[float, float]:
-    """Fastest of ``rounds`` passes over all layouts: (CPU ms, wall ms) per image; this thread's CPU time
-    leaves out other processes' share of a shared core."""
+    """Fastest of ``rounds`` passes: (this thread's CPU ms, wall ms) per image."""
     cpu, wall = [], []
     for _ in range(rounds):
         cpu_start, wall_start = time.thread_time(), time.perf_counter()
@@ -62,16 +60,13 @@ def time_per_image(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--boxes", type=int, nargs="+", default=[50, 100, 200])
     parser.add_argument("--size", type=int, default=640)
     parser.add_argument("--images", type=int, default=5, help="layouts per box count")
     parser.add_argument("--rounds", type=int, default=7, help="timed passes for the fast one (oracle: 3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layouts", nargs="+", choices=["words", "jittered"], default=["words", "jittered"])
-    add_record_argument(parser)
     args = parser.parse_args()
 
     if hasattr(os, "sched_setaffinity"):

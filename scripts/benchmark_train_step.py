@@ -8,7 +8,6 @@ Prints one Markdown row per variant: seconds per step and images per second (bes
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import time
 
@@ -17,13 +16,13 @@ import torch
 from ocr.debug.oom_probe import random_batch
 from ocr.lightning_modules.build import build_net_and_loss
 from ocr.run.config import compose_config
-from scripts.benchmark_results import add_record_argument, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, write_result
 
 
 def time_steps(
     model_cfg: str, device: torch.device, batch: int, size: int, bf16: bool, channels_last: bool, steps: int
 ) -> float:
-    """Best wall time of one optimizer step over ``steps`` steps (after one warm-up step)."""
+    """Best wall time of one optimizer step of ``steps`` (after a warm-up step)."""
     net, loss_fn = build_net_and_loss(compose_config("train", [f"model={model_cfg}"]))
     net = net.to(device)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
@@ -48,15 +47,12 @@ def time_steps(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--model", default="dbnet_resnet18_fpn", help="a file name in configs/model/")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=3)
-    add_record_argument(parser)
     args = parser.parse_args()
     device = torch.device(args.device)
     print(
@@ -68,13 +64,11 @@ def main() -> None:
     for bf16 in (False, True):
         for channels_last in (False, True):
             seconds = time_steps(args.model, device, args.batch, args.size, bf16, channels_last, args.steps)
-            rows.append(
-                (
-                    "bf16 autocast" if bf16 else "fp32",
-                    "channels_last" if channels_last else "NCHW",
-                    round(seconds, 3),
-                )
+            precision, layout = (
+                "bf16 autocast" if bf16 else "fp32",
+                "channels_last" if channels_last else "NCHW",
             )
+            rows.append((precision, layout, round(seconds, 3)))
             print(f"| {' | '.join(map(str, rows[-1]))} | {args.batch / seconds:.1f} |", flush=True)
     if args.record:
         write_result(

@@ -6,9 +6,8 @@ and a validation of 50 images (<= 1 s), on an H100/H200.
     uv run python scripts/gpu_speed_goals.py --device cpu --data-root ../shared/datasets/sroie-compact \
         --batch 2 --long-side 128 --images 4 --val-images 4 --passes 1          # a dry run on the CPU
 
-Runs with a plain ``python3`` that has the project's dependencies. Predict is scripts/benchmark_predict.py's
-PyTorch row; validation is runners/test.py's module and trainer on ``split=val``, warmed up once, then
-timed ``--passes`` times. Without ``--ckpt`` a random r18-FPN is used.
+Predict is scripts/benchmark_predict.py's PyTorch row; validation is runners/test.py's module and trainer
+on ``split=val``, timed ``--passes`` times after a warm-up. Without ``--ckpt``: a random r18-FPN.
 """
 
 from __future__ import annotations
@@ -37,16 +36,10 @@ def validation_seconds(args: argparse.Namespace, ckpt: Path, work: Path) -> list
     from ocr.lightning_modules.restore import checkpoint_settings, restore_for_inference
     from ocr.run.config import compose_config
 
-    hardware = "hardware=cpu" if args.device == "cpu" else "hardware=auto"
     overrides = [
-        f"ckpt={ckpt}",
-        "split=val",
-        hardware,
-        "data=receipts",
-        f"data.root={args.data_root}",
-        f"data.eval_transform.long_side={args.long_side}",
-        f"data.eval_batch_size={args.batch}",
-        "report.enabled=false",
+        *(f"ckpt={ckpt}", "split=val", "hardware=cpu" if args.device == "cpu" else "hardware=auto"),
+        *("data=receipts", f"data.root={args.data_root}", f"data.eval_transform.long_side={args.long_side}"),
+        *(f"data.eval_batch_size={args.batch}", "report.enabled=false"),
         f"trainer.limit_val_batches={-(-args.val_images // args.batch)}",
     ]
     cfg = compose_config("test", overrides, work / "validate")
@@ -67,14 +60,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--data-root", type=Path, required=True, help="sroie-compact: images/, jsons/")
-    parser.add_argument("--ckpt", type=Path, default=None, help="checkpoint; default: random r18-FPN")
+    parser.add_argument("--ckpt", type=Path, help="checkpoint; default: random r18-FPN")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--long-side", type=int, default=1024)
     parser.add_argument("--images", type=int, default=100, help="test images predicted per pass")
     parser.add_argument("--val-images", type=int, default=50)
     parser.add_argument("--passes", type=int, default=3, help="timed passes after one warm-up")
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     from scripts import benchmark_predict as bench
 
@@ -83,28 +76,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         hardware = "hardware=cpu" if args.device == "cpu" else "hardware=auto"
         ckpt = args.ckpt or bench.random_checkpoint(work / "random.ckpt", [hardware])
         predict_json = work / "predict.json"
-        bench.main(
-            [
-                "--device",
-                args.device,
-                "--ckpt",
-                str(ckpt),
-                "--backends",
-                "torch",
-                "--images",
-                str(args.data_root / "images" / "test"),
-                "--num-images",
-                str(args.images),
-                "--long-side",
-                str(args.long_side),
-                "--batches",
-                str(args.batch),
-                "--passes",
-                str(args.passes),
-                "--json",
-                str(predict_json),
-            ]  # fmt: skip
-        )
+        options = {"device": args.device, "ckpt": ckpt, "backends": "torch"}
+        options |= {"images": args.data_root / "images" / "test", "num-images": args.images}
+        options |= {"long-side": args.long_side, "batches": args.batch, "passes": args.passes}
+        options["json"] = predict_json
+        bench.main([arg for key, value in options.items() for arg in (f"--{key}", str(value))])
         (row,) = json.loads(predict_json.read_text())["rows"]
         seconds = validation_seconds(args, ckpt, work)
     rate = statistics.median(row["img_per_s"])

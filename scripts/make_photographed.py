@@ -1,12 +1,9 @@
 """A fixed, seeded "photographed" copy of one split of a data set: a proxy of phone photos to measure on.
 
-Every image of ``<root>/images/<split>/`` listed in ``<root>/jsons/<split>.json`` goes through the photo
-augmentation (``ocr.data.photo``, the settings of ``--config``, always applied): bent, seen by a tilted
-camera on a background, lit, blurred, noised, JPEG'd. Its polygons are mapped with it (a bent outline gets
-more points); texts, ``ignore`` flags and unknown keys are kept. The output is the project's layout,
-``<out>/images/<split>/<same file names>`` and ``<out>/jsons/<split>.json``, with ``manifest.json``. Each
-image's draws come from ``--seed`` and its file name alone, so the same seed writes the same bytes, and a
-subset of the split gets the same photos. The folder is written aside and moved into place at the end.
+Each annotated image of the split goes through the photo augmentation (``ocr.data.photo``, ``--config``,
+always applied) with its polygons; texts, ``ignore`` flags and unknown keys are kept. The output has the
+project's layout plus ``manifest.json``, written aside and moved into place. Each image's draws come from
+``--seed`` and its file name alone: the same seed writes the same bytes, a subset gets the same photos.
 
     uv run python scripts/make_photographed.py --root ../shared/datasets/sroie-compact --split test \\
         --seed 0 --out data/generated/sroie-compact-photo-s0
@@ -111,7 +108,6 @@ def _check_replaceable(out: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    """Parse ``argv`` and write the photographed split; returns the output folder."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -129,15 +125,9 @@ def main(argv: Sequence[str] | None = None) -> Path:
     augment: PhotoAugment = instantiate(config)
     out: Path = args.out
     _check_replaceable(out)
-    manifest: dict[str, Any] = {
-        "generator": GENERATOR,
-        "root": str(args.root),
-        "split": args.split,
-        "seed": args.seed,
-        "exif_mode": args.exif_mode,
-        "quality": args.quality,
-        "photo": OmegaConf.to_container(config),
-    }
+    manifest: dict[str, Any] = {"generator": GENERATOR, "root": str(args.root), "split": args.split}
+    manifest |= {"seed": args.seed, "exif_mode": args.exif_mode, "quality": args.quality}
+    manifest["photo"] = OmegaConf.to_container(config)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:

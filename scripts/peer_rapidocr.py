@@ -2,9 +2,9 @@
 
     /path/to/peer-venv/bin/python scripts/peer_rapidocr.py <file with one image path per line>
 
-Imports nothing of the project (rapidocr is never its dependency). Detection only, rapidocr's defaults;
-one warm-up call, then per stdin line ``pass`` (detect every image once, answering ``{"seconds",
-"images", "polygons": {name: [[x, y, ...], ...]}}`` in original px as one JSON line) or ``quit``.
+Imports nothing of the project. Detection only, rapidocr's defaults; a warm-up, then per stdin line
+``pass`` (every image once; one JSON line ``{"seconds", "images", "polygons": {name: [[x, y, ...]]}}``)
+or ``quit``.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
     uv run python scripts/results_page.py           # rewrite docs/results.md
     uv run python scripts/results_page.py --check   # exit 1 when docs/results.md is not what the data give
 
-One section per question, in the order of ``QUESTIONS``; in it each benchmark's newest figures per machine
-(one file each), newest first, with the protocol, the command and the machine the file records.
+One section per question (``QUESTIONS``' order), in it each benchmark's figures per machine, newest first.
 """
 
 from __future__ import annotations

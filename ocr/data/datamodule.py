@@ -1,14 +1,10 @@
 """LightningDataModule for receipt detection: train/val/test splits and a predict folder scan, and the
 batch's way to the device.
 
-A sample's route, top to bottom: the datasets (``ocr.data.dataset``: decode, transform, sanitation,
-targets) run in DataLoader workers; ``collate_batch`` stacks the compact samples; the train loader is a
-:class:`~ocr.data.stream.TrainStream` whose workers never stop between epochs; Lightning then calls this
-datamodule's batch-transfer hooks (the LightningModules leave them alone): ``on_before_batch_transfer``
-keeps the compact CPU batch for crash bundles, ``transfer_batch_to_device`` moves its tensors
-(``ocr.data.coding.move_batch``) and ``on_after_batch_transfer`` decodes them on the device
-(``ocr.data.coding.decode_batch``: photometric augmentation of train batches, normalisation), for train,
-val, test and predict, with either predict backend.
+A sample's route: the datasets (``ocr.data.dataset``) run in DataLoader workers, ``collate_batch`` stacks
+the compact samples (the train loader is a :class:`~ocr.data.stream.TrainStream` whose workers never stop),
+and this datamodule's batch-transfer hooks keep the CPU batch for crash bundles, move it
+(``ocr.data.coding.move_batch``) and decode it on the device (``decode_batch``), for every stage.
 """
 
 from __future__ import annotations
@@ -48,11 +44,8 @@ STAGE_DATASETS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test"
 
 
 def seed_worker(worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: no OpenCV thread pool, and distinct RNG streams per worker.
-
-    OpenCV's pool, once used in the parent before the fork, can hang the workers.
-    ``torch.initial_seed()`` differs per worker and per epoch, so augmentations do too.
-    """
+    """DataLoader ``worker_init_fn``: no OpenCV thread pool (one used before the fork can hang the
+    workers), and distinct RNG streams per worker, epoch and rank."""
     cv2.setNumThreads(0)
     # Under DDP every rank starts from the same seed: mix in the global rank so augmentations differ.
     # Lightning sets it on each rank before the workers fork; SLURM and Lightning's own launcher leave
@@ -73,7 +66,6 @@ class TrainSets(ConcatDataset[Sample]):
 
     def __init__(self, datasets: Sequence[ReceiptDataset]) -> None:
         super().__init__(datasets)
-        self.parts = list(datasets)
         self.transform = datasets[0].transform
 
 
@@ -104,34 +96,10 @@ class ReceiptDataModule(L.LightningDataModule):
         synthetic: Mapping[str, int | str] | None,
         extra_train_roots: Sequence[str] = (),
     ) -> None:
-        """Store the config; datasets are built in ``setup``.
-
-        Args:
-            root: dataset folder (``images/<split>/``, ``jsons/<split>.json``).
-            train_split: split used for training.
-            val_split: split used for validation.
-            test_split: split used for testing.
-            predict_image_dir: folder scanned for prediction; None = ``<root>/images/<test_split>``.
-            train_transform: augmentation for the train split.
-            eval_transform: letterbox for val/test/predict.
-            exif_mode: ``rotated``, ``raw`` or ``auto``.
-            on_missing_image: ``skip`` or ``fail``.
-            min_polygon_size: polygons with a shorter side below this (px) are removed.
-            targets: shrink_ratio, thresh_min, thresh_max, min_text_size for ``make_db_targets``.
-            cache_dir: decoded-image cache folder; None disables it.
-            render_on: ``worker`` or ``device``: where the training crop is warped and the DB targets
-                are drawn (``ocr.data.dataset``).
-            batch_size: train batch size.
-            eval_batch_size: val/test/predict batch size.
-            num_workers: DataLoader worker processes.
-            pin_memory: pin batches for faster host-to-GPU copies.
-            persistent_workers: keep the evaluation loaders' workers between evaluations (only used when
-                ``num_workers > 0``); the train loader's workers always run for the whole fit.
-            synthetic: generator settings (counts, seed, long_side, style, granularity); when given,
-                ``prepare_data`` generates the synthetic set into ``root`` (idempotent).
-            extra_train_roots: more dataset folders whose ``train_split`` is trained on after ``root``'s
-                (e.g. pseudo-labels, ``runners/pseudo_label.py``); each is scanned and sanitised alone and
-                its counts reported under its own name. Validation and test read ``root`` only.
+        """Store the config (``configs/data/``); datasets are built in ``setup``. ``predict_image_dir``
+        None reads ``<root>/images/<test_split>``; ``persistent_workers`` applies to the evaluation loaders
+        (the train stream's run for the whole fit); ``synthetic`` generates a set into ``root`` first;
+        ``extra_train_roots`` are trained on after ``root``'s train split (validation reads ``root`` only).
         """
         super().__init__()
         self.root = Path(root)
@@ -185,12 +153,8 @@ class ReceiptDataModule(L.LightningDataModule):
             generate_dataset(self.root, **self.synthetic)
 
     def setup(self, stage: str | None = None) -> None:
-        """Build the datasets ``stage`` needs (all labelled splits when ``stage`` is None).
-
-        Raises:
-            InputNotFoundError: the train split has no usable image, or no labelled word.
-            ValueError: (DDP) an evaluation split has fewer images than the run has ranks.
-        """
+        """Build the datasets ``stage`` needs (all labelled splits when None), refusing an unusable train
+        split and (DDP) an evaluation split with fewer images than ranks."""
         names = STAGE_DATASETS.get(stage or "", tuple(self.splits))
         for name in names:
             if name not in self.datasets:
@@ -291,12 +255,8 @@ class ReceiptDataModule(L.LightningDataModule):
         return self._train_stream
 
     def _check_val_interval(self, batches: int) -> None:
-        """Lightning refuses a step interval longer than an epoch when it validates by epochs, as a
-        traceback; the same refusal, in one line with both fixes.
-
-        Raises:
-            ConfigValueError: naming trainer.val_check_interval, the batches per epoch and the fixes.
-        """
+        """Lightning's refusal of a step interval longer than an epoch (when it validates by epochs), in one
+        line with both fixes instead of a traceback."""
         trainer = self.trainer
         interval = getattr(trainer, "val_check_interval", None)
         if trainer is None or isinstance(interval, bool) or not isinstance(interval, int):
@@ -315,22 +275,17 @@ class ReceiptDataModule(L.LightningDataModule):
         return {} if self._train_stream is None else {"train_stream": self._train_stream.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Keep a checkpoint's stream position for the train stream. Lightning restores a datamodule before
-        it sets up the training data (which it does early, for ``estimated_stepping_batches``), while the
-        copy it keeps of a stateful loader's state is loaded only when the data are set up after the
-        restore: too late here."""
+        """Keep a checkpoint's stream position for the next train stream (Lightning's own copy of a
+        stateful loader's state is loaded too late: it sets up the train data before the restore)."""
         self._stream_state = state_dict.get("train_stream")
 
     def val_dataloader(self) -> DataLoader:
-        """Validation loader."""
         return self._loader("val", self.eval_batch_size, shuffle=False)
 
     def test_dataloader(self) -> DataLoader:
-        """Test loader."""
         return self._loader("test", self.eval_batch_size, shuffle=False)
 
     def predict_dataloader(self) -> DataLoader:
-        """Predict loader over the image folder."""
         return self._loader("predict", self.eval_batch_size, shuffle=False)
 
     def _loader(self, name: str, batch_size: int, shuffle: bool) -> DataLoader:

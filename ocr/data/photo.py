@@ -1,15 +1,10 @@
 """Photo augmentation: a flat scan or synthetic page becomes a plausible phone photo of it.
 
-With probability ``p`` a sample's page is bent and laid on a larger canvas (``ocr.data.photo_geometry``),
-seen by a tilted, turned camera (albumentations' ``Perspective`` and ``Affine``, the canvas grown to fit),
-put on a procedural background and lit unevenly (``ocr.data.photo_scene``), then shadowed
-(``RandomShadow``), colour-cast (``MultiplicativeNoise``), blurred (``GaussianBlur`` or ``MotionBlur``),
-noised (``GaussNoise``) and JPEG-compressed (``ImageCompression``). Polygons follow every geometric step
-exactly (albumentations moves them as keypoints). It runs in the DataLoader worker on the decoded source
-image, before the train transform draws its crop (``TrainTransform.crop_region``), so both
-``data.render_on`` paths see it. Its draws come from its own generator, re-seeded with each sample's seed,
-so a resumed run gets the same photos and the other draws are unchanged by it.
-Built from ``data.train_transform.photo`` (configs/data/photo/); docs/data.md, "Photographed scans".
+With probability ``p`` a page is bent onto a larger canvas (``ocr.data.photo_geometry``), seen by a tilted
+camera (albumentations' ``Perspective`` and ``Affine``), put on a background and lit unevenly
+(``ocr.data.photo_scene``), then shadowed, colour-cast, blurred, noised and JPEG-compressed by
+albumentations. Polygons follow every geometric step (as keypoints). It runs in the worker before the
+train crop, from its own generator re-seeded per sample. docs/data.md, "Photographed scans".
 """
 
 from __future__ import annotations
@@ -94,17 +89,8 @@ class CameraParams:
 
 
 class PhotoAugment:
-    """Draws and renders one sample's photo (worker side); built from ``data.train_transform.photo``.
-
-    Args:
-        p: probability that a sample is photographed (0 turns the augmentation off).
-        max_long_side: a page with a longer side is first scaled down to it (INTER_AREA), which bounds the
-            cost (every op is a pass over the photo); None: never.
-        perspective: see :class:`PerspectiveParams`.
-        bend: see :class:`BendParams`.
-        scene: see :class:`SceneParams`.
-        camera: see :class:`CameraParams`.
-    """
+    """Draws and renders one sample's photo with probability ``p`` (worker side); a page longer than
+    ``max_long_side`` is first scaled down to it, which bounds the cost."""
 
     def __init__(
         self,
@@ -116,12 +102,12 @@ class PhotoAugment:
         scene: SceneParams,
         camera: CameraParams,
     ) -> None:
-        for key, params in (
-            ("perspective", perspective),
-            ("bend", bend),
-            ("scene", scene),
-            ("camera", camera),
-        ):
+        for key, params in {
+            "perspective": perspective,
+            "bend": bend,
+            "scene": scene,
+            "camera": camera,
+        }.items():
             _check_ranges(key, params)
         if not scene.backgrounds or set(scene.backgrounds) - set(BACKGROUNDS):
             raise ValueError(
@@ -155,16 +141,7 @@ class PhotoAugment:
     def __call__(
         self, image: npt.NDArray[np.uint8], polygons: Sequence[npt.NDArray[np.floating[Any]]]
     ) -> tuple[npt.NDArray[np.uint8], list[npt.NDArray[np.float32]]] | None:
-        """Photograph ``image`` with probability ``p``.
-
-        Args:
-            image: (h, w, 3) uint8 RGB page.
-            polygons: (K, 2) points in ``image`` px each.
-
-        Returns:
-            None (not drawn), or the (H, W, 3) uint8 photo and the polygons in its px, in the same order
-            (each with K or more points: a bent outline is densified).
-        """
+        """With probability ``p``, :meth:`render`; else None."""
         if self.p <= 0.0 or self._rng.random() >= self.p:
             return None
         return self.render(image, polygons)
@@ -172,7 +149,8 @@ class PhotoAugment:
     def render(
         self, image: npt.NDArray[np.uint8], polygons: Sequence[npt.NDArray[np.floating[Any]]]
     ) -> tuple[npt.NDArray[np.uint8], list[npt.NDArray[np.float32]]]:
-        """Photograph ``image`` (always): the photo and the mapped polygons, as ``__call__`` returns them."""
+        """Photograph the (h, w, 3) uint8 page: the (H, W, 3) photo and the (K, 2) polygons in its px, in
+        the same order (K or more points each: a bent outline is densified)."""
         rng = self._rng
         scale = 1.0 if self.max_long_side is None else min(1.0, self.max_long_side / max(image.shape[:2]))
         if scale < 1.0:

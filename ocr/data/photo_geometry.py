@@ -1,12 +1,9 @@
 """The bend of the photo augmentation: a page bent and laid on a larger canvas (albumentations has no bend).
 
-One inverse map per sample, canvas px -> page px, resamples the page in a single ``cv2.remap``: the canvas
-point ``q`` sees the bent-page point ``r = H^-1 q`` (``H``: the page's placement on the canvas) and the
-bent-page point ``r`` shows the flat-page point ``s = r + d(r)`` (``d``: a smooth sinusoidal displacement,
-the bend). The map is evaluated on a coarse grid (every ``GRID`` px) and interpolated bilinearly, which
-costs a fraction of a full-size evaluation and differs from it by far less than a pixel (the field is
-smooth; the tests check the points within 0.5 px). Points go forward exactly: ``d`` is inverted by
-fixed-point iteration (the bend is a contraction: ``|grad d| < 1``), then ``H`` applies.
+One ``cv2.remap`` per sample: canvas point ``q`` sees bent-page point ``r = H^-1 q`` (``H``: the placement)
+and ``r`` shows flat-page point ``s = r + d(r)`` (``d``: a smooth sinusoidal bend), evaluated every ``GRID``
+px and interpolated. Points go forward exactly: ``d`` is inverted by fixed-point iteration (``|grad d| <
+1``), then ``H`` applies.
 
 Coordinates are continuous (pixel ``i`` spans ``[i, i + 1)``), as in ``ocr.data.warp``.
 """
@@ -46,33 +43,31 @@ class Bend:
     def flat(self) -> bool:
         return self.amp_x == 0.0 and self.amp_y == 0.0
 
+    @property
+    def frequencies(self) -> tuple[float, float]:
+        """(wx, wy) in radians per px."""
+        return 2.0 * math.pi * self.periods_x / self.height, 2.0 * math.pi * self.periods_y / self.width
+
     def displacement(self, points: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """(..., 2) bent-page px -> (..., 2) displacement ``d`` (px)."""
-        wx = 2.0 * math.pi * self.periods_x / self.height
-        wy = 2.0 * math.pi * self.periods_y / self.width
+        wx, wy = self.frequencies
         dx = self.amp_x * np.sin(wx * points[..., 1] + self.phase_x)
         dy = self.amp_y * np.sin(wy * points[..., 0] + self.phase_y)
         return np.stack([dx, dy], axis=-1)
 
     def lipschitz(self) -> float:
         """Upper bound of ``|grad d|`` (the fixed-point iteration's contraction factor)."""
-        return (
-            abs(self.amp_x) * 2.0 * math.pi * self.periods_x / self.height
-            + abs(self.amp_y) * 2.0 * math.pi * self.periods_y / self.width
-        )
+        wx, wy = self.frequencies
+        return abs(self.amp_x) * wx + abs(self.amp_y) * wy
 
     def curvature(self) -> float:
         """Upper bound of ``|d''|`` (1/px): how fast a straight page edge bends."""
-        wx = 2.0 * math.pi * self.periods_x / self.height
-        wy = 2.0 * math.pi * self.periods_y / self.width
+        wx, wy = self.frequencies
         return abs(self.amp_x) * wx * wx + abs(self.amp_y) * wy * wy
 
     def invert(self, points: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """(N, 2) flat-page px ``s`` -> bent-page px ``r`` with ``r + d(r) = s`` (to 1e-6 px).
-
-        Raises:
-            ValueError: the bend does not contract (``|grad d| >= 0.9``), so the map may fold.
-        """
+        """(N, 2) flat-page px ``s`` -> bent-page px ``r`` with ``r + d(r) = s`` (to 1e-6 px); a bend that
+        does not contract (``|grad d| >= 0.9``) is refused."""
         if self.flat:
             return points
         if self.lipschitz() >= 0.9:
@@ -131,13 +126,8 @@ def densify(points: npt.NDArray[np.float64], max_segment: float) -> npt.NDArray[
 
 def inverse_map(warp: PageWarp) -> npt.NDArray[np.float32]:
     """The remap's (H, W, 2) float32 map: for each canvas pixel, the (x, y) flat-page pixel index it reads
-    (OpenCV's convention, centres at integers), from a coarse grid interpolated bilinearly.
-
-    ``cv2.resize`` of the (gh, gw) grid to (H, W) interpolates canvas pixel centres exactly between nodes
-    placed at continuous ``(i + 0.5) * W / gw``; only the outer half cell (at most ``GRID / 2`` px) holds
-    its nearest node's value, which is why the page keeps ``2 * GRID`` px off the canvas edge
-    (``PhotoAugment.draw_bend``).
-    """
+    (OpenCV's convention, centres at integers), from a coarse grid that ``cv2.resize`` interpolates exactly
+    between nodes at ``(i + 0.5) * W / gw``; the outer half cell is clamped, hence ``EDGE``."""
     width, height = warp.canvas
     gw, gh = -(-width // GRID) + 1, -(-height // GRID) + 1
     xs = (np.arange(gw, dtype=np.float64) + 0.5) * (width / gw)
@@ -154,12 +144,8 @@ def inverse_map(warp: PageWarp) -> npt.NDArray[np.float32]:
 def remap_page(
     image: npt.NDArray[np.uint8], warp: PageWarp
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
-    """Resample an (h, w, 3) uint8 page onto the canvas.
-
-    Returns:
-        The (H, W, 3) page pixels (premultiplied: 0 off the page, blended with 0 along its outline) and its
-        (H, W) uint8 coverage (255 on the page, antialiased along its outline).
-    """
+    """Resample an (h, w, 3) uint8 page onto the canvas: the (H, W, 3) pixels premultiplied by the
+    (H, W) uint8 coverage (255 on the page, antialiased along its outline), and the coverage."""
     # fixed-point maps (1/32 px, OpenCV's own interpolation precision) and one 4-channel remap: a remap
     # costs about the same for 1 channel as for 4
     xy, weights = cv2.convertMaps(inverse_map(warp), None, cv2.CV_16SC2)  # type: ignore[call-overload]

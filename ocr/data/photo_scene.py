@@ -2,11 +2,9 @@
 drop shadow, the page laid over them, and uneven light (``A.Illumination`` does the same at full size in
 float, 30 times slower).
 
-Pure functions of a numpy ``Generator`` and images; nothing here moves a pixel, so the polygons are not
-concerned. Pattern sizes are given in px of a 1024 px long side and scaled to the image. Smooth fields
-are drawn at 1/8 size and resized; full-size work is uint8 OpenCV arithmetic, and noise comes from OpenCV's
-generator seeded from ``rng`` (it is per thread, and a DataLoader worker builds its samples in one thread),
-so a sample is the same for the same seed.
+Pure functions of a numpy ``Generator`` and images; nothing moves a pixel, so polygons are untouched.
+Sizes are px of a 1024 px long side; smooth fields are drawn at 1/8 size; OpenCV's noise generator is
+seeded from ``rng``, so a sample is the same for the same seed.
 """
 
 from __future__ import annotations

@@ -27,18 +27,8 @@ __all__ = ["COLUMNS", "PhotometricParams", "apply_photometric", "to_device"]
 
 # colour: 1 when ColorJitter applies; order0..3: the positions of brightness (0), contrast (1),
 # saturation (2) and hue (3) in the order they apply; noise_std in [0, 1] units; noise_seed: an integer.
-COLUMNS = (
-    "colour",
-    "brightness",
-    "contrast",
-    "saturation",
-    "hue",
-    "order0",
-    "order1",
-    "order2",
-    "order3",
-    "noise_std",
-    "noise_seed",
+COLUMNS = tuple(
+    "colour brightness contrast saturation hue order0 order1 order2 order3 noise_std noise_seed".split()
 )
 _COL = {name: i for i, name in enumerate(COLUMNS)}
 _SEEDS = 2**24  # exactly representable in float32
@@ -47,19 +37,9 @@ _GRAY = (0.299, 0.587, 0.114)  # OpenCV's RGB2GRAY weights
 
 
 class PhotometricParams:
-    """Draws one sample's parameter row (worker side); built from ``data.train_transform.photometric``.
-
-    Args:
-        brightness: ColorJitter brightness.
-        contrast: ColorJitter contrast.
-        saturation: ColorJitter saturation.
-        hue: ColorJitter hue.
-        p_color: probability of the colour jitter.
-        blur_limit: (min, max) odd kernel size of the Gaussian/motion blur.
-        p_blur: probability of a blur.
-        noise_std_range: Gaussian noise std range as a fraction of 255.
-        p_noise: probability of noise.
-    """
+    """Draws one sample's parameter row (worker side) with ColorJitter's ``brightness`` to ``hue``, a
+    Gaussian/motion blur of odd size in ``blur_limit`` and noise std in ``noise_std_range`` (fractions of
+    255), each op with its own probability; built from ``data.train_transform.photometric``."""
 
     def __init__(
         self,
@@ -74,7 +54,6 @@ class PhotometricParams:
         noise_std_range: Sequence[float],
         p_noise: float,
     ) -> None:
-        """Build the albumentations transforms whose parameter draws are used."""
         blur = (int(blur_limit[0]), int(blur_limit[1]))
         self.colour = A.ColorJitter(brightness=brightness, contrast=contrast, saturation=saturation, hue=hue)
         self.blurs = (A.GaussianBlur(blur_limit=blur), A.MotionBlur(blur_limit=blur))

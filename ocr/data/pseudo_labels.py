@@ -1,13 +1,9 @@
 """Pseudo-labels: a teacher's predictions turned into annotation records (``runners/pseudo_label.py``).
 
-A detection the teacher is sure of (score >= ``text_score``) becomes text; a middling one
-(``ignore_score`` <= score < ``text_score``) becomes don't-care (``ignore: true``), so it teaches neither
-text nor background; a lower one is dropped. Scores are the post-processor's mean probability inside the
-box. Each word keeps its score as an extra key (``"score"``), which the annotation reader keeps and ignores.
-
-Pseudo-labelling writes only what it made: an output folder that already holds a dataset, or one of the
-inputs, is refused unless ``overwrite=true`` (then the annotation file replaced is kept as a backup), and
-an image that does not decode whole is left out, never labelled as a receipt without text.
+A detection scored >= ``text_score`` becomes text, one >= ``ignore_score`` don't-care (``ignore: true``),
+a lower one is dropped; each word keeps its ``"score"``. An output folder holding a dataset or an input is
+refused unless ``overwrite=true`` (the replaced annotation file is backed up), and an image that does not
+decode whole is left out, never labelled as a receipt without text.
 """
 
 from __future__ import annotations
@@ -40,12 +36,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PseudoThresholds:
-    """Score thresholds of pseudo-labelling (config ``pseudo.*``).
-
-    Attributes:
-        text_score: from this score on a detection is text.
-        ignore_score: from this score on (below ``text_score``) it is don't-care; below, dropped.
-    """
+    """Score thresholds of pseudo-labelling (config ``pseudo.*``)."""
 
     text_score: float
     ignore_score: float
@@ -66,26 +57,16 @@ class PseudoThresholds:
 
 @dataclass
 class PseudoCounts:
-    """What pseudo-labelling made of the predictions.
+    """What pseudo-labelling made of the predictions."""
 
-    Attributes:
-        images: images written (each gets a record, with or without words).
-        unreadable: images left out because they could not be read (no size, no prediction).
-        text: words written as text.
-        ignored: words written as don't-care.
-        dropped: detections below ``ignore_score``, not written.
-        images_without_text: written images with no text word (background only, or don't-care only).
-    """
-
-    images: int = 0
-    unreadable: int = 0
+    images: int = 0  # written, with or without words
+    unreadable: int = 0  # left out
     text: int = 0
     ignored: int = 0
-    dropped: int = 0
+    dropped: int = 0  # below ignore_score
     images_without_text: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        """The counts by name."""
         return asdict(self)
 
 
@@ -94,17 +75,8 @@ def pseudo_records(
     sizes: Mapping[str, tuple[int, int] | None],
     thresholds: PseudoThresholds,
 ) -> tuple[dict[str, ImageRecord], PseudoCounts]:
-    """Annotation records of ``predictions`` (original px), one per readable image, in prediction order.
-
-    Args:
-        predictions: the teacher's detections per image (polygons and their scores).
-        sizes: (width, height) of each image by ``image_id``; None for an unreadable image, which is left
-            out (a blank prediction would teach background on an image that does not exist).
-        thresholds: text and don't-care score thresholds.
-
-    Returns:
-        The records (``img_w``/``img_h`` set) and the counts.
-    """
+    """Annotation records (original px, ``img_w``/``img_h`` from ``sizes``) of ``predictions`` and the
+    counts; an image whose size is None (unreadable) is left out."""
     counts = PseudoCounts()
     records: dict[str, ImageRecord] = {}
     unreadable = []
@@ -121,13 +93,9 @@ def pseudo_records(
                 continue
             counts.text += kind == "text"
             counts.ignored += kind == "ignore"
+            extra = {"score": round(float(score), 4)}
             words.append(
-                Word(
-                    key=f"{len(words) + 1:04d}",
-                    points=polygon,
-                    ignore=kind == "ignore",
-                    extra={"score": round(float(score), 4)},
-                )
+                Word(key=f"{len(words) + 1:04d}", points=polygon, ignore=kind == "ignore", extra=extra)
             )
         counts.images += 1
         counts.images_without_text += not any(not w.ignore for w in words)
@@ -163,14 +131,8 @@ def decoded_sizes(
 
 
 def refuse_unsafe_output(output: Path, image_dir: str | Path, ckpt: str | Path, overwrite: object) -> None:
-    """Refuse an ``output`` pseudo-labelling would destroy data in, before anything is loaded.
-
-    Raises:
-        ConfigValueError: ``overwrite`` is not a bool, or ``image_dir`` is inside ``output`` (its images
-            would become links to themselves; ``overwrite=true`` does not allow it).
-        OutputDirError: without ``overwrite``, ``output`` holds a dataset (``jsons/*.json``, ``images/``)
-            or the checkpoint, each named.
-    """
+    """Refuse an ``output`` pseudo-labelling would destroy data in (``image_dir`` inside it, always; a
+    dataset or the checkpoint there, without ``overwrite``), before anything is loaded."""
     if not isinstance(overwrite, bool):
         raise ConfigValueError(f"overwrite: expected true or false, got {overwrite!r}")
     out, images = output.resolve(), Path(image_dir).resolve()

@@ -80,11 +80,9 @@ class ProbabilityMapNet(nn.Module):
 
 
 class StagedExport:
-    """A hidden folder beside ``output`` (``with StagedExport(output, run_dir) as staging``) to make the
-    model and its sidecar in (``staging.folder``); :meth:`publish` moves the checked pair onto ``output``.
-    The folder goes on leaving, whatever happened, so that a failed check, an error, Ctrl-C or SIGTERM
-    leaves the previous model and sidecar as they were and no partial file. SIGTERM stops the export as
-    Ctrl-C does (``.INTERRUPTED`` in the run directory, exit status 143)."""
+    """A hidden folder beside ``output`` (``staging.folder``) to make the model and its sidecar in;
+    :meth:`publish` moves the checked pair onto ``output``. The folder goes on leaving, so a failure,
+    Ctrl-C or SIGTERM (``.INTERRUPTED``, exit 143) leaves the previous pair as it was."""
 
     def __init__(self, output: Path, run_directory: Path) -> None:
         self.output, self.run_directory = output, run_directory
@@ -137,14 +135,8 @@ class StagedExport:
 
 
 def export_onnx(net: nn.Module, path: str | Path, *, sample_size: int, opset: int = OPSET) -> Path:
-    """Write ``net``'s probability-map branch to ``path`` (atomically, directory created first).
-
-    Args:
-        net: a DBNet (float32, CPU), put in eval mode here.
-        path: the ``.onnx`` file.
-        sample_size: side of the square sample input traced (batch, height and width stay dynamic).
-        opset: ONNX opset version.
-    """
+    """Write ``net``'s probability-map branch to ``path`` atomically, traced at a square of
+    ``sample_size`` px (batch, height and width stay dynamic)."""
     wrapper = ProbabilityMapNet(net.eval().float().cpu()).eval()
     sample = torch.zeros(1, 3, sample_size, sample_size)
     dynamic = torch.export.Dim.DYNAMIC
@@ -167,11 +159,7 @@ def export_onnx(net: nn.Module, path: str | Path, *, sample_size: int, opset: in
 
 
 def parity_batch(image_dir: str | Path, transform: EvalTransform, num_images: int) -> Batch:
-    """The first ``num_images`` images of ``image_dir`` (sorted names), letterboxed as predict does.
-
-    Raises:
-        InputNotFoundError: the folder is missing or holds no images.
-    """
+    """The first ``num_images`` images of ``image_dir`` (sorted names), letterboxed as predict does."""
     dataset = ImageFolderDataset(image_dir=image_dir, transform=transform)
     if len(dataset) == 0:
         raise InputNotFoundError(f"parity.image_dir={image_dir}: no images to check the export on")
@@ -180,39 +168,24 @@ def parity_batch(image_dir: str | Path, transform: EvalTransform, num_images: in
 
 @dataclass(frozen=True)
 class ParityReport:
-    """PyTorch vs ONNX Runtime on the same batch.
+    """PyTorch vs ONNX Runtime on the same batch."""
 
-    Attributes:
-        images: image ids compared.
-        prob_max_abs_diff: largest absolute difference of the probability maps.
-        polygons_torch: polygons found from PyTorch's maps (all images).
-        polygons_onnx: polygons found from ONNX Runtime's maps.
-        polygon_max_dist_px: largest distance (original px) from a point of one polygon to the nearest
-            point of its counterpart (nearest centroid), both ways; inf when the counts differ.
-        prob_tol: tolerance on ``prob_max_abs_diff``.
-        polygon_tol_px: tolerance on ``polygon_max_dist_px``.
-        min_polygons: polygons each side must have found for the check to count (0: a network that finds
-            no text, e.g. random weights, passes on its maps alone).
-    """
-
-    images: list[str]
+    images: list[str]  # image ids compared
     prob_max_abs_diff: float
     polygons_torch: int
     polygons_onnx: int
-    polygon_max_dist_px: float
+    polygon_max_dist_px: float  # original px, nearest-centroid pairs both ways; inf when the counts differ
     prob_tol: float
     polygon_tol_px: float
-    min_polygons: int
+    min_polygons: int  # polygons each side must find for the check to count (0: maps alone)
 
     @property
     def ok(self) -> bool:
-        """Something was compared and both figures are within their tolerances."""
         return self.problem is None
 
     @property
     def problem(self) -> str | None:
-        """Why the check fails, or None: no image, or fewer than ``min_polygons`` polygons, compared ("0 vs 0
-        polygons" checks nothing of the post-processing), or a figure beyond its tolerance."""
+        """Why the check fails (nothing compared, or a figure beyond its tolerance), or None."""
         if not self.images or min(self.polygons_torch, self.polygons_onnx) < self.min_polygons:
             return (
                 "the parity check compared no image or no polygon (check on images where the model finds "
@@ -290,12 +263,9 @@ def write_sidecar(
     quantization: Mapping[str, Any] | None = None,
     accuracy: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``<model>.onnx.json``: the input rule, normalisation, post-process settings the parity check
-    ran with, the source checkpoint and the parity figures. ``data.eval_transform`` has the layout of a
-    run config's, so prediction compares it to its own data settings the same way. A quantised model
-    records how (``quantization``: type, format, calibration) and its CLEval check against the fp32
-    network (``parity.accuracy``); ``parity``'s map figures are then the fp32 export's, before
-    quantisation."""
+    """Write ``<model>.onnx.json``: input rule, ``data.eval_transform`` (a run config's layout),
+    post-processing, source checkpoint and parity figures; a quantised model adds ``quantization`` and its
+    CLEval check ``parity.accuracy`` (its map figures are then the fp32 export's)."""
     record: dict[str, Any] = {
         "format": SIDECAR_FORMAT,
         "opset": opset,

@@ -1,9 +1,5 @@
-"""Prediction with ONNX Runtime: the exported probability-map network behind ``runners/predict.py``.
-
-The ONNX backend only replaces the network: the same data module (decode, letterbox, and its
-batch-transfer hooks: ``ocr.data.coding.decode_batch`` normalises), post-processing pipeline
-(``ocr.evaluation.pipeline``) and writers as the PyTorch path run around it (``backend=onnx`` in
-configs/predict.yaml).
+"""Prediction with ONNX Runtime (``backend=onnx``): the exported network replaces the PyTorch one, with
+the same data module, post-processing pipeline and writers around it.
 """
 
 from __future__ import annotations
@@ -52,11 +48,7 @@ log = logging.getLogger(__name__)
 
 
 def import_onnxruntime() -> Any:
-    """The ``onnxruntime`` module.
-
-    Raises:
-        ModuleNotFoundError: it is not installed, with the command that installs it.
-    """
+    """The ``onnxruntime`` module (else say how to install it)."""
     try:
         import onnxruntime  # type: ignore[import-untyped]  # ships no type information
     except ModuleNotFoundError:
@@ -73,12 +65,7 @@ def sidecar_path(model_path: str | Path) -> Path:
 
 
 def read_sidecar(model_path: str | Path) -> dict[str, Any]:
-    """The export record of ``model_path`` (input size rule, mean/std, post-process, source, parity).
-
-    Raises:
-        InputNotFoundError: the model or its sidecar is missing (both are written by runners/export.py).
-        OnnxFileError: the sidecar is not JSON, or not the record runners/export.py writes.
-    """
+    """The export record of ``model_path`` (input size rule, mean/std, post-process, source, parity)."""
     model_path = Path(model_path)
     if not model_path.is_file():
         raise InputNotFoundError(
@@ -120,12 +107,8 @@ class OnnxFileError(UsageError, ValueError):
 
 
 class OnnxProbabilityMap:
-    """An exported network in an ONNX Runtime CPU session: normalised images -> probability map.
-
-    Args:
-        model_path: ``.onnx`` file from runners/export.py (input ``images``, output ``prob_map``).
-        threads: intra-op threads; None = ONNX Runtime's default (one per physical core).
-    """
+    """An exported network in an ONNX Runtime CPU session with ``threads`` intra-op threads (None: one
+    per physical core)."""
 
     def __init__(self, model_path: str | Path, *, threads: int | None = None) -> None:
         ort = import_onnxruntime()
@@ -155,16 +138,8 @@ class OnnxProbabilityMap:
 
 
 class OnnxPredictModule(LightningModule):
-    """``trainer.predict`` with an ONNX Runtime network: the same pipeline and kept predictions
-    (``pipeline.predictions``) as :class:`~ocr.lightning_modules.detection_module.DetectionModule`, on
-    batches the datamodule's hooks decoded on the CPU (the trainer of :func:`onnx_for_inference`; ONNX
-    Runtime reads host memory).
-
-    Args:
-        model_path: ``.onnx`` file from runners/export.py.
-        postprocess: the post-processor (probability map -> polygons and scores in original px).
-        pipeline: how post-processing runs (a worker pool, overlapped with the next batch's network).
-    """
+    """``trainer.predict`` with an ONNX Runtime network: the pipeline and kept predictions of
+    :class:`~ocr.lightning_modules.detection_module.DetectionModule`, on CPU batches."""
 
     def __init__(
         self, *, model_path: str | Path, postprocess: DBPostProcessor, pipeline: PipelineSettings
@@ -192,15 +167,8 @@ class OnnxPredictModule(LightningModule):
 
 
 def onnx_settings(cfg: DictConfig) -> None:
-    """Take the export's inference settings into ``cfg`` (in place): the evaluation transform and the
-    post-processing recorded in ``cfg.onnx_model``'s sidecar, except what the command line set (logged).
-
-    Raises:
-        ModuleNotFoundError: ONNX Runtime is not installed (the message says how to install it).
-        ConfigValueError: ``onnx_model`` is not set.
-        InputNotFoundError: the model or its sidecar is missing.
-        OnnxFileError: the sidecar cannot be used (named).
-    """
+    """Take the evaluation transform and post-processing of ``cfg.onnx_model``'s sidecar into ``cfg``,
+    except what the command line set."""
     import_onnxruntime()
     if cfg.onnx_model is None:
         raise ConfigValueError(
@@ -211,9 +179,7 @@ def onnx_settings(cfg: DictConfig) -> None:
 
 
 def onnx_for_inference(cfg: DictConfig) -> tuple[OnnxPredictModule, L.Trainer]:
-    """What predict starts from with ``backend=onnx`` (after :func:`onnx_settings`): the module of
-    ``cfg.onnx_model`` with ``cfg``'s post-processing and a single-process CPU trainer (ONNX Runtime runs
-    on the host; ``cfg.trainer``'s device and precision do not apply)."""
+    """The module of ``cfg.onnx_model`` and a single-process CPU trainer (after :func:`onnx_settings`)."""
     module = OnnxPredictModule(
         model_path=cfg.onnx_model,
         postprocess=instantiate(cfg.postprocess),

@@ -1,10 +1,8 @@
 """Static int8 quantisation of an exported model (ONNX Runtime's tools) and its accuracy check.
 
-``runners/export.py quantize=int8`` exports the fp32 network, checks it as usual, then quantises it:
-QDQ format, per-channel int8 weights, uint8 activations whose ranges are calibrated on images of the
-checkpoint's data (the train or val split) preprocessed by the same evaluation transform as prediction.
-The int8 model is then scored against the fp32 PyTorch network with CLEval on the val split
-(:func:`accuracy_parity`); the export refuses one that loses more than ``parity.max_hmean_drop``.
+``runners/export.py quantize=int8`` quantises the checked fp32 export (activation ranges calibrated on
+the checkpoint's train or val images), scores it against the fp32 network with CLEval on the val split
+(:func:`accuracy_parity`) and refuses one that loses more than ``parity.max_hmean_drop``.
 """
 
 from __future__ import annotations
@@ -56,17 +54,11 @@ class AccuracyError(UsageError, RuntimeError):
 
 @dataclass(frozen=True)
 class CalibrationSettings:
-    """What the activation ranges are calibrated on.
-
-    Attributes:
-        num_images: the first N images (sorted names) of the split.
-        split: ``train`` or ``val`` (the checkpoint's data splits).
-        method: ONNX Runtime's calibration method: ``minmax``, ``entropy`` or ``percentile``.
-    """
+    """What the activation ranges are calibrated on: the first ``num_images`` of ``split``, by ``method``."""
 
     num_images: int
     split: str
-    method: str
+    method: str  # ONNX Runtime's calibration method
 
     def __post_init__(self) -> None:
         if self.split not in CALIBRATION_SPLITS:
@@ -118,13 +110,9 @@ def quantize_int8(
     reduce_range: bool,
     input_name: str,
 ) -> Path:
-    """Write the static int8 quantisation of ``fp32_path`` to ``int8_path``, calibrated on ``inputs``
-    (the export makes it in its staging folder, :class:`~ocr.inference.onnx_export.StagedExport`).
-
-    QDQ format, per-channel symmetric int8 weights, asymmetric uint8 activations (ONNX Runtime's advice
-    for x86 CPUs); ``reduce_range`` keeps weights to 7 bits, which avoids int16 saturation on CPUs
-    without VNNI.
-    """
+    """Write the static int8 quantisation of ``fp32_path`` to ``int8_path``, calibrated on ``inputs``: QDQ,
+    per-channel int8 weights, uint8 activations (ONNX Runtime's advice for x86); ``reduce_range`` keeps
+    weights to 7 bits (no int16 saturation without VNNI)."""
     import_onnxruntime()
     from onnxruntime.quantization import (  # type: ignore[import-untyped]
         CalibrationMethod,
@@ -162,25 +150,15 @@ def quantize_int8(
 
 @dataclass(frozen=True)
 class AccuracyReport:
-    """The fp32 PyTorch network against the quantised model on a labelled split, scored with CLEval.
-
-    Attributes:
-        split: the split scored.
-        images: images scored.
-        hmean_reference: per mode (``competition``, ``upstream``), the fp32 network's hmean.
-        hmean_model: per mode, the quantised model's hmean.
-        polygons_reference: polygons found by the fp32 network (all images).
-        polygons_model: polygons found by the quantised model.
-        max_hmean_drop: the largest drop allowed, in either mode (hmean in [0, 1]).
-    """
+    """The fp32 PyTorch network against the quantised model on a labelled split, scored with CLEval."""
 
     split: str
     images: int
-    hmean_reference: dict[str, float]
+    hmean_reference: dict[str, float]  # per CLEval mode, the fp32 network's
     hmean_model: dict[str, float]
     polygons_reference: int
     polygons_model: int
-    max_hmean_drop: float
+    max_hmean_drop: float  # in either mode
 
     @property
     def drop(self) -> float:
@@ -200,7 +178,6 @@ class AccuracyReport:
         return None
 
     def summary(self) -> str:
-        """One line for logs and errors."""
         scores = ", ".join(
             f"{mode} {self.hmean_reference[mode]:.4f} (fp32) vs {self.hmean_model[mode]:.4f} (int8)"
             for mode in self.hmean_reference

@@ -36,24 +36,11 @@ def add_scores(batches: Sequence[Sequence[ImageOutcome]], metric: Any) -> None:
 
 
 class DetectionModule(LightningModule):
-    """Training, evaluation and prediction for a DBNet-family detector. Batches arrive decoded: moving and
-    decoding them is the datamodule's (``ReceiptDataModule``'s batch-transfer hooks).
+    """Training, evaluation and prediction for a DBNet-family detector, on batches the datamodule decoded.
 
-    Args:
-        net: network returning :class:`ocr.types.DBOutput` logits.
-        loss: ``loss(output, batch) -> {"loss": ..., "loss/prob": ..., ...}``.
-        postprocess: the post-processor (probability map -> polygons and scores in original px).
-        metric: CLEval metric with ``add_results(per-image results)`` and ``compute()``.
-        optimizer: partial optimizer, called with the parameters.
-        scheduler: partial scheduler, called with the optimizer and ``horizon``, a callable giving the run's
-            optimizer steps as planned at the time it is called.
-        channels_last: convert the network and its input images to channels_last (faster convolutions
-            on recent GPUs and with oneDNN on CPUs).
-        compile: wrap the network with ``torch.compile``. The batch dimension is marked dynamic (the last
-            batch of an epoch is smaller) and recompiles are logged, so training compiles one graph and
-            evaluation (val and test share eval mode and grad mode) one more.
-        pipeline: how val, test and predict run post-processing and scoring (a worker pool, overlapped
-            with the network: :class:`~ocr.evaluation.pipeline.EvalPipeline`).
+    ``optimizer`` and ``scheduler`` are partials (the scheduler gets ``horizon``, the run's planned steps);
+    ``compile`` marks the batch dimension dynamic, so training and evaluation compile one graph each;
+    ``pipeline`` runs post-processing and scoring overlapped with the network.
     """
 
     def __init__(
@@ -112,13 +99,7 @@ class DetectionModule(LightningModule):
         self._sanitation.update(batch["sanitation"])
         self._count_text_crops(batch)
         batch_size = batch["images"].shape[0]
-        self.log_dict(
-            {f"train/{k}": v for k, v in losses.items()},
-            on_step=True,
-            on_epoch=False,
-            prog_bar=False,
-            batch_size=batch_size,
-        )
+        self.log_dict({f"train/{k}": v for k, v in losses.items()}, on_epoch=False, batch_size=batch_size)
         self.log(
             "train/loss_epoch",
             losses["loss"],
@@ -166,8 +147,7 @@ class DetectionModule(LightningModule):
         self._evaluate_step(batch, "val", self.val_metric)
 
     def on_validation_epoch_end(self) -> None:
-        add_scores(self.pipeline.finish(), self.val_metric)
-        self._log_metric("val", self.val_metric)
+        self._end_evaluation("val", self.val_metric)
 
     def on_test_epoch_start(self) -> None:
         self.pipeline.start(device=self.device, cleval=self.test_metric.options, keep_predictions=False)
@@ -176,8 +156,7 @@ class DetectionModule(LightningModule):
         self._evaluate_step(batch, "test", self.test_metric)
 
     def on_test_epoch_end(self) -> None:
-        add_scores(self.pipeline.finish(), self.test_metric)
-        self._log_metric("test", self.test_metric)
+        self._end_evaluation("test", self.test_metric)
 
     def on_predict_epoch_start(self) -> None:
         self.pipeline.start(device=self.device, cleval=None, keep_predictions=True)
@@ -195,9 +174,8 @@ class DetectionModule(LightningModule):
         self.pipeline.close()
 
     def _evaluate_step(self, batch: Batch, stage: str, metric: Any) -> None:
-        """Loss (logged) and the batch handed to the pipeline; the metric gets the scores of the batches
-        done so far. With a ``prob_cache`` the loss is not computed (a cached output has no threshold
-        maps)."""
+        """Loss (logged; not with a ``prob_cache``, whose outputs have no threshold maps) and the batch
+        handed to the pipeline; the metric gets the scores of the batches done so far."""
         self.pipeline.begin_step()
         with self.pipeline.network(self.device):
             if self.prob_cache is not None:
@@ -211,7 +189,8 @@ class DetectionModule(LightningModule):
                 prob_logits = output.prob_logits
         add_scores(self.pipeline.submit_logits(prob_logits, batch, scored=True), metric)
 
-    def _log_metric(self, stage: str, metric: Any) -> None:
+    def _end_evaluation(self, stage: str, metric: Any) -> None:
+        add_scores(self.pipeline.finish(), metric)  # the batches still in the pipeline
         # compute() gathers every rank's counts, so each rank scores the whole split; the max over ranks
         # makes the logged value one number everywhere (exact, unlike a mean), so no rank can pick another
         # best checkpoint, stop early at another epoch or re-plan the time budget from another score.
@@ -228,8 +207,7 @@ class DetectionModule(LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _planned_steps(self) -> int:
-        """The run's optimizer steps as planned now (``trainer.max_steps``, which the time budget may
-        shorten, or the epochs' steps): the schedule's horizon."""
+        """The schedule's horizon: the run's optimizer steps as planned now (the time budget may cut it)."""
         estimated = self.trainer.estimated_stepping_batches
         if not np.isfinite(estimated) or estimated <= 0:
             raise ValueError(

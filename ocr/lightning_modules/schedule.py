@@ -1,9 +1,8 @@
 """The learning-rate schedule: linear warm-up, then poly or cosine decay, over the run's steps.
 
-The schedule does not store the run's length: it reads it at every step (``horizon``, the trainer's
-``estimated_stepping_batches``), so it ends at the run's last step whatever sets that step: the config,
-the time budget's plan, a resume with another ``trainer.max_steps``. A checkpoint keeps the step, not the
-shape: a resumed run trains at the LR the run's config gives that step, as if planned from the start.
+The run's length is read at every step (``horizon``: the trainer's ``estimated_stepping_batches``), so
+the schedule ends at the last step whatever sets it (config, time budget, resume). A checkpoint keeps the
+step, not the shape: a resumed run trains at the LR its own config gives that step.
 """
 
 from __future__ import annotations
@@ -29,10 +28,8 @@ _CONFIGURED = ("horizon", "kind", "warmup_ratio", "power", "min_lr_ratio")
 def warmup_decay_factor(
     step: int, *, total_steps: int, warmup_steps: int, kind: str, power: float | None, min_lr_ratio: float
 ) -> float:
-    """LR multiplier at ``step``: linear warm-up to 1, then poly or cosine decay to ``min_lr_ratio``.
-
-    ``power`` is the poly exponent; cosine ignores it (None).
-    """
+    """LR multiplier at ``step``: linear warm-up to 1, then poly (exponent ``power``) or cosine decay to
+    ``min_lr_ratio``."""
     if warmup_steps > 0 and step < warmup_steps:
         return (step + 1) / warmup_steps
     decay_steps = max(1, total_steps - warmup_steps)
@@ -49,16 +46,8 @@ def warmup_decay_factor(
 
 
 class WarmupDecaySchedule(LRScheduler):
-    """Warm-up over ``warmup_ratio`` of the run's steps, then decay to ``min_lr_ratio`` at its last step
-    (configs/scheduler/, built by the module with the optimizer and the horizon).
-
-    Args:
-        horizon: the run's optimizer steps, asked at every step.
-        power: the poly exponent (configs/scheduler/poly.yaml); cosine has none.
-
-    Raises:
-        ValueError: if ``kind`` is unknown, poly has no ``power``, or the horizon is not positive.
-    """
+    """Warm-up over ``warmup_ratio`` of the ``horizon()`` steps, then decay to ``min_lr_ratio`` at the
+    last (configs/scheduler/, built by the module with the optimizer and the horizon)."""
 
     def __init__(
         self,

@@ -66,11 +66,8 @@ def score_polygon(prob_map: ProbMap, polygon: Polygon) -> float:
 
 
 def unclip_polygon(polygon: Polygon, unclip_ratio: float) -> Polygon | None:
-    """Expand ``polygon`` by ``D = area * unclip_ratio / perimeter`` (rounded joins).
-
-    Returns:
-        (K, 2) float32, the largest piece when the offset splits it, or None when it vanishes.
-    """
+    """Expand ``polygon`` by ``D = area * unclip_ratio / perimeter`` (rounded joins): (K, 2) float32, the
+    largest piece when the offset splits it, or None when it vanishes."""
     area = abs(cv2.contourArea(polygon.astype(np.float32)))
     perimeter = cv2.arcLength(polygon.astype(np.float32).reshape(-1, 1, 2), True)
     if perimeter <= 0:
@@ -125,20 +122,11 @@ def boxes_from_bitmap(
     output: OutputMode,
     extend_ends: float = 0.0,
 ) -> tuple[list[Polygon], list[float]]:
-    """Text regions of one image in input px.
+    """Text regions of one image: (K, 2) float32 polygons in input px and their scores.
 
-    Args:
-        prob_map: (H, W) float32 probabilities (read only inside candidates).
-        bitmap: (H, W) bool or uint8 0/1, ``prob_map > thresh``.
-        box_thresh: minimum mean probability inside a candidate.
-        unclip_ratio: expansion of each kept candidate (see :func:`unclip_polygon`).
-        max_candidates: contours considered, largest area first.
-        min_size: minimum shorter side (input px) of a candidate's min-area rectangle, before unclip.
-        output: ``box`` (4-point min-area rectangle of the expanded region) or ``polygon``.
-        extend_ends: box output only: see :func:`min_area_box`.
-
-    Returns:
-        Polygons (K, 2) float32 in input px and their scores.
+    ``bitmap`` is the (H, W) ``prob_map > thresh``; the ``max_candidates`` largest contours whose min-area
+    rectangle's short side is at least ``min_size`` and whose mean probability is at least ``box_thresh``
+    are unclipped, then kept as polygons or (``output="box"``) as min-area rectangles.
     """
     contours, _ = cv2.findContours(
         bitmap.astype(np.uint8, copy=False), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE
@@ -161,23 +149,8 @@ def boxes_from_bitmap(
     return polygons, scores
 
 
-def _clip_to_image(polygon: Polygon, geometry: Geometry) -> Polygon:
-    upper = np.array([geometry.orig_width, geometry.orig_height], dtype=np.float32)
-    return np.clip(polygon, 0.0, upper).astype(np.float32)
-
-
 class DBPostProcessor:
-    """Batch wrapper around :func:`boxes_from_bitmap` that maps results to original px.
-
-    Args:
-        thresh: binarisation threshold on the probability map.
-        box_thresh: minimum mean probability inside a candidate.
-        unclip_ratio: candidate expansion, ``D = area * unclip_ratio / perimeter``.
-        max_candidates: contours considered per image, largest first.
-        min_size: minimum shorter side (input px) of a candidate before unclip.
-        output: ``box`` or ``polygon``.
-        extend_ends: box output: each end of a box's long side moves out by this many short sides.
-    """
+    """:func:`boxes_from_bitmap` on the map binarised at ``thresh``, results mapped to original px."""
 
     def __init__(
         self,
@@ -217,16 +190,8 @@ class DBPostProcessor:
         self.extend_ends = extend_ends
 
     def __call__(self, prob_map: Tensor, geometry: list[Geometry]) -> list[tuple[list[Polygon], list[float]]]:
-        """Per image: polygons (K, 2) float32 in original px, clipped to the image, and their scores,
-        synchronously (evaluation and prediction run :meth:`image` in ``ocr.inference``'s worker pool).
-
-        Args:
-            prob_map: (B, 1, H, W) probabilities (sigmoid of ``prob_logits``), any device.
-            geometry: one record per image, mapping input px -> original px.
-
-        Raises:
-            ValueError: ``prob_map`` is not (B, 1, H, W) or there is not one geometry per image.
-        """
+        """(B, 1, H, W) probabilities, any device, and one geometry per image -> per image :meth:`image`
+        (evaluation and prediction run it in a worker pool instead)."""
         if prob_map.ndim != 4 or prob_map.shape[1] != 1:
             raise ValueError(f"prob_map: expected (B, 1, H, W), got {tuple(prob_map.shape)}")
         if len(geometry) != prob_map.shape[0]:
@@ -242,13 +207,8 @@ class DBPostProcessor:
         bitmap: npt.NDArray[np.bool_] | npt.NDArray[np.uint8],
         geometry: Geometry,
     ) -> tuple[list[Polygon], list[float]]:
-        """One image: polygons (K, 2) float32 in original px, clipped to the image, and their scores.
-
-        Args:
-            prob_map: (H, W) probabilities in input px.
-            bitmap: (H, W) ``prob_map > thresh`` (bool, or uint8 0/1 as the device computes it).
-            geometry: input px -> original px.
-        """
+        """One (H, W) map and its bitmap: polygons (K, 2) float32 in original px, clipped to the image,
+        and their scores."""
         polygons_px, scores = boxes_from_bitmap(
             prob_map,
             bitmap,
@@ -259,4 +219,5 @@ class DBPostProcessor:
             output=self.output,
             extend_ends=self.extend_ends,
         )
-        return [_clip_to_image(p, geometry) for p in to_original(polygons_px, geometry)], scores
+        upper = np.array([geometry.orig_width, geometry.orig_height], dtype=np.float32)
+        return [np.clip(p, 0.0, upper).astype(np.float32) for p in to_original(polygons_px, geometry)], scores

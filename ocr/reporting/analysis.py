@@ -29,26 +29,11 @@ from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.cleval.outcomes import box_outcomes, count_outcomes
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
-__all__ = [
-    "ANALYSIS_NAME",
-    "BucketScore",
-    "ImageErrors",
-    "ScoreAnalysis",
-    "analyse_records",
-    "bucket_labels",
-    "box_heights",
-    "write_analysis",
-]
+__all__ = ["ScoreAnalysis", "analyse_records", "bucket_labels", "box_heights", "write_analysis"]
 
 ANALYSIS_NAME = "errors.json"
-_SUMMED = (
-    "gt_chars",
-    "missed_chars",
-    "fp_chars",
-    "missed_words",
-    "split_words",
-    "merged_words",
-    "false_positive_words",
+_SUMMED = tuple(
+    "gt_chars missed_chars fp_chars missed_words split_words merged_words false_positive_words".split()
 )
 
 
@@ -97,13 +82,7 @@ class ScoreAnalysis:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form written to ``errors.json`` and shown by ``report.html``."""
-        return {
-            "mode": self.mode,
-            "totals": self.totals,
-            "buckets": [asdict(b) for b in self.buckets],
-            "worst": self.worst,
-            "images": [asdict(i) for i in self.images],
-        }
+        return asdict(self)
 
 
 def bucket_labels(edges: Sequence[float]) -> list[str]:
@@ -144,16 +123,8 @@ def _image_errors(image_id: str, image: ImageMatch, num_gt: int, num_det: int) -
 def analyse_records(
     records: Sequence[Mapping[str, Any]], options: CLEvalOptions, edges: Sequence[float], worst: int
 ) -> ScoreAnalysis:
-    """Score each labelled record (the report collector's: ``image_id``, ``polygons``, ``gt_polygons``,
-    ``gt_ignore``, ``gt_texts``, in original px) and break the score down.
-
-    Args:
-        edges: increasing bucket edges in px (``[8, 12]``: < 8, 8-12, >= 12).
-        worst: how many of the lowest-hmean images to name.
-
-    Raises:
-        ValueError: ``edges`` empty or not increasing.
-    """
+    """Score each labelled record of the report collector and break the score down into the buckets of
+    the increasing px ``edges`` (``[8, 12]``: < 8, 8-12, >= 12), naming the ``worst`` lowest-hmean images."""
     if not edges or any(b <= a for a, b in zip(edges[:-1], edges[1:], strict=True)):
         raise ValueError(f"report.height_buckets: expected increasing px edges, got {list(edges)}")
     labels = bucket_labels(edges)

@@ -5,24 +5,32 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ocr.evaluation.host_work import ImageOutcome, prob_map_in_original_frame
+from ocr.evaluation.host_work import GroundTruth, ImageOutcome, prob_map_in_original_frame
 from ocr.evaluation.pipeline import EvalPipeline
 from ocr.lightning_modules.prediction_io import gather_predictions
 
-__all__ = ["ReportCollector", "attach_report_collector", "outcome_record", "prob_map_in_original_frame"]
+__all__ = [
+    "ReportCollector",
+    "attach_report_collector",
+    "outcome_record",
+    "prob_map_in_original_frame",
+    "report_record",
+]
 
 log = logging.getLogger(__name__)
 
 
+def report_record(image_id: str, polygons: Any, scores: Any, truth: GroundTruth | None) -> dict[str, Any]:
+    """The record ``image_card`` and ``analyse_records`` read: predictions, and labels when given."""
+    record: dict[str, Any] = {"image_id": image_id, "polygons": polygons, "scores": scores}
+    if truth is not None:
+        record |= {"gt_polygons": truth.polygons, "gt_ignore": truth.ignore, "gt_texts": truth.texts}
+    return record
+
+
 class ReportCollector:
-    """Keeps, per image, the predictions, the ground truth (test) and a small probability map.
-
-    A sink of the module's :class:`~ocr.evaluation.pipeline.EvalPipeline`: the workers that post-process
-    an image also draw its probability map in the original frame, so the steps are unchanged.
-
-    Args:
-        prob_long_side: long side in px of the kept probability maps (0 keeps none).
-    """
+    """A sink of the module's :class:`~ocr.evaluation.pipeline.EvalPipeline` that keeps, per image, the
+    predictions, the ground truth (test) and a probability map of ``prob_long_side`` px (0: none)."""
 
     def __init__(self, *, prob_long_side: int) -> None:
         self.preview_long_side = prob_long_side
@@ -40,14 +48,9 @@ class ReportCollector:
 def outcome_record(outcome: ImageOutcome) -> dict[str, Any]:
     """One image's record as :func:`ocr.reporting.html.write_report` reads it."""
     prediction = outcome.prediction
-    record: dict[str, Any] = {
-        "image_id": prediction["image_id"],
-        "polygons": prediction["polygons"],
-        "scores": prediction["scores"],
-    }
-    if outcome.job.gt is not None:
-        gt = outcome.job.gt
-        record |= {"gt_polygons": gt.polygons, "gt_ignore": gt.ignore, "gt_texts": gt.texts}
+    record = report_record(
+        prediction["image_id"], prediction["polygons"], prediction["scores"], outcome.job.gt
+    )
     if outcome.preview is not None:
         record["prob_map"] = outcome.preview
     return record

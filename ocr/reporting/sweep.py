@@ -1,10 +1,8 @@
 """The summary of a post-processing sweep (``runners/test.py -m ...``): every job's P/R/H sorted by hmean,
 failed jobs listed, and the best job's command line (docs/reporting.md).
 
-:class:`SweepSummary` is a Hydra callback (``hydra.callbacks`` in configs/test.yaml). After each job it
-records the job (overrides, status, error) beside the job's ``metrics.json`` and rewrites the summary from
-the job folders on disk, so a sweep that stops at a failed job still leaves its table; at the end of the
-sweep it logs the table and the best command.
+:class:`SweepSummary` (a Hydra callback, configs/test.yaml) records each job beside its ``metrics.json``
+and rewrites the summary from the job folders, so a sweep stopped by a failed job still leaves its table.
 """
 
 from __future__ import annotations
@@ -61,10 +59,8 @@ def _scores(job_dir: Path) -> tuple[float | None, float | None, float | None]:
 
 
 def read_sweep(sweep_dir: Path) -> list[SweepRow]:
-    """Every recorded job under ``sweep_dir``: completed ones by hmean (best first), then failed ones.
-
-    A job that completed without writing scores is listed as failed.
-    """
+    """Every recorded job under ``sweep_dir``: completed ones by hmean (best first), then failed ones (a
+    job that wrote no scores among them)."""
     rows = []
     for job_file in sweep_dir.glob(f"*/{JOB_FILE}"):
         job = json.loads(job_file.read_text(encoding="utf-8"))
@@ -88,8 +84,7 @@ def _varying(rows: list[SweepRow]) -> list[str]:
 
 
 def best_command(rows: list[SweepRow]) -> str | None:
-    """The best completed job's command line on the test split (its overrides without the sweep-only
-    ``split``, ``report.enabled`` and ``prob_cache.*``), ready to paste; None when no job completed."""
+    """The best completed job's command line on the test split, without ``SWEEP_ONLY_KEYS`` (None: none)."""
     best = next((r for r in rows if r.status == "completed"), None)
     if best is None:
         return None

@@ -1,10 +1,7 @@
 """The web app: one HTML page (``page.html``) and a small JSON API over :class:`ServeState`.
 
-Every request passes :class:`RequestGuard` first (its own address in ``Host``, its own page as
-``Origin``, the page's token on a POST). Every refused input (an upload that is no usable image, a
-checkpoint of another model, a parameter of the wrong type or out of range, a model path outside the
-allowed ones) answers 400 with ``{"error": message}`` naming the field or file, the page shows the
-message, and the server goes on.
+Every request passes :class:`RequestGuard` first; every refused input answers 400 with
+``{"error": message}`` naming the field or file, and the server goes on.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ from ocr.serve.images import UploadSpool
 from ocr.serve.models import CONTROL_KEYS, ServedModel
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
-from ocr.utils.errors import CheckpointError, UsageError, find_usage_error
+from ocr.utils.errors import CheckpointError, UsageError
 
 __all__ = ["VIEW_LONG_SIDE", "create_app"]
 
@@ -46,17 +43,15 @@ def _page(token: str) -> str:
     return with_overlay_script(page.replace("__SERVE_TOKEN__", token))
 
 
-def _model_info(model: ServedModel) -> dict[str, Any]:
-    return {"name": model.name, "key": model.key, "postprocess": model.postprocess}
+def _models(state: ServeState) -> dict[str, Any]:
+    return {
+        s: {"name": m.name, "key": m.key, "postprocess": m.postprocess}
+        for s, m in sorted(state.models.items())
+    }
 
 
 async def _json_fields(request: Request, fields: tuple[str, ...]) -> dict[str, Any]:
-    """The JSON object of ``request``'s body, of at most ``fields``.
-
-    Raises:
-        RequestError: another content type, a body over ``MAX_JSON_BYTES``, not a JSON object, or a
-            field not in ``fields``.
-    """
+    """The JSON object of ``request``'s body (at most ``MAX_JSON_BYTES``), with no key outside ``fields``."""
     media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media != "application/json":
         raise RequestError(f"Content-Type: expected application/json, got {media or 'none'!r}")
@@ -78,11 +73,7 @@ async def _json_fields(request: Request, fields: tuple[str, ...]) -> dict[str, A
 
 
 def _text(body: dict[str, Any], name: str, default: str | None = None) -> str:
-    """Field ``name`` of ``body``, a string (``default`` when absent).
-
-    Raises:
-        RequestError: absent without a default, or not a string.
-    """
+    """Field ``name`` of ``body``, a string (``default`` when absent)."""
     value = body.get(name, default)
     if not isinstance(value, str):
         raise RequestError(f"{name}: expected a string, got {reprlib.repr(value)}")
@@ -90,12 +81,7 @@ def _text(body: dict[str, Any], name: str, default: str | None = None) -> str:
 
 
 def _controls(body: dict[str, Any]) -> dict[str, float]:
-    """The post-processing controls ``body`` sets, each a finite number (their ranges are the
-    post-processor's to check).
-
-    Raises:
-        RequestError: naming a control that is not a finite number.
-    """
+    """The post-processing controls ``body`` sets, each a finite number (the post-processor checks ranges)."""
     controls = {}
     for name in CONTROL_KEYS:
         value = body.get(name)
@@ -115,9 +101,8 @@ def create_app(
     guard: RequestGuard,
     model_files: ModelFiles,
 ) -> FastAPI:
-    """The app over ``state``; ``browser`` lists a split when given; ``loader(key, path)`` loads a model
-    the page asks for (``key``: ``ckpt`` or ``onnx_model``) once ``model_files`` allows its path;
-    ``data_choice`` names the data config in the commands shown; ``guard`` checks every request."""
+    """The app over ``state``; ``loader(key, path)`` loads a model once ``model_files`` allows its path;
+    ``data_choice`` names the data config in the commands shown."""
     app = FastAPI(title="ocr serve", docs_url=None, redoc_url=None, openapi_url=None)
     page = _page(guard.token)
 
@@ -152,7 +137,7 @@ def create_app(
     @app.get("/api/info")
     def info() -> dict[str, Any]:
         return {
-            "models": {slot: _model_info(m) for slot, m in sorted(state.models.items())},
+            "models": _models(state),
             "errors": state.errors,
             "split": browser.split if browser is not None else None,
             "controls": list(CONTROL_KEYS),
@@ -212,15 +197,12 @@ def create_app(
         path = model_files.resolve(requested)
         key = "onnx_model" if path.endswith(".onnx") else ("ckpt" if slot == "1" else "ckpt2")
         try:
-            model = loader(key, path)
-        except Exception as exc:  # Hydra's instantiate wraps a constructor's error
-            usage = find_usage_error(exc)
-            if usage is None:
-                raise CheckpointError(
-                    f"{key}={path}: could not be loaded ({type(exc).__name__}: {exc})"
-                ) from exc
-            raise usage from None
+            model = loader(key, path)  # raises a constructor's UsageError unwrapped
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(f"{key}={path}: could not be loaded ({type(exc).__name__}: {exc})") from exc
         state.set_model(slot, model)
-        return {"models": {s: _model_info(m) for s, m in sorted(state.models.items())}}
+        return {"models": _models(state)}
 
     return app

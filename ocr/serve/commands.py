@@ -11,44 +11,22 @@ from ocr.serve.models import CONTROL_KEYS, ServedModel
 __all__ = ["reproduce_commands"]
 
 
-def _model_args(model: ServedModel) -> list[str]:
-    if model.key == "onnx_model":
-        return ["backend=onnx", f"onnx_model={model.name}"]
-    return [f"ckpt={model.name}"]
-
-
-def _controls(settings: Mapping[str, float]) -> list[str]:
-    return [f"postprocess.{k}={float(settings[k]):g}" for k in CONTROL_KEYS if k in settings]
-
-
 def reproduce_commands(
     model: ServedModel,
     settings: Mapping[str, float],
     image_path: Path,
     split: tuple[str, str, str] | None,
 ) -> dict[str, str]:
-    """``predict`` on the image's folder (an upload has a folder of its own) and, for a split image,
-    ``test`` on the split, each with the page's post-processing controls.
-
-    Args:
-        settings: the post-processing values in use (``thresh``, ``box_thresh``, ``unclip_ratio``, ...).
-        image_path: the image file the page shows.
-        split: (data config choice, data root, split name) for an image of a split, else None.
-    """
-    tail = _controls(settings)
-    predict = ["uv", "run", "runners/predict.py", *_model_args(model), f"image_dir={image_path.parent}"]
+    """``predict`` on the image's folder and, for an image of ``split`` (data choice, root, split name),
+    ``test`` on the split, each with the page's post-processing ``settings``."""
+    tail = [f"postprocess.{k}={float(settings[k]):g}" for k in CONTROL_KEYS if k in settings]
+    onnx = model.key == "onnx_model"
+    chosen_model = ["backend=onnx", f"onnx_model={model.name}"] if onnx else [f"ckpt={model.name}"]
+    predict = ["uv", "run", "runners/predict.py", *chosen_model, f"image_dir={image_path.parent}"]
     commands = {"predict": shlex.join([*predict, *tail])}
-    if split is not None and model.key != "onnx_model":
+    if split is not None and not onnx:
         data, root, name = split
         chosen = f"split={name}" if name in ("val", "test") else f"data.test_split={name}"
-        test = [
-            "uv",
-            "run",
-            "runners/test.py",
-            f"ckpt={model.name}",
-            f"data={data}",
-            f"data.root={root}",
-            chosen,
-        ]
-        commands["test"] = shlex.join([*test, *tail])
+        test = ["uv", "run", "runners/test.py", f"ckpt={model.name}", f"data={data}", f"data.root={root}"]
+        commands["test"] = shlex.join([*test, chosen, *tail])
     return commands

@@ -1,11 +1,9 @@
-"""What the web app lets in: requests to the address it serves from its own page, and the models it was
-started with or that lie under the folders it was started with.
+"""What the web app lets in: requests to its own address from its own page, and the models it was started
+with or that lie under its ``model_dirs``.
 
-Any web page the user opens can send requests to a local server (a "simple" cross-site POST needs no
-permission) and, through DNS rebinding, read the answers under a name of its own. So every request must
-name the served address in ``Host``, a browser's ``Origin`` must be the app's own, and a POST must carry
-the token of the page the app serves. A path a request asks to load is resolved (symlinks included) and
-checked before anything is read; the refusal is the same whether the file exists or not.
+Any page the user opens can POST to a local server and, through DNS rebinding, read the answers. So every
+request must name the served address in ``Host``, a browser's ``Origin`` must be the app's own, and a POST
+must carry the page's token. A path to load is resolved (symlinks included) before anything is read.
 """
 
 from __future__ import annotations
@@ -38,12 +36,7 @@ def is_loopback(address: str) -> bool:
 
 
 class RequestGuard:
-    """The checks every request passes before the API sees it.
-
-    Args:
-        address: the IP address the socket is bound to (``0.0.0.0`` or ``::``: every interface).
-        port: the port it listens on.
-    """
+    """The checks every request passes before the API sees it, for a socket bound to ``address:port``."""
 
     def __init__(self, address: str, port: int) -> None:
         self.port = port
@@ -91,12 +84,7 @@ class RequestGuard:
 
 
 class ModelFiles:
-    """The files ``POST /api/model`` may load: the models the app was started with, and any file under a
-    folder of ``model_dirs``, both compared after resolving symlinks.
-
-    Raises:
-        ConfigValueError: an entry of ``model_dirs`` that is not a folder, naming it.
-    """
+    """The files ``POST /api/model`` may load: the started models and any file under ``model_dirs``."""
 
     def __init__(self, started: Iterable[str], folders: Sequence[str]) -> None:
         self.files = frozenset(os.path.realpath(path) for path in started)
@@ -109,12 +97,8 @@ class ModelFiles:
         self.folders = tuple(os.path.realpath(folder) for folder in folders)
 
     def resolve(self, requested: str) -> str:
-        """The real path of ``requested`` when the app may load it.
-
-        Raises:
-            RequestError: it is neither a started model nor under a folder of ``model_dirs`` (nothing of it
-                read, and the same message whether it exists or not).
-        """
+        """The real path of ``requested`` when the app may load it (the refusal reads nothing, and is the
+        same whether the file exists or not)."""
         if "\0" in requested:
             raise RequestError("path: expected a file path, got one with a NUL character")
         resolved = os.path.realpath(requested)

@@ -1,10 +1,8 @@
 """Images the web app works on: uploads checked and stored by content, and the images of a labelled split.
 
-An upload is streamed to a hidden file in the app's folder (refused once it passes the size limit, so an
-oversized one is never held whole), stored under its content hash, and read back with the same decoder as
-training and prediction (``ocr.data.images``): a file that is not an image, a corrupt one, or one larger
-than Pillow's decompression-bomb limit is refused with a message naming the file and why. A name without
-an image suffix gets the suffix of its format, so that ``runners/predict.py image_dir=`` finds it.
+An upload is streamed to a hidden file (refused once it passes the size limit), stored under its content
+hash, and checked with the decoder of training and prediction (``ocr.data.images``). A name without an
+image suffix gets its format's, so that ``runners/predict.py image_dir=`` finds it.
 """
 
 from __future__ import annotations
@@ -25,15 +23,7 @@ from ocr.evaluation.host_work import GroundTruth
 from ocr.utils.errors import UsageError
 from ocr.utils.io import TEMP_SUFFIX, disk_full_error, is_out_of_space
 
-__all__ = [
-    "MAX_NAME_CHARS",
-    "MAX_UPLOAD_BYTES",
-    "ServedImage",
-    "UploadError",
-    "UploadSpool",
-    "safe_file_name",
-    "store_upload",
-]
+__all__ = ["MAX_UPLOAD_BYTES", "ServedImage", "UploadError", "UploadSpool", "store_upload"]
 
 MAX_UPLOAD_BYTES = 64 * 2**20
 MAX_NAME_CHARS = 200  # file systems allow 255 bytes; the suffix and temp names need the rest
@@ -65,17 +55,8 @@ def safe_file_name(name: str) -> str:
 
 class UploadSpool:
     """An upload as it arrives: written to a hidden temp file in ``directory`` and hashed chunk by chunk,
-    refused as soon as it passes ``MAX_UPLOAD_BYTES``; the temp file is removed when the ``with`` block
-    raises. :func:`store_upload` keeps it.
-
-    Args:
-        name: the file name the user gave it.
-        declared: the request's ``Content-Length`` (None: not given), refused before any byte is read
-            when over the limit.
-
-    Raises:
-        UploadError: a name over ``MAX_NAME_CHARS`` characters, or a declared size over the limit.
-    """
+    refused once it (or its ``declared`` Content-Length) passes ``MAX_UPLOAD_BYTES``; the temp file is
+    removed when the ``with`` block raises, :func:`store_upload` keeps it."""
 
     def __init__(self, directory: Path, name: str, declared: int | None) -> None:
         if len(name) > MAX_NAME_CHARS:
@@ -103,12 +84,7 @@ class UploadSpool:
             self.path.unlink(missing_ok=True)
 
     def write(self, chunk: bytes) -> None:
-        """Append ``chunk``.
-
-        Raises:
-            UploadError: the upload is now over the limit.
-            DiskFullError: the disk is full.
-        """
+        """Append ``chunk`` (UploadError over the limit, DiskFullError on a full disk)."""
         self.size += len(chunk)
         if self.size > MAX_UPLOAD_BYTES:
             raise UploadError(f"{self.name}: over the upload limit of 64 MiB (refused after 64 MiB)")
@@ -127,14 +103,8 @@ class UploadSpool:
 
 
 def store_upload(spool: UploadSpool, directory: Path) -> tuple[str, ServedImage]:
-    """Check a received upload and store it as ``directory/<key>/<name>`` (a folder of its own, that
-    ``runners/predict.py image_dir=`` can be pointed at), with its format's suffix when its name has no
-    image suffix; returns its key and image. The spool's file is moved there, or removed when refused.
-
-    Raises:
-        UploadError: empty, not an image Pillow reads, corrupt, more pixels than Pillow's
-            decompression-bomb limit, or a format without an image suffix predict lists.
-    """
+    """Check a received upload and move it to ``directory/<key>/<name>`` (a folder for ``predict
+    image_dir=``); returns its key and image. A refused one (UploadError) is removed."""
     name, path = spool.name, spool.path
     try:
         if not spool.size:
@@ -157,11 +127,7 @@ def store_upload(spool: UploadSpool, directory: Path) -> tuple[str, ServedImage]
 
 
 def _stored_name(name: str, image_format: str | None) -> str:
-    """``name`` made safe, with the suffix of ``image_format`` when it has no image suffix.
-
-    Raises:
-        UploadError: no image suffix and a format predict does not list.
-    """
+    """``name`` made safe, with the suffix of ``image_format`` when it has no image suffix."""
     safe = safe_file_name(name)
     if Path(safe).suffix.lower() in IMAGE_SUFFIXES:
         return safe
@@ -175,13 +141,8 @@ def _stored_name(name: str, image_format: str | None) -> str:
 
 
 def _check_pixels(path: Path, name: str) -> str | None:
-    """Refuse an image with more pixels than Pillow's decompression-bomb limit before any is decoded
-    (Pillow itself refuses only twice that, and only warns between); returns its format (None: Pillow
-    does not recognise it, and read_header says what is wrong with it).
-
-    Raises:
-        UploadError: naming the size and the limit.
-    """
+    """Refuse more pixels than Pillow's decompression-bomb limit before any is decoded (Pillow itself
+    refuses only twice that); returns the format (None: not recognised, read_header says why)."""
     limit = Image.MAX_IMAGE_PIXELS
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)

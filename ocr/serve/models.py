@@ -1,10 +1,6 @@
-"""The models the web app serves: a ``.ckpt`` or an exported ONNX model with its own inference settings,
-as one function from an upright image to a probability map.
-
-Each model is restored as ``runners/predict.py`` restores it (``ocr.lightning_modules.restore`` for a
-checkpoint, ``ocr.inference.onnx_runtime`` for an export): the evaluation transform and the
-post-processing come from the checkpoint or the export's sidecar, unless this invocation's command line
-set them.
+"""The models the web app serves: a ``.ckpt`` or an ONNX export, restored as ``runners/predict.py``
+restores them, with the transform and post-processing of the checkpoint or sidecar unless the command
+line set them.
 """
 
 from __future__ import annotations
@@ -37,21 +33,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ServedModel:
-    """One model ready to run.
+    """One model ready to run."""
 
-    Attributes:
-        name: the file it was loaded from.
-        key: the config key that named it (``ckpt``, ``ckpt2`` or ``onnx_model``), for the commands shown.
-        postprocess: the model's post-processing settings (``postprocess.*``, the checkpoint's own).
-        transform: the evaluation transform (letterbox) the model was validated with.
-        network: (1, 3, H, W) float32 normalised images -> (1, 1, H, W) float32 probabilities.
-    """
-
-    name: str
-    key: str
-    postprocess: dict[str, Any]
+    name: str  # the file it was loaded from
+    key: str  # the config key that named it: ckpt, ckpt2 or onnx_model
+    postprocess: dict[str, Any]  # postprocess.*
     transform: EvalTransform
-    network: Callable[[torch.Tensor], torch.Tensor]
+    network: Callable[[torch.Tensor], torch.Tensor]  # (1, 3, H, W) normalised -> (1, 1, H, W) probabilities
 
     def probability_map(self, source: SourceImage) -> tuple[npt.NDArray[np.float32], Geometry]:
         """The (H, W) float32 probability map of ``source`` in input px and the input -> original record."""
@@ -63,14 +51,8 @@ class ServedModel:
 
 
 def load_served_model(cfg: DictConfig, key: str, path: str | Path) -> ServedModel:
-    """Restore the model at ``path`` (an ``.onnx`` file when ``key`` is ``onnx_model``) with its own
-    inference settings taken into a copy of ``cfg``.
-
-    Raises:
-        UsageError: a missing file, a file that is no checkpoint of this project (or no export with its
-            sidecar), or weights that do not fit the network its run config describes; each names the key
-            and the file.
-    """
+    """Restore the model at ``path`` (``.onnx`` when ``key`` is ``onnx_model``) with its own inference
+    settings in a copy of ``cfg``; UsageError, naming key and file, for a file it cannot serve."""
     cfg = copy.deepcopy(cfg)
     with open_dict(cfg):
         cfg.ckpt = str(path)

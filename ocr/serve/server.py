@@ -23,11 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def import_web_stack() -> None:
-    """Check that FastAPI and uvicorn are installed.
-
-    Raises:
-        ModuleNotFoundError: they are not, with the command that installs them.
-    """
+    """Check that FastAPI and uvicorn are installed (else say how to install them)."""
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
@@ -39,11 +35,7 @@ def import_web_stack() -> None:
 
 
 def bind_port(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` (``port=0``: a free one).
-
-    Raises:
-        ConfigValueError: the port is in use or cannot be bound, naming the key and what to do.
-    """
+    """A listening socket on ``host:port`` (``port=0``: a free one); ConfigValueError when it cannot bind."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.bind((host, port))
@@ -98,14 +90,8 @@ def _load(cfg: DictConfig, key: str, path: str) -> ServedModel:
 
 
 def build_app(cfg: DictConfig, upload_dir: Path, data_choice: str, address: tuple[str, int]) -> Any:
-    """The FastAPI app of ``cfg`` served at ``address`` (the bound socket's IP address and port): the
-    first model must load (else its error is raised); a second one that does not is reported in the
-    console and the page, and the app serves the first alone.
-
-    Raises:
-        UsageError: no model named, the first model unusable, an entry of ``model_dirs`` that is no
-            folder, or ``data.root``'s split unreadable.
-    """
+    """The FastAPI app of ``cfg`` served at ``address`` (IP, port): the first model must load; a second
+    one that does not is reported in the console and the page, and the first is served alone."""
     import_web_stack()
     from ocr.serve.app import create_app
     from ocr.serve.split import SplitBrowser

@@ -25,11 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class SplitBrowser:
-    """The images of split ``split`` of ``data_cfg.root``, registered in ``state`` as ``<split>/<file>``.
-
-    Raises:
-        UsageError: the split's annotation file or images are missing (the data module's messages).
-    """
+    """The images of split ``split`` of ``data_cfg.root``, registered in ``state`` as ``<split>/<file>``."""
 
     def __init__(self, state: ServeState, data_cfg: DictConfig, split: str) -> None:
         datamodule = instantiate(data_cfg, root=data_cfg.root, test_split=split, synthetic=None)
@@ -43,9 +39,7 @@ class SplitBrowser:
             key = f"{split}/{entry.file_name}"
             truth = GroundTruth(entry.polygons, entry.ignore, entry.texts)
             path = dataset.image_dir / entry.file_name
-            state.add_image(
-                key, ServedImage(path, entry.file_name, entry.orig_width, entry.orig_height, truth)
-            )
+            state.images[key] = ServedImage(path, entry.file_name, entry.orig_width, entry.orig_height, truth)
             self.keys.append(key)
         self.rows: dict[str, dict[str, Any]] = {}
         self.failed: dict[str, str] = {}

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from ocr.data.scan import load_source
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.models.postprocess import DBPostProcessor
+from ocr.reporting.collect import report_record
 from ocr.reporting.html import image_card
 from ocr.serve.images import ServedImage, UploadError, UploadSpool, store_upload
 from ocr.serve.models import CONTROL_KEYS, ServedModel
@@ -35,14 +36,8 @@ log = logging.getLogger(__name__)
 
 
 class ServeState:
-    """Models by slot (``"1"``, and ``"2"`` with a second checkpoint), images by key, cached maps.
-
-    Args:
-        models: the loaded models by slot.
-        errors: a message per slot whose model could not be loaded (shown in the page).
-        upload_dir: where uploads are stored.
-        options: CLEval options for images with labels (a split's).
-    """
+    """Models by slot (``"1"``, ``"2"``), ``errors`` of the slots that failed to load, images by key,
+    cached maps; ``options`` score images with labels."""
 
     def __init__(
         self,
@@ -61,19 +56,11 @@ class ServeState:
         self._maps_lock = threading.Lock()  # requests and the split's scoring thread share the cache
 
     def add_upload(self, spool: UploadSpool) -> str:
-        """Store a received upload (see :func:`store_upload`); returns its key.
-
-        Raises:
-            UploadError: the file is not an image the app can use.
-        """
+        """Store a received upload (see :func:`store_upload`); returns its key."""
         key, image = store_upload(spool, self.upload_dir)
         self.images[key] = image
         log.info("Upload %s (%d x %d px) stored as %s", image.name, image.width, image.height, image.path)
         return key
-
-    def add_image(self, key: str, image: ServedImage) -> None:
-        """Register an image read from elsewhere (a split)."""
-        self.images[key] = image
 
     def set_model(self, slot: str, model: ServedModel) -> None:
         """Serve ``model`` in ``slot`` from now on (its cached maps dropped)."""
@@ -84,23 +71,14 @@ class ServeState:
                 del self._maps[cached]
 
     def model(self, slot: str) -> ServedModel:
-        """The model in ``slot``.
-
-        Raises:
-            KeyError: no model is loaded there (the message says why when loading failed).
-        """
+        """The model in ``slot`` (KeyError says why when there is none)."""
         if slot not in self.models:
             raise KeyError(self.errors.get(slot, f"no model in slot {slot!r}"))
         return self.models[slot]
 
     def probability_map(self, slot: str, key: str) -> tuple[npt.NDArray[np.float32], Geometry, float]:
         """The (H, W) probability map of image ``key`` under model ``slot`` (cached), its geometry, and the
-        seconds the network took (0 when cached).
-
-        Raises:
-            KeyError: unknown image or slot.
-            UploadError: the image file cannot be decoded after all.
-        """
+        seconds the network took (0 when cached)."""
         with self._maps_lock:
             cached = self._maps.get((slot, key))
             if cached is not None:
@@ -122,25 +100,16 @@ class ServeState:
         return prob_map, geometry, seconds
 
     def detect(self, slot: str, key: str, controls: Mapping[str, float]) -> dict[str, Any]:
-        """Post-process image ``key``'s map under model ``slot`` with the model's settings and
-        ``controls`` (``thresh``, ``box_thresh``, ``unclip_ratio``): the report's card for it (polygons
-        in original px, scores, and CLEval outcomes and P/R/H when the image has labels) and timings.
-
-        Raises:
-            KeyError: unknown image or slot.
-            ConfigValueError: a control outside its range (the post-processor checks it).
-        """
+        """Post-process image ``key``'s map under model ``slot`` with its settings and ``controls``: the
+        report's card (polygons in original px, scores, CLEval when labelled) and timings."""
         prob_map, geometry, network_seconds = self.probability_map(slot, key)
         model, image = self.models[slot], self.images[key]
         settings = {**model.postprocess, **{k: float(controls[k]) for k in CONTROL_KEYS if k in controls}}
         started = time.perf_counter()
         polygons, scores = postprocess(prob_map, geometry, settings)
         seconds = time.perf_counter() - started
-        record: dict[str, Any] = {"image_id": image.name, "polygons": polygons, "scores": scores}
-        truth = image.truth
-        if truth is not None:
-            record |= {"gt_polygons": truth.polygons, "gt_ignore": truth.ignore, "gt_texts": truth.texts}
-        card, _ = image_card(0, record, self.options if truth is not None else None)
+        record = report_record(image.name, polygons, scores, image.truth)
+        card, _ = image_card(0, record, self.options if image.truth is not None else None)
         card |= {
             "size": [geometry.orig_width, geometry.orig_height],
             "settings": settings,

@@ -24,7 +24,7 @@ def test_extra_roots_add_their_train_images_and_report_each_root(
         module.setup("fit")
     train = module.datasets["train"]
     assert isinstance(train, TrainSets) and len(train) == 5
-    assert [p.root for p in train.parts] == [root, pseudo]
+    assert [p.root for p in train.datasets] == [root, pseudo]
     assert len(module.datasets["val"]) == 3  # validation reads the root only
     lines = [r.getMessage() for r in caplog.records]
     assert any(f"train dataset <data.root={root}>" in line for line in lines)

@@ -11,7 +11,7 @@ import lightning as L
 import pytest
 from omegaconf import DictConfig
 
-from ocr.lightning_modules.callbacks import preflight
+from ocr.run import guard
 from ocr.run.guard import PreflightError
 from ocr.utils.io import DiskFullError
 
@@ -37,7 +37,7 @@ def test_too_little_space_for_one_checkpoint_stops_the_run_at_start(
     runner_module: Callable[[str], ModuleType],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(preflight, "free_bytes", lambda path: (3 * 2**20, Path("/mnt/small")))
+    monkeypatch.setattr(guard, "free_bytes", lambda path: (3 * 2**20, Path("/mnt/small")))
     with pytest.raises(PreflightError) as caught:
         runner_module("train").train(make_cfg(tmp_path))
     message = str(caught.value)

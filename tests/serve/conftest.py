@@ -28,23 +28,29 @@ def page_token(page: str) -> str:
     return found.group(1)
 
 
-@pytest.fixture
-def serve_app(
-    tmp_path: Path, compose_cfg: Callable[[str, list[str], Path], DictConfig], tiny_checkpoint: Path
-) -> Callable[..., Any]:
-    """``serve_app(*overrides)``: a TestClient of the app on the tiny checkpoint with those overrides,
-    sending what the app's own page sends (its Host, and its token on a POST)."""
+def app_client(cfg: DictConfig, upload_dir: Path) -> Any:
+    """A TestClient of the app of ``cfg`` sending what the app's own page sends (its Host, and its token
+    on a POST)."""
     from fastapi.testclient import TestClient
 
     from ocr.serve.guard import TOKEN_HEADER
     from ocr.serve.server import build_app
 
-    def make(*overrides: str) -> TestClient:
+    app = build_app(cfg, upload_dir, "receipts", ADDRESS)
+    client = TestClient(app, base_url=f"http://{ADDRESS[0]}:{ADDRESS[1]}")
+    client.headers[TOKEN_HEADER] = page_token(client.get("/").text)
+    return client
+
+
+@pytest.fixture
+def serve_app(
+    tmp_path: Path, compose_cfg: Callable[[str, list[str], Path], DictConfig], tiny_checkpoint: Path
+) -> Callable[..., Any]:
+    """``serve_app(*overrides)``: :func:`app_client` of the tiny checkpoint with those overrides."""
+
+    def make(*overrides: str) -> Any:
         cfg = compose_cfg("serve", [f"ckpt={tiny_checkpoint}", *overrides], tmp_path / "run")
-        app = build_app(cfg, tmp_path / "uploads", "receipts", ADDRESS)
-        client = TestClient(app, base_url=f"http://{ADDRESS[0]}:{ADDRESS[1]}")
-        client.headers[TOKEN_HEADER] = page_token(client.get("/").text)
-        return client
+        return app_client(cfg, tmp_path / "uploads")
 
     return make
 

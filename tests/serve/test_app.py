@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.serve.conftest import app_client
+
 
 def _png_bytes(width: int = 200, height: int = 120) -> bytes:
     """A receipt-like image: dark text bars on white."""
@@ -137,17 +139,13 @@ def test_port_in_use_is_a_clear_error() -> None:
 def test_an_onnx_export_is_served_beside_its_checkpoint(
     tiny_checkpoint: Path, tmp_path: Path, compose_cfg: Any, runner_module: Any
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from ocr.serve.server import build_app
-
     images = tmp_path / "parity"
     images.mkdir()
     (images / "receipt.png").write_bytes(_png_bytes())
     export = compose_cfg("export", [f"ckpt={tiny_checkpoint}", f"parity.image_dir={images}"], tmp_path / "x")
     model = runner_module("export").export(export)["model"]
     cfg = compose_cfg("serve", [f"onnx_model={model}", f"ckpt2={tiny_checkpoint}"], tmp_path / "run")
-    client = TestClient(build_app(cfg, tmp_path / "uploads", "receipts"))
+    client = app_client(cfg, tmp_path / "uploads")
     assert client.get("/api/info").json()["models"]["1"]["key"] == "onnx_model"
     key = _upload(client, _png_bytes(), "receipt.png").json()["key"]
     onnx_card = client.post("/api/detect", json={"key": key, "slot": "1", "thresh": 0.35}).json()

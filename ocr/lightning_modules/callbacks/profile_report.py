@@ -43,18 +43,8 @@ def top_ops_report(events: torch.autograd.profiler_util.EventList, row_limit: in
 
 
 class ReportingProfiler(PyTorchProfiler):
-    """``PyTorchProfiler`` with an explicit schedule and a ``top_ops.txt`` report.
-
-    Args:
-        dirpath: output folder (created).
-        filename: stem of Lightning's summary file.
-        row_limit: rows per table.
-        wait: steps skipped before recording (the first step includes one-off start-up costs).
-        warmup: steps recorded but discarded.
-        active: steps recorded into the trace.
-        profile_memory: record tensor allocations (the memory tables).
-        record_shapes: record operator input shapes.
-    """
+    """``PyTorchProfiler`` on the schedule ``wait``/``warmup``/``active`` steps (the first steps carry
+    one-off start-up costs), with a ``top_ops.txt`` report of ``row_limit`` rows per table."""
 
     def __init__(
         self,

@@ -1,19 +1,10 @@
 """Training progress for any console, with the run's data-wait figure.
 
-The rich bar on a terminal, plain log lines everywhere else. Both report the share of training time spent
-waiting for the train loader: the train stream (``ocr.data.stream``) adds up the seconds the loop spends
-blocked in ``next()`` on its DataLoader iterator and the wait for each epoch's first batch (host clocks:
-no device sync), divided here by the training wall time between the same moments, validation left out:
-
-- on the bar or in the progress lines, over their own interval;
-- ``train/data_wait`` (over each logging interval) and ``train/first_batch_wait_s`` (each epoch) to the
-  run's loggers (the metrics CSV, wandb), as plain floats;
-- at the end of training one line, ``data wait: 4 % of training step time ...``, or a warning from
-  ``input_bound_share`` on (``input-bound: 61 % of training step time waiting for data ...``) that says
-  what to change; the run's final metrics (``metrics.json``) get ``train/data_wait``.
-
-On a GPU the host runs ahead of the device, so a host-side wait is an upper bound of the time the device
-idles for data.
+The rich bar on a terminal, plain log lines everywhere else. Both show the share of training wall time
+(validation left out) the loop waited for the train stream's batches (``ocr.data.stream``, host clocks,
+an upper bound of the device's idle time on a GPU); the loggers get ``train/data_wait`` and
+``train/first_batch_wait_s``, and the end of training logs the fit's share, as a warning with advice from
+``input_bound_share`` on.
 """
 
 from __future__ import annotations
@@ -23,7 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import torch
@@ -33,23 +24,18 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
 from ocr.data.stream import LoaderWait
+from ocr.utils.config_types import Bounds, NonNegativeFloat
 from ocr.utils.text import plural
 
-__all__ = ["PlainProgress", "RichProgress", "progress_bar"]
+__all__ = ["PlainProgress", "RichProgress", "images_in", "progress_bar"]
 
 log = logging.getLogger(__name__)
 
+Share = Annotated[float, Bounds(0.0, 1.0, low_open=True)]  # bounds checked when the config is read
 
-def progress_bar(*, every_n_seconds: float, leave: bool, input_bound_share: float) -> ProgressBar:
-    """The rich bar when stdout is a terminal, else :class:`PlainProgress` (``> log``, ``nohup``, CI),
-    where a bar's redraws would reach the log as nothing or as noise.
 
-    Args:
-        every_n_seconds: interval of the plain progress lines.
-        leave: keep the rich bar of a finished epoch on the screen.
-        input_bound_share: from this share of training step time spent waiting for data on, the end of
-            training warns that the run is input-bound and says what to change.
-    """
+def progress_bar(*, every_n_seconds: NonNegativeFloat, leave: bool, input_bound_share: Share) -> ProgressBar:
+    """The rich bar when stdout is a terminal, else :class:`PlainProgress` (``> log``, ``nohup``, CI)."""
     if sys.stdout.isatty():
         return RichProgress(leave=leave, input_bound_share=input_bound_share)
     return PlainProgress(every_n_seconds=every_n_seconds, input_bound_share=input_bound_share)
@@ -84,11 +70,6 @@ class _DataWait(ProgressBar):
 
     def __init__(self, *, input_bound_share: float, **bar_args: Any) -> None:
         super().__init__(**bar_args)  # the bar's own (RichProgressBar: leave)
-        if not 0 < input_bound_share <= 1:
-            raise ValueError(
-                "callbacks.progress_bar.input_bound_share: expected a share in (0, 1], "
-                f"got {input_bound_share}"
-            )
         self.input_bound_share = input_bound_share
         self._bar_window = _WaitWindow()
         self._log_window = _WaitWindow()
@@ -156,9 +137,8 @@ class _DataWait(ProgressBar):
             self._summarise(trainer, wait, share)
 
     def _take_wait_text(self, trainer: L.Trainer) -> str | None:
-        """``data wait 61 %`` over the bar's window (and ``(epoch start 0.48 s)``: the latest epoch's
-        first-batch wait, when one was waited for), then a new window; None without a train stream or an
-        open window."""
+        """``data wait 61 % (epoch start 0.48 s)`` over the bar's window, then a new window (None: no
+        stream or no open window)."""
         wait = _loader_wait(trainer)
         if wait is None:
             return None
@@ -226,21 +206,11 @@ class RichProgress(_DataWait, RichProgressBar):
 
 class PlainProgress(_DataWait):
     """Logs ``step 120/200 (60%) | epoch 3 | loss 0.8123 | 12.3 img/s | data wait 4 % | elapsed 1:02 |
-    ETA 0:41`` every ``every_n_seconds`` during training, and a line with the validation metrics after
-    each validation. The data-wait share is over the same interval as the rate (validations left out).
-
-    Lines go through ``logging`` (console and ``train.log``), on global rank 0 only. Reading the loss
-    costs one host-device sync per line, not per step.
-
-    Args:
-        every_n_seconds: seconds between two progress lines (0 = after every step).
-        input_bound_share: see :func:`progress_bar`.
-    """
+    ETA 0:41`` every ``every_n_seconds`` (0: every step; one loss sync per line), and the validation
+    metrics after each validation."""
 
     def __init__(self, *, every_n_seconds: float, input_bound_share: float) -> None:
         super().__init__(input_bound_share=input_bound_share)
-        if not every_n_seconds >= 0:
-            raise ValueError(f"callbacks.progress_bar.every_n_seconds: expected >= 0, got {every_n_seconds}")
         self.every_n_seconds = every_n_seconds
         self._enabled = True
         self._start = 0.0
@@ -271,7 +241,7 @@ class PlainProgress(_DataWait):
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if not self._enabled:
             return
-        self._window_images += _batch_size(batch) or 0
+        self._window_images += images_in(batch)
         now = time.monotonic()
         if now - self._last_line < self.every_n_seconds:
             return
@@ -331,12 +301,10 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def _batch_size(batch: Any) -> int | None:
-    if isinstance(batch, Mapping):
-        batch = batch.get("images")
-    elif isinstance(batch, list | tuple) and batch:
-        batch = batch[0]
-    return int(batch.shape[0]) if isinstance(batch, Tensor) and batch.ndim else None
+def images_in(batch: Any) -> int:
+    """The images of a training batch (0 when it holds no ``images`` tensor)."""
+    images = batch.get("images") if isinstance(batch, Mapping) else None
+    return int(images.shape[0]) if isinstance(images, Tensor) and images.ndim else 0
 
 
 def _fitting(trainer: L.Trainer) -> bool:

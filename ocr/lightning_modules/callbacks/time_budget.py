@@ -1,24 +1,12 @@
 """Size a run by wall-clock time, and score the final weights of every run.
 
-A fixed step count takes 4 minutes on one CPU and 12 on another. With ``minutes`` set, the callback times
-``measure_steps`` optimizer steps (after ``skip_steps`` warm-up steps: thread pools, first allocations)
-and plans the run once: the most whole epochs whose steps, validations and test after fit end within
-``minutes`` of the process start, never more steps than configured. The plan is one number, the trainer's
-``max_steps``: the LR schedule reads the run's length at every step (``ocr.lightning_modules.schedule``),
-so it decays to its end value at the plan's last step. A run that validates every N steps
-(``trainer.check_val_every_n_epoch=null trainer.val_check_interval=N``) is planned in whole intervals
-of N steps instead of epochs.
-
-Steps can slow down after that (a loaded machine, slower data): before an epoch's last step the rest is
-priced at that epoch's step time and the last validation's, and when it no longer fits, the plan is
-shortened by the same rule, with a warning (never lengthened).
-
-Budget or not, the run's last step is validated (``trainer.max_steps`` mid-epoch, a last epoch off the
-validation interval, a shortened plan): the final weights are scored and can be the best checkpoint.
-
-The plan is saved in checkpoints. A resume keeps it unless it changed the run's length
-(``trainer.max_steps=400``), validation interval or budget (``time_budget_minutes=10``): then it plans
-again, for the budget counted from the resumed process's start.
+With ``minutes`` set, the callback times ``measure_steps`` optimizer steps (after ``skip_steps`` warm-up)
+and plans once: the most whole epochs (or validation intervals, with ``check_val_every_n_epoch=null``)
+whose steps, validations and test end within ``minutes`` of the process start, never more steps than
+configured. The plan is the trainer's ``max_steps``, which the LR schedule reads at every step. Before an
+epoch's last step the rest is priced again, and a plan that no longer fits is shortened (never
+lengthened). Budget or not, the run's last step is validated. The plan is saved in checkpoints; a resume
+that changes the length, validation interval or budget plans again.
 """
 
 from __future__ import annotations
@@ -35,7 +23,9 @@ from typing import Any, NamedTuple
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from ocr.lightning_modules.callbacks.progress import images_in
 from ocr.lightning_modules.ranks import decided_on_rank_zero
+from ocr.utils.config_types import NonNegativeInt, PositiveFloat, PositiveInt
 from ocr.utils.text import plural
 
 __all__ = ["BudgetPlan", "Costs", "TimeBudget", "plan_steps", "rest_cost", "run_started", "validations"]
@@ -58,12 +48,8 @@ def process_started() -> float:
 
 
 def run_started(max_startup_seconds: float = 120.0) -> float:
-    """Wall-clock start of the run the budget counts from.
-
-    A runner process counts from its own start, so imports and config composition are inside the budget.
-    A process already older than ``max_startup_seconds`` when the run is set up (pytest, a notebook)
-    started long before this run: the run counts from now.
-    """
+    """Wall-clock start of the run: the process start (imports inside the budget), or now for a process
+    older than ``max_startup_seconds`` (pytest, a notebook)."""
     started, now = process_started(), time.time()
     return started if now - started <= max_startup_seconds else now
 
@@ -108,10 +94,9 @@ def rest_cost(costs: Costs, max_steps: int) -> float:
 
 
 def plan_steps(costs: Costs, cap: int) -> tuple[int, bool]:
-    """The run's optimizer steps: ``cap`` when the rest of the run fits in ``costs.seconds_left``, else
-    the most whole blocks that do, at most ``cap`` steps (-1: no cap) and at least to the end of the block
-    in progress (of the next one at a block's end: a resumed run trains). Returns ``(steps, fits)``;
-    ``fits`` is False when even that one block is too long."""
+    """``(steps, fits)``: ``cap`` (-1: none) when the rest fits in ``costs.seconds_left``, else the most
+    whole blocks that do, at least to the end of the block in progress; ``fits`` is False when even that
+    one block is too long."""
     if cap >= 0 and rest_cost(costs, cap) <= costs.seconds_left:
         return cap, True
     per_block = costs.steps_per_block
@@ -124,35 +109,20 @@ def plan_steps(costs: Costs, cap: int) -> tuple[int, bool]:
 
 
 class TimeBudget(Callback):
-    """Fit the run into ``minutes`` of wall-clock time from the process start; validate its last step.
-
-    Args:
-        minutes: the whole run's budget (start-up, training, validations, test); None turns it off.
-        test_after_fit: the runner tests the best checkpoint after fit (one more evaluation to reserve).
-        measure_steps: optimizer steps timed to estimate the step time.
-        skip_steps: first optimizer steps left out of the timing.
-        eval_cost: seconds to evaluate one image, as a multiple of the seconds to train on one (evaluation
-            runs at the full letterbox size, then post-processing and CLEval); until a validation is timed.
-        reserve_seconds: margin for what is not measured (best-checkpoint reload, final writes).
-    """
+    """Fit the run into ``minutes`` (None: off) of wall-clock time from the process start, reserving one
+    more evaluation when ``test_after_fit``; validate its last step. Until a validation is timed, one image
+    is priced at ``eval_cost`` times a training image; ``reserve_seconds`` covers the final writes."""
 
     def __init__(
         self,
         *,
-        minutes: float | None,
+        minutes: PositiveFloat | None,  # bounds checked when the config is read
         test_after_fit: bool,
-        measure_steps: int = 5,
-        skip_steps: int = 2,
+        measure_steps: PositiveInt = 5,
+        skip_steps: NonNegativeInt = 2,
         eval_cost: float = 1.5,
         reserve_seconds: float = 20.0,
     ) -> None:
-        if minutes is not None and minutes <= 0:
-            raise ValueError(f"time_budget.minutes: expected a positive number or null, got {minutes}")
-        if measure_steps < 1 or skip_steps < 0:
-            raise ValueError(
-                "time_budget: expected measure_steps >= 1 and skip_steps >= 0, "
-                f"got {measure_steps} and {skip_steps}"
-            )
         self.minutes = minutes
         self.test_after_fit = test_after_fit
         self.measure_steps = measure_steps
@@ -182,8 +152,7 @@ class TimeBudget(Callback):
         )
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """A loaded plan is applied here, before Lightning restores the LR schedule's step (which then
-        gets the LR of the planned length)."""
+        """Apply a loaded plan before Lightning restores the LR schedule's step."""
         total = trainer.estimated_stepping_batches  # max_steps or max_epochs, whichever ends first
         self._configured = (int(total) if math.isfinite(total) else -1, trainer.check_val_every_n_epoch or 1)
         if self.minutes is None or self.plan is None:
@@ -210,8 +179,7 @@ class TimeBudget(Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        """Before an epoch's last step: shorten the plan when the rest no longer fits at this epoch's step
-        time (the shortened plan's last step is this one or a later epoch's, validated either way)."""
+        """Before an epoch's last step: shorten the plan when the rest no longer fits at this epoch's pace."""
         mark = self._epoch_mark
         if self.plan is None or mark is None or not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
             return
@@ -229,7 +197,7 @@ class TimeBudget(Callback):
             if step - first <= self.skip_steps:
                 self._timer = (first, step, now)
             elif step - timed_from >= self.measure_steps:
-                self._images_per_batch = _images_in(batch)
+                self._images_per_batch = images_in(batch)
                 self._decide(trainer, (now - since) / (step - timed_from), cap=self._configured[0])
         if trainer.enable_validation and _is_last_step(trainer):
             if trainer.check_val_every_n_epoch is not None:
@@ -342,22 +310,15 @@ def _is_last_step(trainer: L.Trainer) -> bool:
 
 
 def _steps_per_block(trainer: L.Trainer) -> int:
-    """Optimizer steps per epoch, or between two validations when they are counted in batches
-    (Lightning's ``val_check_batch``, from ``val_check_interval`` with ``check_val_every_n_epoch=None``)."""
+    """Optimizer steps per epoch, or between two validations counted in batches (``val_check_batch``)."""
     batches, check = trainer.num_training_batches, trainer.val_check_batch
     if trainer.check_val_every_n_epoch is None and check is not None and math.isfinite(check):
         batches = int(check)
     return max(1, math.ceil(batches / trainer.accumulate_grad_batches))
 
 
-def _images_in(batch: Any) -> int:
-    images = batch.get("images") if isinstance(batch, dict) else None
-    return int(images.shape[0]) if images is not None else 1
-
-
 def _val_images(trainer: L.Trainer) -> int:
-    """Images one validation scores: from Lightning's loaders once loaded (at fit start when the first
-    epoch validates), else the datamodule's validation set."""
+    """Images one validation scores: Lightning's loaders once loaded, else the datamodule's val set."""
     if trainer.limit_val_batches == 0:
         return 0
     loaders = trainer.val_dataloaders

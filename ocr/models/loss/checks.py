@@ -76,14 +76,8 @@ def _check_tensor(name: str, value: Any, ref: Tensor | None, batch: Mapping[str,
 
 
 def check_metadata(output: DBOutput, batch: Mapping[str, Any]) -> dict[str, Tensor]:
-    """Check keys, shapes, dtypes and devices (no data access, no sync).
-
-    Returns:
-        The three logits and four targets by name, each (B, 1, H, W).
-
-    Raises:
-        LossInputError: naming the tensor, expected vs got, and the batch's image ids.
-    """
+    """Check keys, shapes, dtypes and devices (no data access, no sync): the three logits and four
+    targets by name, each (B, 1, H, W)."""
     missing = [k for k in TARGET_KEYS if k not in batch]
     if missing:
         raise _fail(f"batch[{missing[0]!r}]", f"keys {list(TARGET_KEYS)}", f"keys {sorted(batch)}", batch)
@@ -129,11 +123,6 @@ def _assert_values(tensors: Mapping[str, Tensor], batch: Mapping[str, Any]) -> N
             raise LossInputError(f"{message} ({image_ids_of(batch)})") from exc
 
 
-def _values_valid(tensors: Mapping[str, Tensor]) -> Tensor:
-    """One 0-d bool on the device: all logits finite and all targets in [0, 1] (no sync)."""
-    return torch.stack(list(_value_conditions(tensors).values())).all()
-
-
 def _ids_where(bad_per_image: Tensor, batch: Mapping[str, Any]) -> list[str]:
     ids: Sequence[Any] = batch.get("image_id") or [f"#{i}" for i in range(len(bad_per_image))]
     return [str(ids[i]) for i, bad in enumerate(bad_per_image.tolist()) if bad]
@@ -163,25 +152,15 @@ def _check_values_strict(tensors: Mapping[str, Tensor], batch: Mapping[str, Any]
 def check_loss_inputs(
     output: DBOutput, batch: Mapping[str, Any], mode: ValueCheckMode
 ) -> tuple[dict[str, Tensor], Tensor | None]:
-    """Validate the model output and batch targets for the DB loss.
-
-    Metadata (keys, shape, dtype, device) is always checked on the host. Values (finite logits,
-    targets in [0, 1]) depend on ``mode`` (see :func:`value_check_mode`).
-
-    Returns:
-        The three logits and four targets by name, each (B, 1, H, W), and in ``flag`` mode a 0-d bool
-        tensor on their device that is False when a value check failed (``None`` in the other modes).
-
-    Raises:
-        LossInputError: bad metadata, or bad values in ``strict`` and ``assert`` mode.
-    """
+    """The checked logits and targets by name, each (B, 1, H, W), and in ``flag`` mode a 0-d bool on
+    their device, False when a value check failed (None in the other modes, which raise)."""
     tensors = check_metadata(output, batch)
     if mode == "strict":
         _check_values_strict(tensors, batch)
     elif mode == "assert":
         _assert_values(tensors, batch)
     elif mode == "flag":
-        return tensors, _values_valid(tensors)
+        return tensors, torch.stack(list(_value_conditions(tensors).values())).all()  # no sync
     else:
         raise ValueError(f"mode: expected one of 'strict', 'assert', 'flag', got {mode!r}")
     return tensors, None

@@ -8,6 +8,7 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,12 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.loggers import CSVLogger
+from omegaconf import DictConfig
 
 from ocr.data.dataset import ReceiptDataset
 from ocr.lightning_modules.callbacks.progress import PlainProgress, RichProgress, progress_bar
+from ocr.utils.config_types import check_config_types
+from ocr.utils.errors import UsageError
 from tests.helpers.receipt_fixtures import make_root, receipt_datamodule
 from tests.helpers.triage_tiny import TinyModule, tiny_loader
 
@@ -70,9 +74,20 @@ def test_plain_lines_at_each_interval_and_validation(
     assert all("val/hmean 0.2500" in v and "ETA" in v for v in validations)
 
 
-def test_rejects_a_negative_interval() -> None:
-    with pytest.raises(ValueError, match="callbacks.progress_bar.every_n_seconds"):
-        PlainProgress(every_n_seconds=-1, input_bound_share=SHARE)
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("every_n_seconds=-1", "callbacks.progress_bar.every_n_seconds: expected >= 0.0, got -1"),
+        ("input_bound_share=1.5", "callbacks.progress_bar.input_bound_share: expected a value in (0.0, 1.0]"),
+        ("input_bound_share=0", "callbacks.progress_bar.input_bound_share: expected a value in (0.0, 1.0]"),
+    ],
+)
+def test_the_config_check_refuses_a_negative_interval_or_a_share_outside_0_1(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, override: str, message: str
+) -> None:
+    cfg = compose_cfg("train", [f"callbacks.progress_bar.{override}"], tmp_path)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        check_config_types(cfg)
 
 
 class FastStep(L.LightningModule):
@@ -166,8 +181,3 @@ def test_the_rich_bar_shows_the_share(tmp_path: Path, monkeypatch: pytest.Monkey
         module, datamodule=receipt_datamodule(make_root(tmp_path / "data", num_images=4), crop_size=32)
     )
     assert re.fullmatch(r"wait \d+ %.*", str(bar.get_metrics(trainer, module)["data"]))
-
-
-def test_rejects_a_share_outside_0_1() -> None:
-    with pytest.raises(ValueError, match="callbacks.progress_bar.input_bound_share"):
-        progress_bar(every_n_seconds=5, leave=False, input_bound_share=1.5)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,10 +12,13 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from omegaconf import DictConfig
 
 from ocr.lightning_modules.callbacks import time_budget
 from ocr.lightning_modules.callbacks.time_budget import BudgetPlan, Costs, TimeBudget, plan_steps
 from ocr.lightning_modules.schedule import WarmupDecaySchedule
+from ocr.utils.config_types import check_config_types
+from ocr.utils.errors import UsageError
 from tests.helpers.triage_tiny import TinyModule, quiet_cpu_trainer, run_checkpoint, tiny_loader
 
 SECONDS_PER_STEP = 1.0
@@ -341,11 +346,22 @@ def test_the_budget_counts_from_the_runner_start_or_from_now_in_a_long_lived_pro
     assert time_budget.run_started(max_startup_seconds=120.0) == counts_from
 
 
-def test_budget_rejects_bad_settings() -> None:
-    with pytest.raises(ValueError, match="minutes"):
-        TimeBudget(minutes=0, test_after_fit=True)
-    with pytest.raises(ValueError, match="measure_steps"):
-        TimeBudget(minutes=5, test_after_fit=True, measure_steps=0)
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("time_budget_minutes=0", "callbacks.time_budget.minutes: expected > 0.0, got 0"),
+        (
+            "+callbacks.time_budget.measure_steps=0",
+            "callbacks.time_budget.measure_steps: expected >= 1, got 0",
+        ),
+        ("+callbacks.time_budget.skip_steps=-1", "callbacks.time_budget.skip_steps: expected >= 0, got -1"),
+    ],
+)
+def test_the_config_check_refuses_bad_budget_settings(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, override: str, message: str
+) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        check_config_types(compose_cfg("train", [override], tmp_path))
 
 
 def test_a_run_that_fits_keeps_its_configured_steps(tmp_path: Path, clock: SimpleNamespace) -> None:
