@@ -1,12 +1,9 @@
 """The one config check, and config composition outside a Hydra run.
 
-:func:`check_config` runs once per run, in the entry decorator, before anything is written or loaded.
-First the rules that need only the composed config (a value against another: the training crop against
-the largest scaled image; the evaluation pool; the optimizer's signs; the export's input side), values
-given literally before those behind an interpolation (resolving ``${hw.pick:...}`` imports torch); then
-each value bound for a ``_target_`` argument against that argument's annotation and each key against
-the target's parameters (``ocr.utils.config_types``). A value is checked here or in its constructor, not
-in both.
+:func:`check_config` runs once per run, in the entry decorator, before anything is written or loaded:
+first the rules that relate values of the composed config (literal values before interpolations, whose
+``${hw.pick:...}`` imports torch), then every value bound for a ``_target_`` argument against its
+annotation (``ocr.utils.config_types``). A value is checked here or in its constructor, not in both.
 """
 
 from __future__ import annotations
@@ -32,11 +29,8 @@ _MISSING = object()
 
 
 def _check_values(cfg: DictConfig) -> None:
-    """Apply every rule to ``cfg``; a key the config lacks or cannot resolve is left to its reader.
-
-    Raises:
-        ConfigValueError: one line per value out of range, each naming the key, the value and the range.
-    """
+    """Apply every rule to ``cfg`` (ConfigValueError lists each value out of range); a key the config
+    lacks or cannot resolve is left to its reader."""
     # Values given literally first: resolving a preset's ${hw.pick:...} imports torch to look for a GPU,
     # seconds that a refusal of a value typed on the command line need not wait for.
     for literal_only in (True, False):
@@ -163,13 +157,7 @@ def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | 
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Apply the value rules, then check every value bound for a ``_target_``
-    argument against that argument's annotation and every key against the target's parameters.
-
-    Raises:
-        ConfigValueError: one line per value out of range (all are listed), naming the key, the value and
-            the range; a key no target takes.
-        ConfigValueTypeError: values of the wrong type (all are listed).
-    """
+    """Apply the value rules, then check every value bound for a ``_target_`` argument against its
+    annotation (ConfigValueTypeError) and every key against the target's parameters (ConfigValueError)."""
     _check_values(cfg)
     check_config_types(cfg)

@@ -1,14 +1,11 @@
 """Crash bundle: on any exception, write what is needed to understand and replay the failure.
 
-``<run dir>/crash/`` gets ``batch.pt`` (the last batch exactly as it was on the CPU, before the device
-transfer: compact tensors and the ``BatchCoding`` that decodes them, see ``ocr.data.coding``),
-``config.yaml``, ``environment.json``, ``traceback.txt``, ``state.json`` (step, epoch, exception, last
-good checkpoint) and ``rng.pt``; on a CUDA out-of-memory error also ``memory.txt`` with
-``torch.cuda.memory_summary()`` and a suggestion; on a CUDA fault the guard adds ``fault.json``
-(kind, stage, step, image ids, when it was seen); after a divergence (non-finite loss or logits) also
-``weights.pt``, the network as it was when the run stopped (:func:`save_divergence_weights`). Nothing is
-copied back from the GPU, and after a CUDA fault the device is not queried at all: the context is dead
-and every CUDA call may fail or block. Each rank writes its own folder (:func:`crash_dir`).
+``<run dir>/crash/`` gets ``batch.pt`` (the last batch as it was on the CPU: compact tensors and their
+``BatchCoding``, see ``ocr.data.coding``), ``config.yaml``, ``environment.json``, ``traceback.txt``,
+``state.json`` (step, epoch, exception, last good checkpoint) and ``rng.pt``; after an OOM ``memory.txt``
+and a suggestion; after a CUDA fault the guard's ``fault.json``; after a divergence ``weights.pt``. Nothing
+is copied back from the GPU, and after a CUDA fault the device is not queried at all. Each rank writes its
+own folder (:func:`crash_dir`).
 """
 
 from __future__ import annotations
@@ -140,18 +137,9 @@ def write_crash_bundle(
     batch: Any,
     batch_idx: int | None,
 ) -> Path:
-    """Write ``run_dir/crash/`` for ``exception`` and return that directory.
-
-    Args:
-        run_dir: the run directory.
-        trainer: the trainer that raised.
-        pl_module: the module (its ``run_config`` when the run directory has no ``config.yaml``).
-        exception: the exception being handled.
-        environment: an environment report taken before the fault (CUDA is not queried again after a
-            CUDA error); ``None`` collects one now.
-        batch: the CPU batch to save as ``batch.pt`` (None: none).
-        batch_idx: its index in the epoch, when known.
-    """
+    """Write the rank's crash folder for ``exception`` and return it; ``environment`` is a report taken
+    before the fault (None: collect one now, without CUDA after a CUDA error), ``batch`` the CPU batch for
+    ``batch.pt`` (None: none) and ``batch_idx`` its index in the epoch."""
     crash = crash_dir(run_dir, trainer.global_rank, trainer.node_rank)
     cuda_fault = is_cuda_fault(exception)
     oom = isinstance(exception, torch.cuda.OutOfMemoryError)
@@ -194,14 +182,9 @@ def write_crash_bundle(
 def save_divergence_weights(
     crash: Path, pl_module: L.LightningModule, exception: BaseException
 ) -> str | None:
-    """After a divergence (a non-finite loss, or non-finite logits caught by the loss's checks), write the
-    network's weights as they are now to ``crash/weights.pt`` (CPU, keyed as ``DBNet.state_dict()``) and
-    return the file name; else None.
-
-    A divergence (``optimizer.lr=1e6``) builds up over updates: fresh weights, or the last checkpoint
-    (which the non-finite guard keeps finite), run the saved batch cleanly, so replay needs these weights to
-    reproduce it. Never after a CUDA fault: the device cannot be read then.
-    """
+    """After a divergence (a non-finite loss or logits), write the network's weights as they are now to
+    ``crash/weights.pt`` (CPU, ``DBNet.state_dict()`` keys) and return the file name; else None. Replay
+    needs them: fresh weights, or the last (finite) checkpoint, run the saved batch cleanly."""
     net = getattr(pl_module, "net", None)
     if not _is_divergence(exception) or not isinstance(net, torch.nn.Module):
         return None

@@ -1,19 +1,12 @@
 """The entry decorator every runner uses, and the small helpers of the thin runners.
 
-``@entry("predict")`` on a runner's task gives the run its shell. Called with a composed config (by
-``main`` under Hydra, or by a test) it checks the config once (``ocr.run.config.check_config``), claims
-the run folder once (``ocr.run.folder.claim_run``: every refusal before the first write, then the lock,
-and for training the run's identity), writes Hydra's record of the invocation, runs the task and, when
-it raises, records how the run ended: a CUDA fault ends the process with 84 (``ocr.run.faults``), a lost
-peer with 87 (``ocr.run.peers``), a stop by a signal with 128 + its number (``.INTERRUPTED``); any other
-error writes ``.FAILURE`` and goes on. ``task.main()`` is the process: Hydra's command line, and an error
-the project raised on purpose (:class:`~ocr.utils.errors.UsageError`) ends it with its message alone and
-exit status 1, the traceback in the log file only (``HYDRA_FULL_ERROR=1``: Hydra's report instead).
-
-A refused start writes nothing into the run folder: Hydra is told to write neither its ``.hydra/`` record
-(``hydra.output_subdir: null``, written here once the folder is claimed) nor the log file before the
-first record (the file handler's ``delay``), the refusal's line goes to the console alone, and the folder
-Hydra created for this run is removed again when it stayed empty.
+``@entry("predict")`` gives a runner's task the run shell: check the config once, claim the run folder
+once (every refusal before the first write), write Hydra's record, run the task and, when it raises,
+record how the run ended (CUDA fault: exit 84; lost peer: 87; a signal: 128 + its number and
+``.INTERRUPTED``; else ``.FAILURE``). ``task.main()`` is the process: a :class:`~ocr.utils.errors.UsageError`
+ends it with its message alone and exit status 1 (``HYDRA_FULL_ERROR=1``: Hydra's report). A refused start
+writes nothing into the run folder: Hydra's ``.hydra/`` is written here once claimed, its log file is
+detached until then, and the folder Hydra created is removed when it stayed empty.
 """
 
 from __future__ import annotations
@@ -38,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ocr.machine.distributed import rank_zero_only_value, warn_unlaunched_multi_node
 from ocr.run.config import CONFIG_DIR, check_config
-from ocr.run.faults import exit_on_cuda_fault
+from ocr.run.faults import error_record, exit_on_cuda_fault, log_file_only
 from ocr.run.folder import (
     STARTED,
     claim_run,
@@ -82,11 +75,7 @@ class RunEntry(Generic[T]):
         functools.update_wrapper(self, task)
 
     def __call__(self, cfg: DictConfig) -> T:
-        """Check, claim, run the task; record how it ended.
-
-        Raises:
-            SystemExit: a stop by a signal (128 + its number).
-        """
+        """Check, claim, run the task; record how it ended (a signal: SystemExit(128 + its number))."""
         run_dir = Path(cfg.paths.output_dir)
         self.claimed = False
         try:
@@ -102,7 +91,8 @@ class RunEntry(Generic[T]):
                 if self.lightning:
                     route_lightning_logs()
                 _write_hydra_record(claim.run_dir, cfg)
-            warn_unlaunched_multi_node(_hardware())
+            hydra_cfg = _hydra()
+            warn_unlaunched_multi_node(hydra_cfg.runtime.choices.get("hardware") if hydra_cfg else None)
             if claim.resume is not None:
                 log.info("%s", claim.resume.summary)
             if self.training:
@@ -145,39 +135,39 @@ def entry(
     called with the config to run and the resume it continues (None: a new run), any other with the
     config; a ``lightning`` one has Lightning's log lines routed once (:func:`route_lightning_logs`)."""
 
-    def decorate(task: Callable[..., T]) -> RunEntry[T]:
-        return RunEntry(task, config_name, training, lightning)
-
-    return decorate
+    return lambda task: RunEntry(task, config_name, training, lightning)
 
 
-def _hardware() -> str | None:
+def _hydra() -> Any | None:
+    """Hydra's config of this run, None outside a Hydra run."""
     from hydra.core.hydra_config import HydraConfig
 
-    return HydraConfig.get().runtime.choices.get("hardware") if HydraConfig.initialized() else None
+    return HydraConfig.get() if HydraConfig.initialized() else None
 
 
 def _hydra_run_dir() -> Path | None:
-    from hydra.core.hydra_config import HydraConfig
+    hydra_cfg = _hydra()
+    return Path(hydra_cfg.runtime.output_dir).resolve() if hydra_cfg is not None else None
 
-    return Path(HydraConfig.get().runtime.output_dir).resolve() if HydraConfig.initialized() else None
+
+def _detach_log_files() -> list[logging.FileHandler]:
+    """Remove the root logger's file handlers (Hydra's log file opens at its first record); returns them."""
+    root = logging.getLogger()
+    files = [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)]
+    for handler in files:
+        root.removeHandler(handler)
+    return files
 
 
 @contextlib.contextmanager
 def _log_files_detached(detach: bool) -> Iterator[None]:
-    """While the run folder is not claimed, log records go to the console only (Hydra's log file is
-    opened at its first record)."""
-    root = logging.getLogger()
-    files = (
-        [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)] if detach else []
-    )
-    for handler in files:
-        root.removeHandler(handler)
+    """While the run folder is not claimed, log records go to the console only."""
+    files = _detach_log_files() if detach else []
     try:
         yield
     finally:
         for handler in files:
-            root.addHandler(handler)
+            logging.getLogger().addHandler(handler)
 
 
 def _remove_hydras_empty_folder(run_dir: Path) -> None:
@@ -195,14 +185,12 @@ def _remove_hydras_empty_folder(run_dir: Path) -> None:
 def _write_hydra_record(run_dir: Path, cfg: DictConfig) -> None:
     """What Hydra would have written before the task: ``.hydra/<time>/{config,hydra,overrides}.yaml``
     (global rank 0; a resumed run adds its own)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if run_dir != _hydra_run_dir():
+    hydra_cfg = _hydra()
+    if hydra_cfg is None or run_dir != _hydra_run_dir():
         return
     subdir = rank_zero_only_value(f".hydra/{datetime.now():%Y-%m-%d_%H-%M-%S}")
     if subdir is None:
         return
-    hydra_cfg = HydraConfig.get()
     record = run_dir / subdir
     atomic_write_text(record / "config.yaml", OmegaConf.to_yaml(cfg))
     atomic_write_text(record / "hydra.yaml", OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})))
@@ -235,37 +223,26 @@ def _record_end(run_dir: Path, exc: BaseException) -> None:
 def exit_with_message(
     exc: BaseException, usage: UsageError, *, logged: bool = False, to_log_files: bool = True
 ) -> NoReturn:
-    """Log ``usage``'s message (unless ``logged`` already) and exit with status 1; the traceback of
-    ``exc`` goes to the log files only, and nothing does when not ``to_log_files`` (a refused start writes
-    nothing into its folder). With ``HYDRA_FULL_ERROR=1``, re-raise ``exc`` instead.
-
-    Raises:
-        SystemExit: status 1.
-    """
+    """Log ``usage``'s message (unless ``logged`` already) and SystemExit(1); the traceback of ``exc`` goes
+    to the log files only, and nothing does when not ``to_log_files`` (a refused start writes nothing into
+    its folder). With ``HYDRA_FULL_ERROR=1``, re-raise ``exc`` instead."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise exc
-    root = logging.getLogger()
-    files = [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)]
     if to_log_files:
         trace = "Traceback of the error (on the console with HYDRA_FULL_ERROR=1):"
-        record = log.makeRecord(
-            log.name, logging.ERROR, __file__, 0, trace, (), (type(exc), exc, exc.__traceback__)
-        )
-        for handler in files:
-            handler.handle(record)
+        log_file_only(error_record(trace, exc))
     else:
-        for handler in files:
-            root.removeHandler(handler)
+        _detach_log_files()
     if not logged:
         log.error("%s", usage)
     raise SystemExit(1) from None
 
 
 def _multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    hydra_cfg = _hydra()
+    return hydra_cfg is not None and hydra_cfg.mode == RunMode.MULTIRUN
 
 
 def _metric_value(result: Any, name: str | None) -> float | None:

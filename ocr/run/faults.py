@@ -1,16 +1,11 @@
 """CUDA faults: the one recogniser, the explanation we print, and the end of the process within seconds.
 
-A CUDA fault (device-side assert, illegal address, launch failure, ECC, cuDNN/cuBLAS execution failure,
-NCCL failure) leaves the CUDA context dead: every later CUDA call may fail or block, Lightning's teardown
-(the optimizer state to the CPU), DataLoader worker shutdown (pinned memory), CUDA's and NCCL's atexit
-handlers too. So the process ends with ``os._exit``: child processes (DataLoader workers) are killed first,
-the closing records (the first CUDA error's traceback, the explanation) are logged and the handlers
-flushed. A deadline armed when the fault is first seen ends the process anyway if a hook after it blocks;
-it writes the closing records straight to the handlers' file descriptors (no lock). torch's error types are
-recognised by name, so the runners can call this before torch is imported.
-
-Exit codes (docs/troubleshooting/CUDA_DEBUGGING.md): ``EXIT_CUDA_FAULT`` on the process that faulted,
-``EXIT_PEER_FAULT`` on the other DDP ranks (``ocr.run.peers``).
+A CUDA fault (device-side assert, illegal address, launch failure, ECC, cuDNN/cuBLAS, NCCL) leaves the
+context dead: every later CUDA call (Lightning's teardown, DataLoader worker shutdown, atexit handlers) may
+fail or block. So the process ends with ``os._exit`` after killing its children and logging the closing
+records, and a deadline armed at the fault ends it anyway if a hook blocks (writing straight to the
+handlers' file descriptors). Error types are recognised by name: no torch import needed. Exit codes
+(docs/troubleshooting/CUDA_DEBUGGING.md): ``EXIT_CUDA_FAULT`` here, ``EXIT_PEER_FAULT`` on the other ranks.
 """
 
 from __future__ import annotations
@@ -73,16 +68,8 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # torch.AcceleratorError (torch >= 2.8 raises it for CUDA errors), torch.cuda.CudaError.
 CUDA_ERROR_TYPES = frozenset({"AcceleratorError", "CudaError"})
 NOT_A_FAULT_TYPES = frozenset({"OutOfMemoryError"})  # an OOM leaves the context usable
-# Kernel faults CUDA reports at a later call, unless CUDA_LAUNCH_BLOCKING=1.
-ASYNC_KINDS = frozenset(
-    {
-        "device-side assert",
-        "illegal memory access",
-        "illegal instruction",
-        "kernel launch failure",
-        "ECC error",
-    }
-)
+# Kernel faults (the first five kinds) CUDA reports at a later call, unless CUDA_LAUNCH_BLOCKING=1.
+ASYNC_KINDS = frozenset(kind for kind, _ in KINDS[:5])
 DOCS = "docs/troubleshooting/CUDA_DEBUGGING.md, 'When a run hits a CUDA fault'"
 
 
@@ -159,11 +146,8 @@ def _kind(exception: BaseException) -> str | None:
 
 
 def find_cuda_fault(exception: BaseException) -> CudaFault | None:
-    """The first (innermost) CUDA error of ``exception``'s chain, or None when there is none.
-
-    A teardown that fails on the dead context raises a second CUDA error whose ``__context__`` is the
-    first: the first is the one that says what went wrong.
-    """
+    """The first (innermost) CUDA error of ``exception``'s chain (a teardown failing on the dead context
+    raises a second one), or None."""
     faults = [(error, kind) for error in exception_chain(exception) if (kind := _kind(error)) is not None]
     if not faults:
         return None
@@ -187,16 +171,8 @@ def headline(fault: CudaFault, site: FaultSite, exit_code: int) -> str:
 
 
 def next_commands(trainer_fn: str | None, crash: Path | None, argv: Sequence[str]) -> list[str]:
-    """What to run next: replay of the saved batch, then the run again with CUDA_LAUNCH_BLOCKING=1 (and
-    memcheck for a training run).
-
-    Args:
-        trainer_fn: what the trainer was doing (``fit``, ``validate``, ``test``, ``predict``; None
-            outside it).
-        crash: the crash bundle folder (None: no bundle, nothing to replay).
-        argv: the runner's command line (``sys.argv``); a training run's Hydra overrides, without
-            ``hydra.*``, are passed on to ``scripts/debug_cuda.sh``.
-    """
+    """What to run next: replay of the ``crash`` bundle, then the run again with CUDA_LAUNCH_BLOCKING=1
+    (and memcheck for a ``fit``; its overrides in ``argv``, without ``hydra.*``, go to debug_cuda.sh)."""
     commands = []
     # A predict batch has no targets: replay runs forward + loss + backward.
     if crash is not None and trainer_fn != "predict":
@@ -267,13 +243,8 @@ def error_record(message: str, exception: BaseException | None = None) -> loggin
 
 
 class FaultExit:
-    """Ends this process for one CUDA fault: :meth:`arm` at once, :meth:`finish` when the hooks are done.
-
-    Args:
-        code: the exit code.
-        closing: what is logged last (console and log file), just before the exit.
-        deadline_s: after :meth:`arm`, the process ends within this many seconds whatever blocks.
-    """
+    """Ends this process for one CUDA fault with ``code``: :meth:`arm` at once (the process ends within
+    ``deadline_s`` whatever blocks), :meth:`finish` when the hooks are done; ``closing`` is logged last."""
 
     def __init__(self, *, code: int, closing: Sequence[Closing], deadline_s: float) -> None:
         self.code = code
@@ -331,12 +302,8 @@ class FaultExit:
 
 
 def exit_on_cuda_fault(exception: BaseException, run_dir: Path) -> None:
-    """For the entry decorator: end the process here when ``exception`` holds a CUDA fault.
-
-    Writes ``.FAILURE`` (the first CUDA error) unless this run already did; an error raised after the
-    fault (Lightning's teardown on the dead context) goes to the log file only. Returns only when there is
-    no CUDA fault.
-    """
+    """For the entry decorator: end the process here when ``exception`` holds a CUDA fault, writing
+    ``.FAILURE`` (the first CUDA error) unless the run did; a later error goes to the log file only."""
     fault = find_cuda_fault(exception)
     if fault is None:
         return
@@ -362,7 +329,7 @@ def end_process(code: int, closing: Sequence[Closing]) -> NoReturn:
         log.info("Ending the process: killed the child processes (DataLoader workers): pids %s", pids)
     for line in closing:
         log.handle(error_record(*line))
-    for handler in _handlers():
+    for handler in logging.getLogger().handlers:
         try:
             handler.flush()
         except (OSError, ValueError):
@@ -377,13 +344,9 @@ def end_process(code: int, closing: Sequence[Closing]) -> NoReturn:
 
 def log_file_only(record: logging.LogRecord) -> None:
     """Write ``record`` to the log files (Hydra's ``<task>.log``), not to the console."""
-    for handler in _handlers():
+    for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
-
-
-def _handlers() -> list[logging.Handler]:
-    return list(logging.getLogger().handlers)
 
 
 def _kill_children() -> list[int]:
@@ -401,7 +364,7 @@ def _write_raw(records: Sequence[logging.LogRecord]) -> None:
     """``records`` formatted by each handler, written to its file descriptor without taking its lock
     (standard error, unformatted, when no handler has one)."""
     targets: list[tuple[logging.Handler, int]] = []
-    for handler in _handlers():
+    for handler in logging.getLogger().handlers:
         stream: Any = getattr(handler, "stream", None)
         try:
             targets.append((handler, stream.fileno()))

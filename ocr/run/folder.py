@@ -1,15 +1,10 @@
 """The run folder: one owner (``.lock``), the run's identity (``run.json``), status sentinels, the claim.
 
-The process that starts a run takes ``<run>/.lock`` (pid, host, start time, command, SLURM job) before it
-writes anything there and removes it at exit; a second process refuses at start, naming the owner. A lock
-left by a process that is gone (``kill -9``, a crashed job) is taken over with a warning: same host and
-the pid is not running (or now belongs to another process), or the same SLURM job started again after a
-requeue. A lock of a live process, or of another host outside such a requeue, is never broken. Only the
-launching process of a distributed run owns the folder: the ranks it starts take no lock.
-
-``run.json`` holds a training run's identity (``run_id``); checkpoints carry it in their config, so a
-checkpoint of another run is told apart. The sentinels say how the run ended: ``.SUCCESS``, ``.FAILURE``
-(exception + traceback) or ``.INTERRUPTED`` (stopped by a signal, resumable).
+The launching process takes ``<run>/.lock`` before it writes anything there and removes it at exit; a
+second process refuses, naming the owner. A lock whose owner is gone (same host and the pid is not running
+or was reused, or the same SLURM job requeued) is taken over with a warning; a live or remote owner's is
+never broken. ``run.json`` holds a training run's ``run_id``; the sentinels say how the run ended:
+``.SUCCESS``, ``.FAILURE`` (exception + traceback) or ``.INTERRUPTED`` (stopped by a signal, resumable).
 """
 
 from __future__ import annotations
@@ -94,7 +89,7 @@ class LockOwner:
         return cls(
             pid=os.getpid(),
             host=socket.gethostname(),
-            started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            started=_now(),
             process_start=_process_start(os.getpid()),
             slurm_job=os.environ.get("SLURM_JOB_ID"),
             slurm_restart=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
@@ -148,11 +143,7 @@ def is_launching_process() -> bool:
 
 
 def _read_owner(path: Path) -> LockOwner | None:
-    """The owner in lock file ``path``, None when there is none.
-
-    Raises:
-        RunFolderBusyError: the file exists but does not name an owner (edited by hand, or another tool's).
-    """
+    """The owner in lock file ``path``, None when there is none; RunFolderBusyError when it names none."""
     try:
         return LockOwner(**json.loads(path.read_text()))
     except FileNotFoundError:
@@ -197,27 +188,22 @@ class RunLock:
         self.owner = LockOwner.this_process()
 
     def acquire(self) -> None:
-        """Own the run folder (created if missing); again in the owning process is a no-op.
-
-        Raises:
-            RunFolderBusyError: naming the owner, when another live process (or one that cannot be
-                checked: another host) owns the folder; nothing is written then.
-        """
+        """Own the run folder (created if missing); RunFolderBusyError, writing nothing, when another
+        live process (or one that cannot be checked: another host) owns it."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._take()
+        with _folder_mutex(self.run_dir):
+            stale = self.refuse_if_busy()
+            if stale is not None:
+                owner, reason = stale
+                log.warning(
+                    "Run folder %s: taking over the lock of %s: %s", self.run_dir, owner.describe(), reason
+                )
+            atomic_write_json(self.path, asdict(self.owner))
         atexit.register(self.release)
 
-    def refuse_if_busy(self) -> None:
-        """Check without writing anything that this process may take the folder.
-
-        Raises:
-            RunFolderBusyError: naming the owner, as :meth:`acquire` would.
-        """
-        self._stale_owner()
-
-    def _stale_owner(self) -> tuple[LockOwner, str] | None:
-        """The owner of a lock this process may take over, and why; None when there is no lock or it is
-        this process's."""
+    def refuse_if_busy(self) -> tuple[LockOwner, str] | None:
+        """RunFolderBusyError as :meth:`acquire` would, writing nothing; else the owner of a lock this
+        process may take over and why (None: no lock, or this process's)."""
         current = _read_owner(self.path)
         if current is None or current.same_process(self.owner):
             return None
@@ -230,16 +216,6 @@ class RunLock:
             )
         return current, reason
 
-    def _take(self) -> None:
-        with _folder_mutex(self.run_dir):
-            stale = self._stale_owner()
-            if stale is not None:
-                owner, reason = stale
-                log.warning(
-                    "Run folder %s: taking over the lock of %s: %s", self.run_dir, owner.describe(), reason
-                )
-            atomic_write_json(self.path, asdict(self.owner))
-
     def release(self) -> None:
         """Remove the lock file if this process still owns it."""
         with contextlib.suppress(OSError, RunFolderBusyError):
@@ -249,11 +225,7 @@ class RunLock:
 
 
 def read_run_id(run_dir: str | os.PathLike[str]) -> str | None:
-    """The identity in ``<run_dir>/run.json``; None for a folder without one.
-
-    Raises:
-        ValueError: naming the file when it is not such a record.
-    """
+    """The identity in ``<run_dir>/run.json``; None for a folder without one (ValueError: not a record)."""
     path = Path(run_dir) / RUN_RECORD
     try:
         run_id = json.loads(path.read_text())["run_id"]
@@ -275,13 +247,26 @@ def write_run_record(run_dir: str | os.PathLike[str], run_id: str) -> Path:
     )
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_status(run_dir: str | Path, name: str, text: str, *stale: str) -> Path:
+    """Write the sentinel ``run_dir/name`` (``<time> text``), then remove the ``stale`` ones."""
+    path = atomic_write_text(Path(run_dir) / name, f"{_now()} {text}")
+    for other in stale:
+        (Path(run_dir) / other).unlink(missing_ok=True)
+    return path
+
+
 def write_failure(run_dir: str | Path, exception: BaseException) -> Path:
-    """Write ``run_dir/.FAILURE`` with the exception and its traceback (creates ``run_dir``)."""
+    """Write ``run_dir/.FAILURE`` with the exception and its traceback (creates ``run_dir``); a ``.SUCCESS``
+    goes (e.g. fit succeeded, then the test failed)."""
     trace = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
-    text = f"{_now()} {type(exception).__name__}: {exception}\n\n{trace}"
-    path = atomic_write_text(Path(run_dir) / ".FAILURE", text)
+    path = _write_status(
+        run_dir, ".FAILURE", f"{type(exception).__name__}: {exception}\n\n{trace}", ".SUCCESS"
+    )
     _failures_written.add(path.resolve())
-    (Path(run_dir) / ".SUCCESS").unlink(missing_ok=True)  # e.g. fit succeeded, then the test failed
     log.error("Run failed: %s: %s (report: %s)", type(exception).__name__, exception, path)
     return path
 
@@ -296,19 +281,14 @@ def record_failure(run_dir: str | Path, exception: BaseException) -> None:
 
 def write_success(run_dir: str | Path, summary: str) -> Path:
     """Write ``run_dir/.SUCCESS`` and remove a stale ``.FAILURE`` or ``.INTERRUPTED``."""
-    path = atomic_write_text(Path(run_dir) / ".SUCCESS", f"{_now()} {summary}\n")
-    for name in (".FAILURE", ".INTERRUPTED"):
-        (Path(run_dir) / name).unlink(missing_ok=True)
-    return path
+    return _write_status(run_dir, ".SUCCESS", f"{summary}\n", ".FAILURE", ".INTERRUPTED")
 
 
 def write_interrupted(run_dir: str | Path, summary: str, exit_code: int) -> Path:
     """Write ``run_dir/.INTERRUPTED`` in place of another status; the process is to exit with
     ``exit_code`` (128 + the signal number, as a shell reports it)."""
-    path = atomic_write_text(Path(run_dir) / ".INTERRUPTED", f"{_now()} {summary}\n")
+    path = _write_status(run_dir, ".INTERRUPTED", f"{summary}\n", ".SUCCESS", ".FAILURE")
     _interruptions_written[path.resolve()] = exit_code
-    for name in (".SUCCESS", ".FAILURE"):
-        (Path(run_dir) / name).unlink(missing_ok=True)
     return path
 
 
@@ -321,10 +301,8 @@ def failure_written(run_dir: str | Path) -> bool:
     """True when this run already reported its failure: this process wrote ``.FAILURE``, or another process
     of the same run (a DDP rank) did since this one started; one left by an earlier attempt does not count."""
     path = (Path(run_dir) / ".FAILURE").resolve()
-    if path in _failures_written:
-        return True
     try:
-        return path.stat().st_mtime >= STARTED
+        return path in _failures_written or path.stat().st_mtime >= STARTED
     except OSError:
         return False
 
@@ -343,17 +321,10 @@ def clear_sentinels(run_dir: str | Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 def writable_dir(path: str | os.PathLike[str], key: str, *, create: bool) -> Path:
     """Check that files can be written in the folder ``path`` (created when ``create``; else nothing is
-    left behind: a missing folder's nearest existing parent must take a new folder).
-
-    Raises:
-        OutputDirError: the folder cannot be created or written, naming ``key``, the folder and why.
-    """
+    left behind: a missing folder's nearest existing parent must take a new folder); OutputDirError names
+    ``key``, the folder and why."""
     path = Path(path)
     existing = path
     try:
@@ -442,15 +413,9 @@ def _refuse_occupied(run_dir: Path) -> None:
 
 
 def claim_run(cfg: DictConfig, *, training: bool, check: Callable[[DictConfig], None]) -> RunClaim:
-    """Claim the run folder ``cfg.paths.output_dir``: every refusal first, then ``check`` (the config
-    check) on the config to run, and only then the first write (the lock; a training run's ``run.json``).
-    A training run's config becomes the resumed run's own, with ``run_id`` set.
-
-    Raises:
-        RunRefusedError: a refused resume, a new training run in a folder that holds another run, or a
-            folder another live process owns (``RunFolderBusyError``).
-        FileNotFoundError: a resume without a checkpoint to resume from.
-    """
+    """Claim the run folder ``cfg.paths.output_dir``: every refusal first (RunRefusedError; a resume
+    without a checkpoint: FileNotFoundError), then ``check`` on the config to run, and only then the first
+    write (the lock; a training run's ``run.json``)."""
     run_dir = Path(cfg.paths.output_dir).resolve()
     lock = RunLock(run_dir) if is_launching_process() else None
     resume = None

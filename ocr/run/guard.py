@@ -1,46 +1,47 @@
 """The guard: one callback that watches a run and owns what happens, in which order, when it raises.
 
-Listed first among the callbacks (``configs/callbacks/triage.yaml``), so its ``on_exception`` runs before
-every other hook. It runs, in this order (the order is here, not in a YAML file):
+Listed first among the callbacks (``configs/callbacks/triage.yaml``), its ``on_exception`` runs before
+every other hook, in this order: another DDP rank's CUDA fault stops this rank too (``ocr.run.peers``); a
+CUDA fault arms the exit (``ocr.run.faults``), writes ``fault.json``, tells the other ranks and writes
+``.FAILURE``; the crash bundle (``ocr.run.crash``) unless stopped by a signal or refused its input; a
+non-finite loss seen before another error (``ocr.run.nonfinite``); a stop by a signal: ``last.ckpt`` and
+``.INTERRUPTED``; the run status and the wandb tag. After a CUDA fault Lightning's teardown would touch the
+dead context, so the guard takes the strategy's ``teardown``: the crash bundle, the other ranks'
+acknowledgements, then the exit. Around a fit it also runs the preflight checks, the non-finite check and
+the signal handlers, and writes ``.SUCCESS``; test and predict get :meth:`Guard.for_inference`.
 
-1. another DDP rank's CUDA fault: this rank's error follows from it, so it stops too (``ocr.run.peers``);
-2. a CUDA fault (``ocr.run.faults``): the headline, the exit deadline armed (it covers every step after),
-   ``fault.json`` in the rank's crash folder, the other ranks told, ``.FAILURE`` written;
-3. the crash bundle (``ocr.run.crash``), unless the run was stopped by a signal or refused what it was given;
-4. a non-finite loss seen before another error (``ocr.run.nonfinite``);
-5. a stop by a signal: ``last.ckpt`` and ``.INTERRUPTED`` (``ocr.run.interrupt``);
-6. the run status: ``.FAILURE`` unless written, the wandb run tagged.
-
-After a CUDA fault Lightning would tear down: move the optimizer and the model to the CPU and shut the
-DataLoader workers down, which fails or hangs on the dead context. Instead the guard takes the strategy's
-``teardown``: it writes the crash bundle where none was written, waits briefly for the other ranks'
-acknowledgements and ends the process with the first CUDA error's traceback and the explanation last.
-Around a fit it also runs the preflight checks, the non-finite check and the signal handlers, and writes
-``.SUCCESS``. Test and predict get :meth:`Guard.for_inference`: the CUDA fault exit alone.
+Signals: Lightning's SIGTERM handling is the one path (``trainer.received_sigterm``, broadcast under DDP;
+``SIGTERMException`` at the next step boundary). The first Ctrl-C calls that handler, so it never leaves a
+half-updated state; a second Ctrl-C or SIGTERM, or the stall watchdog's interrupt (a failure), raises
+``KeyboardInterrupt`` at once, without a checkpoint. SLURM's ``SIGUSR1`` requeue is left alone.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import signal
+import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
+from types import FrameType
 from typing import Any, NoReturn
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 from torch.optim import Optimizer
 
-from ocr.checkpoints.saving import estimate_checkpoint_bytes
+from ocr.checkpoints.saving import RunCheckpoint, estimate_checkpoint_bytes
 from ocr.machine.checks import CheckResult, fast_checks, format_table, rate_missing_gpu, worst_status
 from ocr.machine.environment import collect_environment, driver_version
 from ocr.models.loss.checks import LossInputError
 from ocr.run.crash import crash_dir, failed_cpu_batch, write_crash_bundle
 from ocr.run.faults import CudaFault, FaultExit, FaultSite, find_cuda_fault, headline
-from ocr.run.folder import clear_sentinels, failure_written, record_failure, write_success
-from ocr.run.interrupt import Interrupts, is_interruption
+from ocr.run.folder import clear_sentinels, failure_written, record_failure, write_interrupted, write_success
 from ocr.run.nonfinite import NonFiniteCheck, NonFiniteLossError
 from ocr.run.peers import (
     ACK_WAIT_S,
@@ -51,13 +52,125 @@ from ocr.run.peers import (
     stop_for_peer,
     wait_for_acks,
 )
+from ocr.run.watchdog import StallWatchdog
+from ocr.utils.commands import resume_command
 from ocr.utils.config_types import PositiveInt
 from ocr.utils.errors import UsageError, find_usage_error
 from ocr.utils.io import atomic_write_json, format_mib, free_bytes
 
-__all__ = ["Guard", "PreflightError", "check_checkpoint_space"]
+__all__ = ["EXIT_CODES", "Guard", "Interrupts", "PreflightError", "check_checkpoint_space", "is_interruption"]
 
 log = logging.getLogger(__name__)
+
+SIGNAL_CONNECTOR_LOGGER = "lightning.pytorch.trainer.connectors.signal_connector"
+# As a shell reports a process a signal ended: 128 + the signal number.
+EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+
+
+def is_interruption(exception: BaseException, trainer: L.Trainer) -> bool:
+    """True for a stop by a signal (Ctrl-C or SIGTERM), which is not a failure; the interrupt of the
+    trainer's stall watchdog (``exit_on_stall``) is one."""
+    return isinstance(exception, KeyboardInterrupt | SIGTERMException) and not _stalled(trainer)
+
+
+def _stalled(trainer: L.Trainer) -> bool:
+    callbacks = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connector
+    return any(isinstance(c, StallWatchdog) and c.interrupted_for_stall for c in callbacks)
+
+
+class Interrupts:
+    """The signal handlers of a fit; on a stop by a signal, saves ``last.ckpt`` (through the run's
+    ``RunCheckpoint``) and writes and logs ``.INTERRUPTED`` with the resume command."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.ctrl_c = False
+        self.second_signal: str | None = None  # the signal that stopped the run at once
+        self._previous_handler: Any = None  # SIGINT's handler before fit, restored after it
+        self._previous_sigterm: Any = None  # Lightning's SIGTERM handler, called by ours the first time
+        self._trainer: L.Trainer | None = None
+
+    def install(self, trainer: L.Trainer) -> None:
+        """At train start, after Lightning registered its handlers (it restores SIGINT's original at its
+        teardown, also after an exception). Main thread only; a SIGINT ignored on purpose (a script's
+        background job) stays ignored."""
+        self._trainer = trainer
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+        if main and callable(signal.getsignal(signal.SIGTERM)):
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def restore(self) -> None:
+        """The handlers of before the fit."""
+        self._trainer = None
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGINT, self._previous_handler)
+            self._previous_handler = None
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+    def _stopping(self) -> bool:
+        return self.ctrl_c or (self._trainer is not None and self._trainer.received_sigterm)
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        sigterm_handler = self._previous_sigterm or signal.getsignal(signal.SIGTERM)  # Lightning's
+        stalled = self._trainer is not None and _stalled(self._trainer)
+        if self._stopping() or stalled or not callable(sigterm_handler):
+            self.second_signal = "Ctrl-C"
+            raise KeyboardInterrupt
+        self.ctrl_c = True
+        log.warning(
+            "Ctrl-C: stopping after the current step and saving last.ckpt (Ctrl-C again stops at once, "
+            "without saving)"
+        )
+        # Lightning's handler logs "Received SIGTERM", which is not what the user sent.
+        connector_log = logging.getLogger(SIGNAL_CONNECTOR_LOGGER)
+        disabled, connector_log.disabled = connector_log.disabled, True
+        try:
+            sigterm_handler(signal.SIGTERM, frame)
+        finally:
+            connector_log.disabled = disabled
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """A first SIGTERM is Lightning's graceful stop; a second one stops at once (as Ctrl-C does)."""
+        if self._stopping():
+            self.second_signal = "SIGTERM"
+            log.warning("SIGTERM again: stopping at once, without saving")
+            raise KeyboardInterrupt
+        log.warning(
+            "SIGTERM: stopping after the current step and saving last.ckpt (SIGTERM or Ctrl-C again stops "
+            "at once, without saving)"
+        )
+        self._previous_sigterm(signum, frame)
+
+    def record(self, trainer: L.Trainer, exception: BaseException) -> None:
+        """For a stop by a signal: ``last.ckpt`` when the state is whole, ``.INTERRUPTED`` on rank 0."""
+        if self.second_signal == "SIGTERM":
+            cause = "SIGTERM"
+        else:
+            cause = "Ctrl-C" if self.ctrl_c or isinstance(exception, KeyboardInterrupt) else "SIGTERM"
+        saved = None
+        checkpoint = trainer.checkpoint_callback
+        # Only a stop Lightning raised between steps leaves a whole state to save.
+        if isinstance(exception, SIGTERMException) and isinstance(checkpoint, RunCheckpoint):
+            saved = checkpoint.save_on_interrupt(trainer)
+        if not trainer.is_global_zero:
+            return
+        during = " during a validation" if trainer.validating or trainer.sanity_checking else ""
+        summary = f"interrupted by {cause} at step {trainer.global_step}{during}; "
+        if saved:
+            summary += f"{saved} holds that step. Resume: {resume_command(self.run_dir)}"
+        elif isinstance(checkpoint, RunCheckpoint) and any(Path(str(checkpoint.dirpath)).glob("*.ckpt")):
+            summary += f"no checkpoint written now. Resume from the latest: {resume_command(self.run_dir)}"
+        else:
+            summary += (
+                "no checkpoint yet, nothing to resume: delete the folder to start again there, or start "
+                "again in another"
+            )
+        write_interrupted(self.run_dir, summary, EXIT_CODES["SIGINT" if cause == "Ctrl-C" else "SIGTERM"])
+        log.warning("Run %s", summary)
 
 
 class PreflightError(UsageError, RuntimeError):
@@ -81,16 +194,9 @@ def check_checkpoint_space(checkpoint_dir: Path, checkpoint_bytes: int) -> Check
 
 
 class Guard(Callback):
-    """Watches the run (preflight, non-finite loss, signals, CUDA faults) and records how it ended.
-
-    Args:
-        run_dir: the run directory (the status sentinels, ``crash/``, ``preflight.json``).
-        check_every_n_steps: read the on-device non-finite flag every N training steps (1 = exact, but
-            syncs every step).
-        check_grads: also check the total gradient norm (skipped under fp16, where the scaler handles inf).
-        fail_on_preflight: refuse to train when a preflight check fails (too little disk space for one
-            checkpoint always refuses).
-    """
+    """Watches the run (preflight, non-finite loss, signals, CUDA faults) and records how it ended in
+    ``run_dir``; ``check_every_n_steps`` and ``check_grads`` are :class:`NonFiniteCheck`'s;
+    ``fail_on_preflight`` refuses to train on a failed preflight check (too little disk always does)."""
 
     def __init__(
         self, *, run_dir: str, check_every_n_steps: PositiveInt, check_grads: bool, fail_on_preflight: bool
@@ -242,29 +348,37 @@ class Guard(Callback):
             self._end_for_fault(trainer, pl_module, exception, fault, store)
         if not self.training:
             return
-        interrupted = is_interruption(exception, trainer)
-        if not interrupted:
-            self._write_crash_bundle(trainer, pl_module, exception)
-            self.nonfinite.on_exception(exception)
-        else:
+        if is_interruption(exception, trainer):
             self.interrupts.record(trainer, exception)
-        if not interrupted and trainer.is_global_zero:
-            if not failure_written(self.run_dir):
-                record_failure(self.run_dir, exception)
-            _tag_wandb(trainer, "failed")
+        else:
+            # Not for an error about what the run was given (its message names the key or file; nothing to
+            # replay), except the loss's: its batch and weights are what replay starts from.
+            usage = find_usage_error(exception)
+            if usage is None or isinstance(usage, LossInputError | NonFiniteLossError):
+                crash = self._write_crash_bundle(trainer, pl_module, exception, self._environment)
+                if crash is not None:
+                    log.error(
+                        "Crash bundle written to %s; replay it with: scripts/debug_cuda.sh replay %s",
+                        crash,
+                        crash,
+                    )
+            self.nonfinite.on_exception(exception)
+            if trainer.is_global_zero:
+                if not failure_written(self.run_dir):
+                    record_failure(self.run_dir, exception)
+                _tag_wandb(trainer, "failed")
         self.interrupts.restore()  # Lightning calls no callback's teardown after an exception
 
     def _write_crash_bundle(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
-        """Unless the error is about what the run was given (its message names the key or file; nothing to
-        replay), except the loss's: its batch and weights are what replay starts from."""
-        usage = find_usage_error(exception)
-        if usage is not None and not isinstance(usage, LossInputError | NonFiniteLossError):
-            return
-        environment = self._environment
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        exception: BaseException,
+        environment: dict[str, Any] | None,
+    ) -> Path | None:
+        """The crash bundle, or None when writing it failed (the original exception matters more)."""
         try:
-            crash = write_crash_bundle(
+            return write_crash_bundle(
                 self.run_dir,
                 trainer,
                 pl_module,
@@ -273,13 +387,10 @@ class Guard(Callback):
                 batch=failed_cpu_batch(trainer, exception),
                 batch_idx=self._batch_idx,
             )
-        except Exception:  # the original exception matters more than a complete bundle
-            log.exception(
-                "Could not write the crash bundle into %s",
-                crash_dir(self.run_dir, trainer.global_rank, trainer.node_rank),
-            )
-            return
-        log.error("Crash bundle written to %s; replay it with: scripts/debug_cuda.sh replay %s", crash, crash)
+        except Exception:
+            folder = crash_dir(self.run_dir, trainer.global_rank, trainer.node_rank)
+            log.exception("Could not write the crash bundle into %s", folder)
+            return None
 
     def _end_for_fault(
         self,
@@ -317,18 +428,7 @@ class Guard(Callback):
         assert self._ending is not None
         state = crash_dir(self.run_dir, trainer.global_rank, trainer.node_rank) / "state.json"
         if not (state.is_file() and state.stat().st_mtime >= self._detected_s - 1):
-            try:
-                write_crash_bundle(
-                    self.run_dir,
-                    trainer,
-                    pl_module,
-                    exception,
-                    environment=None,
-                    batch=failed_cpu_batch(trainer, exception),
-                    batch_idx=self._batch_idx,
-                )
-            except Exception:  # the exit matters more than a complete bundle
-                log.exception("Could not write the crash bundle into %s", state.parent)
+            self._write_crash_bundle(trainer, pl_module, exception, environment=None)
         store = default_store() if trainer.world_size > 1 else None
         if store is not None:
             wait_for_acks(store, trainer.world_size - 1, ACK_WAIT_S)
@@ -351,17 +451,12 @@ class Guard(Callback):
         """``fault.json``: what the proof and the other ranks read (host-side facts only)."""
         kind = type(fault.exception)
         return {
-            "rank": site.rank,
-            "world_size": site.world_size,
+            **asdict(site),
             "kind": fault.kind,
             "asynchronous": fault.asynchronous,
             "summary": fault.summary,
             "exception_type": f"{kind.__module__}.{kind.__qualname__}",
             "where": site.describe(),
-            "stage": site.stage,
-            "global_step": site.global_step,
-            "epoch": site.epoch,
-            "batch_idx": site.batch_idx,
             "image_ids": list(site.image_ids),
             "detected_unix_s": self._detected_s,
             "exit_code": self._ending.code if self._ending is not None else None,

@@ -1,17 +1,11 @@
 """Stop training on a NaN/Inf loss or gradient without a host-device sync on every step.
 
-Each step adds ``~isfinite(loss)`` to a flag that stays on the device, and records the first bad step
-there with ``torch.where`` against a device-side step counter. The host reads the flag only every
-``check_every_n_steps`` steps and at epoch end, so the default mode costs a few tiny kernels per step.
-On CUDA the loss's own value checks (finite logits, targets in [0, 1]) feed the same flag: they make the
-loss NaN instead of firing a device-side assert, which would poison the CUDA context before this guard
-could read its flag. On a hit it writes ``nonfinite.json`` into the rank's crash folder and
-raises :class:`NonFiniteLossError`, which Lightning routes through the guard's ``on_exception`` to the
-crash bundle. The guard callback (``ocr.run.guard``) calls the hooks of :class:`NonFiniteCheck`.
-Every checkpoint save checks too, before the state is written, so ``last.ckpt`` (which resume and the
-crash bundle use) never holds weights from after the first NaN.
-Under DDP the check takes the minimum over ranks (one collective per check), so all ranks stop together;
-each writes its own record (``crash-node<n>-rank<k>/nonfinite.json`` beside rank 0's ``crash/``).
+Each step folds ``isfinite(loss)`` into a device-side first-bad-step flag (``torch.where`` against a
+device-side step counter); the host reads it every ``check_every_n_steps`` steps, at epoch end and before
+every checkpoint save (so ``last.ckpt`` never holds weights from after the first NaN). On CUDA the loss's
+value checks feed the same flag rather than fire a device-side assert, which would kill the context. A hit
+writes ``nonfinite.json`` into the rank's crash folder and raises :class:`NonFiniteLossError`. Under DDP
+the check takes the minimum over ranks (one collective per check), so all ranks stop together.
 """
 
 from __future__ import annotations
@@ -53,14 +47,9 @@ class NonFiniteLossError(UsageError, FloatingPointError):
 
 
 class NonFiniteCheck:
-    """Raises :class:`NonFiniteLossError` when a training loss (or gradient) is NaN/Inf.
-
-    Args:
-        check_every_n_steps: read the device flag every N training steps (1 = exact but syncs every step).
-        check_grads: also check the total gradient norm before each optimizer step (ignored under
-            fp16 mixed precision, where the grad scaler skips inf/NaN steps on purpose).
-        crash: the rank's crash folder (``nonfinite.json``).
-    """
+    """Raises :class:`NonFiniteLossError` when a training loss (or, with ``check_grads``, the gradient
+    norm; not under fp16, whose scaler skips inf steps) is NaN/Inf; reads the device flag every
+    ``check_every_n_steps`` steps (1: exact, but a sync every step); ``crash`` gets ``nonfinite.json``."""
 
     def __init__(self, *, check_every_n_steps: int, check_grads: bool, crash: Path) -> None:
         self.check_every_n_steps = check_every_n_steps
@@ -110,12 +99,8 @@ class NonFiniteCheck:
         self._first_bad = {}
 
     def check(self) -> None:
-        """Read the device flags (one sync), write ``nonfinite.json`` and raise on a hit.
-
-        Raises:
-            NonFiniteLossError: a loss or gradient norm was NaN/Inf at some step since the last check
-                (on any rank, under DDP).
-        """
+        """Read the device flags (one sync); a NaN/Inf since the last check, on any rank, writes
+        ``nonfinite.json`` and raises NonFiniteLossError."""
         with sync_allowed():  # the documented sync every check_every_n_steps
             bad = self._first_bad_steps(across_ranks=True)
         if bad:
@@ -124,10 +109,8 @@ class NonFiniteCheck:
             raise NonFiniteLossError(step=step, what=what, checked_at=self._host_step)
 
     def _first_bad_steps(self, across_ranks: bool) -> list[tuple[int, str]]:
-        """``(first bad step, tensor name)`` pairs, earliest first (one host-device sync).
-
-        ``across_ranks`` takes the minimum over DDP ranks: every rank must call it at the same step.
-        """
+        """``(first bad step, tensor name)`` pairs, earliest first (one sync); ``across_ranks`` takes the
+        minimum over DDP ranks: every rank must call it at the same step."""
         if not self._first_bad:
             return []
         names = sorted(self._first_bad)

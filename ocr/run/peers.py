@@ -1,15 +1,10 @@
 """DDP peers: a rank's CUDA fault stops the other ranks within seconds; a lost or hung rank ends the others.
 
-The rank that faulted records its fault in the process group's key-value store (host-side: the dead CUDA
-context does not touch it) before it exits. The other ranks read it from a :class:`Poller` thread (their
-main thread may be stuck in a collective that can no longer complete), acknowledge it, say which rank
-faulted and where its report is, and end with ``EXIT_PEER_FAULT``. The faulting rank waits up to
-``ACK_WAIT_S`` for the acknowledgements, so a store it hosts (rank 0's TCPStore) lives until the others have
-read it. A rank whose own error follows from the peer's exit reports the peer's fault instead.
-
-A rank that is gone (killed, out of memory, pre-empted, its node lost) or hangs shows in a collective or
-the store: over gloo the peer's closed sockets fail the next collective at once; a hung peer fails it after
-the process group's timeout (``trainer.strategy.timeout``). The entry decorator then ends this rank with
+The faulting rank records its fault in the process group's key-value store (host-side) and waits up to
+``ACK_WAIT_S`` for the others' acknowledgements (rank 0's TCPStore must live until they read it). The
+others read it from a :class:`Poller` thread (their main thread may be stuck in a collective), say which
+rank faulted and end with ``EXIT_PEER_FAULT``. A rank that is gone or hangs fails the next collective
+(gloo: at once; a hang: after ``trainer.strategy.timeout``): the entry decorator then ends this rank with
 ``EXIT_PEER_LOST`` and a message that says so (errors are recognised by their text).
 """
 
@@ -238,12 +233,8 @@ def _message(error: BaseException, how: str, run_dir: Path) -> str:
 
 
 def exit_on_lost_peer(exception: BaseException, run_dir: Path) -> None:
-    """For the entry decorator: end the process here when ``exception`` says a peer is lost.
-
-    Writes ``.FAILURE`` with the explanation unless another process of the run reported there first (the
-    rank that failed for its own reason); the transport's traceback goes to the log file. Returns only
-    when no peer was lost.
-    """
+    """For the entry decorator: end the process here when ``exception`` says a peer is lost, writing
+    ``.FAILURE`` unless another rank reported its own failure first (the transport's traceback: log file)."""
     found = find_lost_peer(exception)
     if found is None:
         return

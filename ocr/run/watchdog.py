@@ -1,12 +1,11 @@
 """Stall watchdog: dump every thread's Python stack when no step completes for ``timeout_s`` seconds.
 
-The daemon thread starts in ``__init__`` (the runner builds callbacks before data setup and before the
-first CUDA call), so hangs in imports, dataset scans, DataLoader worker start-up and the first step are
-covered too. The dump goes to stderr through ``faulthandler`` (no Python locks needed, so it works while
-the main thread is stuck inside C code) and to ``<run dir>/stall-<n>.txt`` (``stall-node<n>-rank<k>-<n>.txt``
-on the other ranks). Under DDP a rank that stops for a stall (``exit_on_stall``) says so in the process
-group's store, and the other ranks, waiting for it in a collective, stop too at once with the same exit code
-and a line naming it.
+The thread starts in ``__init__`` (before data setup and the first CUDA call), so hangs in imports,
+dataset scans, worker start-up and the first step are covered. The dump goes to stderr through
+``faulthandler`` (no locks: it works while the main thread is stuck in C code) and to
+``<run dir>/stall-<n>.txt`` (``stall-node<n>-rank<k>-<n>.txt`` on other ranks). Under DDP a rank that stops
+for a stall says so in the process group's store, and the others, waiting for it in a collective, stop too
+with the same exit code.
 """
 
 from __future__ import annotations
@@ -33,19 +32,11 @@ from ocr.run.peers import Poller, announce_fault, default_store, peer_fault
 from ocr.utils.config_types import PositiveFloat
 from ocr.utils.io import atomic_write_bytes
 
-__all__ = ["StallWatchdog", "dump_all_stacks"]
+__all__ = ["StallWatchdog"]
 
 log = logging.getLogger(__name__)
 
 STALL_KEY = "ocr/stall"  # the process group's store: the first rank that stops for a stall
-
-
-def dump_all_stacks() -> bytes:
-    """Every thread's Python stack, as ``faulthandler`` prints it."""
-    with tempfile.TemporaryFile() as handle:
-        faulthandler.dump_traceback(file=handle, all_threads=True)
-        handle.seek(0)
-        return handle.read()
 
 
 def _make_interruptible() -> None:
@@ -59,17 +50,10 @@ def _make_interruptible() -> None:
 
 
 class StallWatchdog(Callback):
-    """Dumps all thread stacks when no train/val/test batch completes within ``timeout_s``.
-
-    Args:
-        timeout_s: seconds without a completed step (or since start-up) before a dump.
-        repeat: dump again every ``timeout_s`` while the stall lasts (else only once per stall).
-        exit_on_stall: after the first dump, interrupt the main thread (KeyboardInterrupt, so the usual
-            ``.FAILURE``/crash bundle are written) and, if it is still stuck ``timeout_s`` later,
-            ``os._exit(124)``.
-        dirpath: where ``stall-<n>.txt`` goes; ``None`` uses ``trainer.default_root_dir`` once known,
-            ``outputs/`` before that.
-    """
+    """Dumps all thread stacks when no train/val/test batch completes within ``timeout_s`` (again every
+    ``timeout_s`` with ``repeat``). ``exit_on_stall`` then interrupts the main thread (KeyboardInterrupt:
+    the usual ``.FAILURE`` and crash bundle) and exits 124 if it is still stuck ``timeout_s`` later.
+    ``dirpath`` None: ``trainer.default_root_dir`` once known, ``outputs/`` before."""
 
     def __init__(
         self, *, timeout_s: PositiveFloat, repeat: bool, exit_on_stall: bool, dirpath: str | None
@@ -163,7 +147,10 @@ class StallWatchdog(Callback):
             f"(timeout_s={self.timeout_s:g}); last progress: {self._last_event}. "
             "Stacks of all threads follow. ***\n"
         ).encode()
-        stacks = dump_all_stacks()
+        with tempfile.TemporaryFile() as handle:  # every thread's stack, as faulthandler prints it
+            faulthandler.dump_traceback(file=handle, all_threads=True)
+            handle.seek(0)
+            stacks = handle.read()
         try:
             os.write(sys.__stderr__.fileno() if sys.__stderr__ else 2, header + stacks)
         except (OSError, ValueError):
@@ -201,7 +188,7 @@ class StallWatchdog(Callback):
     ) -> None:
         self.feed(f"train step {trainer.global_step} (batch {batch_idx})")
 
-    def on_validation_batch_end(
+    def _eval_batch_end(
         self,
         trainer: L.Trainer,
         pl_module: L.LightningModule,
@@ -210,18 +197,9 @@ class StallWatchdog(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self.feed(f"validation batch {batch_idx}")
+        self.feed(f"{'test' if trainer.testing else 'validation'} batch {batch_idx}")
 
-    def on_test_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self.feed(f"test batch {batch_idx}")
+    on_validation_batch_end = on_test_batch_end = _eval_batch_end
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.feed("validation end")
