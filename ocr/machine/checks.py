@@ -17,11 +17,11 @@ from ocr.machine.environment import (
     cpu_info,
     cuda_info,
     driver_version,
+    free_bytes,
     package_versions,
     required_cpu_flags,
     wsl_info,
 )
-from ocr.utils.io import free_bytes
 
 __all__ = [
     "CheckResult",

@@ -21,6 +21,7 @@ __all__ = [
     "collect_environment",
     "cpu_info",
     "cuda_info",
+    "free_bytes",
     "driver_version",
     "package_versions",
     "required_cpu_flags",
@@ -230,3 +231,11 @@ def _read_text(path: str) -> str | None:
         return Path(path).read_text(errors="replace")
     except OSError:
         return None
+
+
+def free_bytes(path: str | os.PathLike[str]) -> tuple[int, Path]:
+    """Free bytes on the file system of ``path`` and the folder measured (its nearest existing parent)."""
+    folder = Path(path).resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free, folder

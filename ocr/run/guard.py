@@ -37,7 +37,7 @@ from torch.optim import Optimizer
 
 from ocr.checkpoints.saving import RunCheckpoint, estimate_checkpoint_bytes
 from ocr.machine.checks import CheckResult, fast_checks, format_table, rate_missing_gpu, worst_status
-from ocr.machine.environment import collect_environment, driver_version
+from ocr.machine.environment import collect_environment, driver_version, free_bytes
 from ocr.models.loss.checks import LossInputError
 from ocr.run.crash import crash_dir, failed_cpu_batch, write_crash_bundle
 from ocr.run.faults import CudaFault, FaultExit, FaultSite, find_cuda_fault, headline
@@ -56,7 +56,7 @@ from ocr.run.watchdog import StallWatchdog
 from ocr.utils.commands import resume_command
 from ocr.utils.config_types import PositiveInt
 from ocr.utils.errors import UsageError, find_usage_error
-from ocr.utils.io import atomic_write_json, format_mib, free_bytes
+from ocr.utils.io import atomic_write_json, format_mib
 
 __all__ = ["EXIT_CODES", "Guard", "Interrupts", "PreflightError", "check_checkpoint_space", "is_interruption"]
 

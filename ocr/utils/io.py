@@ -6,11 +6,11 @@ import errno
 import json
 import logging
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ocr.machine.environment import free_bytes
 from ocr.utils.errors import UsageError
 
 __all__ = [
@@ -20,7 +20,6 @@ __all__ = [
     "atomic_write_text",
     "disk_full_error",
     "format_mib",
-    "free_bytes",
     "is_out_of_space",
     "remove_stale_temp_files",
 ]
@@ -70,14 +69,6 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int | None
 def is_out_of_space(exc: BaseException) -> bool:
     """Whether ``exc`` is an OS error for a full disk or quota."""
     return isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE_ERRNOS
-
-
-def free_bytes(path: str | os.PathLike[str]) -> tuple[int, Path]:
-    """Free bytes on the file system of ``path`` and the folder measured (its nearest existing parent)."""
-    folder = Path(path).resolve()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return shutil.disk_usage(folder).free, folder
 
 
 def disk_full_error(path: str | os.PathLike[str], needed_bytes: int | None) -> DiskFullError:
