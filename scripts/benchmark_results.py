@@ -15,10 +15,12 @@ import platform
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ocr.machine.environment import cpu_flags, cpu_info
 from ocr.utils.io import atomic_write_json
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -45,18 +47,8 @@ def machine_name(device: str = "cpu") -> str:
             return machine_name("cuda" if torch.cuda.is_available() else "cpu")
         name = torch.cuda.get_device_name(torch.device(device)).lower().removeprefix("nvidia ")
         return re.sub(r"[^a-z0-9]+", "-", name).strip("-")
-    flags: set[str] = set()
-    if Path("/proc/cpuinfo").is_file():
-        line = next((x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("flags")), "")
-        flags = set(line.partition(":")[2].split())
-    isa = next(
-        (
-            name
-            for flag, name in (("avx512_bf16", "avx512bf16"), ("avx512f", "avx512"), ("avx2", "avx2"))
-            if flag in flags
-        ),
-        platform.machine().lower(),
-    )
+    isas = (("avx512_bf16", "avx512bf16"), ("avx512f", "avx512"), ("avx2", "avx2"))
+    isa = next((name for flag, name in isas if flag in cpu_flags()), platform.machine().lower())
     return f"cpu-{os.cpu_count()}core-{isa}"
 
 
@@ -89,13 +81,33 @@ def worker_overrides(workers: int | None) -> list[str]:
 
 
 def machine_line(device: str = "cpu") -> str:
-    """Platform, logical CPUs, torch version and (``cuda``) the GPU's name, for a printed report."""
+    """Platform, CPU model and SIMD flags, logical CPUs, load, torch and (``cuda``) the GPU, for a report."""
     import torch
 
-    parts = [platform.platform(), f"{os.cpu_count()} logical CPUs", f"torch {torch.__version__}"]
+    cpu = cpu_info()
+    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if cpu["flags"][f]] or ["no AVX2"]
+    parts = [platform.platform(), f"{cpu['model']} ({', '.join(simd)})", f"{os.cpu_count()} logical CPUs"]
+    parts += [f"load average {os.getloadavg()[0]:.1f}", f"torch {torch.__version__}"]
     if device.startswith("cuda"):
         parts.append(torch.cuda.get_device_name(torch.device(device)))
     return ", ".join(parts)
+
+
+def timed(fn: Callable[[], object], cpu_clock: Callable[[], float] = time.process_time) -> tuple[float, ...]:
+    """CPU (``cpu_clock``) and wall seconds of one call of ``fn``."""
+    cpu, wall = cpu_clock(), time.perf_counter()
+    fn()
+    return cpu_clock() - cpu, time.perf_counter() - wall
+
+
+def markdown_row(cells: Sequence[Any]) -> str:
+    """One row of a Markdown table (None: ``-``)."""
+    return "| " + " | ".join("-" if cell is None else str(cell) for cell in cells) + " |"
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """``columns`` and ``rows`` as a Markdown table, what :func:`table_cells` reads back."""
+    return "\n".join(markdown_row(line) for line in [columns, ["---"] * len(columns), *rows])
 
 
 def table_cells(markdown: str) -> tuple[list[str], list[list[str]]]:

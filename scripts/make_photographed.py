@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import uuid
 import zlib
 from collections.abc import Sequence
@@ -29,18 +28,15 @@ import numpy as np
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from ocr.data.annotations import ImageRecord, Word, load_annotations, save_annotations  # noqa: E402
-from ocr.data.images import EXIF_MODES, read_image, resolve_frame  # noqa: E402
-from ocr.data.photo import PhotoAugment  # noqa: E402
-from ocr.utils.io import atomic_write_bytes, atomic_write_json  # noqa: E402
+from ocr.data.annotations import ImageRecord, Word, load_annotations, save_annotations
+from ocr.data.images import EXIF_MODES, read_image, resolve_frame
+from ocr.data.photo import PhotoAugment
+from ocr.utils.io import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger("make_photographed")
 GENERATOR = "scripts/make_photographed.py"
 MANIFEST = "manifest.json"
-DEFAULT_CONFIG = REPO / "configs" / "data" / "photo" / "default.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "data" / "photo" / "default.yaml"
 
 
 def image_seed(seed: int, file_name: str) -> int:

@@ -1,16 +1,12 @@
 """Render docs/results.md from docs/results/*.json (written by the benchmarks' ``--record``).
 
-    uv run python scripts/results_page.py           # rewrite docs/results.md
-    uv run python scripts/results_page.py --check   # exit 1 when docs/results.md is not what the data give
+    uv run python scripts/results_page.py    # rewrite docs/results.md (tests/test_docs.py checks it)
 
 One section per question (``QUESTIONS``' order), in it each benchmark's figures per machine, newest first.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,22 +58,5 @@ def _text(cell: Any) -> str:
     return "-" if cell is None else str(cell).replace("|", "\\|")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare, do not write")
-    args = parser.parse_args(argv)
-    page = render()
-    if args.check:
-        if not PAGE.is_file() or PAGE.read_text() != page:
-            print(
-                f"{PAGE} is not what {RESULTS_DIR}/*.json give: run scripts/results_page.py", file=sys.stderr
-            )
-            return 1
-        return 0
-    atomic_write_text(PAGE, page)
-    print(f"wrote {PAGE}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    print(f"wrote {atomic_write_text(PAGE, render())}")
