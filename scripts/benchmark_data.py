@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import functools
 import importlib
+import itertools
 import math
 import os
 import platform
@@ -25,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import cv2
 import numpy as np
@@ -36,7 +38,7 @@ from omegaconf import OmegaConf
 
 from ocr.data import collate  # looked up at each call, so the collate stage can wrap it
 from ocr.data.coding import decode_batch
-from scripts.benchmark_results import benchmark_parser, command_line, write_result
+from scripts import benchmark_results as results
 
 try:
     from ocr.machine.hardware import register_resolvers
@@ -96,53 +98,24 @@ class StageClock:
 @contextlib.contextmanager
 def instrument(clock: StageClock, dataset: Any) -> Iterator[None]:
     """Every function ``STAGES`` names wrapped for the block (AttributeError: update ``STAGES``)."""
-    roots = {"dataset": dataset}
-    originals = []
-    try:
+    with contextlib.ExitStack() as patches:
         for stage, targets in STAGES.items():
             for target in targets:
                 root, _, attribute = target.partition(":")
-                owner = roots[root] if root in roots else importlib.import_module(root)
                 *path, name = attribute.split(".")
-                for part in path:
-                    owner = getattr(owner, part)
-                original = getattr(owner, name)
-                setattr(owner, name, clock.wrap(stage, original))
-                originals.append((owner, name, original))
+                start = dataset if root == "dataset" else importlib.import_module(root)
+                owner = functools.reduce(getattr, path, start)
+                patches.enter_context(mock.patch.object(owner, name, clock.wrap(stage, getattr(owner, name))))
         yield
-    finally:
-        for owner, name, original in reversed(originals):
-            setattr(owner, name, original)
-
-
-def machine() -> str:
-    """CPU model, the SIMD flags that matter here, and the load average."""
-    model, flags = platform.processor() or "unknown CPU", set()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags] or ["no AVX2"]
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{model} ({', '.join(simd)}), {os.cpu_count()} CPUs, load average {load:.1f}"
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """``args.passes`` timed passes of ``args.samples`` samples of the config's train dataset."""
     register_resolvers()
     GlobalHydra.instance().clear()
-    overrides = [
-        f"data={args.data}",
-        f"hardware={args.preset}",
-        f"data.root={args.root}",
-        "data.num_workers=0",  # this process is the worker: it reads the train dataset and collates
-        "data.persistent_workers=false",
-        *args.overrides,
-    ]
+    overrides = [f"data={args.data}", f"hardware={args.preset}", f"data.root={args.root}"]
+    # This process is the worker: it reads the train dataset and collates.
+    overrides += ["data.num_workers=0", "data.persistent_workers=false", *args.overrides]
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
     np.random.seed(args.seed)
@@ -154,12 +127,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     dataset, batch_size = datamodule.datasets["train"], int(datamodule.batch_size)
     common = {"overrides": overrides, "batch_size": batch_size, "images": len(dataset)}
     if args.loader:
-        render_on = str(OmegaConf.select(cfg, "data.render_on", default="worker"))
-        return (
-            time_loader(args, datamodule.train_dataloader(), dataset, batch_size)
-            | common
-            | {"render_on": render_on}
-        )
+        common["render_on"] = str(OmegaConf.select(cfg, "data.render_on", default="worker"))
+        return time_loader(args, datamodule.train_dataloader(), dataset, batch_size) | common
     dataset.transform.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     epochs = math.ceil((args.warmup + args.passes * args.samples) / len(dataset))
@@ -176,7 +145,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             del batches[:-DEVICE_BATCHES]
 
     with instrument(clock, dataset):
-        cpu, wall = timed_passes(args.passes, one_pass)
+        cpu, wall = zip(*(results.timed(one_pass) for _ in range(args.passes)), strict=True)
     return common | {
         "render_on": cfg.data.render_on,
         "samples_per_pass": args.samples,
@@ -188,22 +157,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def timed_passes(passes: int, one_pass: Callable[[], object]) -> tuple[list[float], list[float]]:
-    """CPU and wall seconds of each of ``passes`` calls of ``one_pass``."""
-    cpu, wall = [], []
-    for _ in range(passes):
-        cpu_start, wall_start = time.process_time(), time.perf_counter()
-        one_pass()
-        cpu.append(time.process_time() - cpu_start)
-        wall.append(time.perf_counter() - wall_start)
-    return cpu, wall
-
-
 def time_loader(args: argparse.Namespace, loader: Any, dataset: Any, batch_size: int) -> dict[str, Any]:
     """CPU and wall seconds per pass of ``args.samples`` samples from ``loader`` (0 workers)."""
     torch.manual_seed(args.seed)
     dataset.transform.set_random_seed(args.seed)
-    batches = _endless(loader)
+    batches = itertools.chain.from_iterable(itertools.repeat(loader))  # epoch after epoch
     for _ in range(math.ceil(args.warmup / batch_size)):
         next(batches)
     per_pass, last = math.ceil(args.samples / batch_size), []
@@ -212,18 +170,10 @@ def time_loader(args: argparse.Namespace, loader: Any, dataset: Any, batch_size:
         for _ in range(per_pass):
             last[:] = [next(batches)]
 
-    cpu, wall = timed_passes(args.passes, one_pass)
-    return {
-        "samples_per_pass": per_pass * batch_size,  # whole batches (drop_last)
-        "cpu": cpu,
-        "wall": wall,
-        "wire_bytes": wire_bytes(last[0]) / len(last[0]["image_id"]),
-    }
-
-
-def _endless(loader: Any) -> Iterator[dict[str, Any]]:
-    while True:
-        yield from loader
+    cpu, wall = zip(*(results.timed(one_pass) for _ in range(args.passes)), strict=True)
+    wire = wire_bytes(last[0]) / len(last[0]["image_id"])
+    # samples_per_pass: whole batches (drop_last)
+    return {"samples_per_pass": per_pass * batch_size, "cpu": cpu, "wall": wall, "wire_bytes": wire}
 
 
 def wire_bytes(batch: dict[str, Any]) -> int:
@@ -234,69 +184,69 @@ def wire_bytes(batch: dict[str, Any]) -> int:
 
 
 def time_device_stage(batches: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
-    """Seconds per sample of ``decode_batch`` on ``device`` (transfer excluded; first batch untimed)."""
-    moved = [
-        {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()} for batch in batches
-    ]
+    """Seconds per sample of ``decode_batch`` on ``device`` (transfer excluded; first batch untimed): wall
+    time on CUDA (synchronised), this process's CPU time on the CPU."""
+    moved = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in batches]
     decode_batch(moved[0])  # type: ignore[arg-type]
-    seconds, samples = 0.0, 0
-    for batch in moved[1:]:
-        if device.type == "cuda":
+    cuda = device.type == "cuda"
+
+    def decode_rest() -> None:
+        for batch in moved[1:]:
+            decode_batch(batch)  # type: ignore[arg-type]
+        if cuda:
             torch.cuda.synchronize(device)
-        start = time.perf_counter() if device.type == "cuda" else time.process_time()
-        decode_batch(batch)  # type: ignore[arg-type]
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds += (time.perf_counter() if device.type == "cuda" else time.process_time()) - start
-        samples += len(batch["image_id"])
-    return {"device": str(device), "seconds_per_sample": seconds / max(samples, 1)}
+
+    if cuda:
+        torch.cuda.synchronize(device)
+    cpu, wall = results.timed(decode_rest)
+    samples = sum(len(batch["image_id"]) for batch in moved[1:])
+    return {"device": str(device), "seconds_per_sample": (wall if cuda else cpu) / max(samples, 1)}
+
+
+def stage_table(args: argparse.Namespace, result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows: each stage's exclusive CPU ms per sample and share, "other" and the total."""
+    total, cpu = result["samples_per_pass"] * args.passes, sum(result["cpu"])
+    stages = dict(result["stages"]) | {"other": cpu - sum(result["stages"].values())}
+    rows = [
+        [name, f"{stages.get(name, 0.0) * 1e3 / total:.1f}", f"{stages.get(name, 0.0) / cpu:.0%}"]
+        for name in [*STAGES, "other"]
+    ]
+    return ["stage", "CPU ms/sample", "share"], [*rows, ["total", f"{cpu * 1e3 / total:.1f}", "100%"]]
 
 
 def report(args: argparse.Namespace, result: dict[str, Any]) -> str:
     """Markdown: the setup, img/s and ms per sample per pass, and (not ``--loader``) the stage table."""
     samples = result["samples_per_pass"]
-    total = samples * args.passes
     cpu_rates = [samples / s for s in result["cpu"]]
-    wall_rates = [samples / s for s in result["wall"]]
     lines = [
-        f"machine: {machine()}; core {args.core}, python {platform.python_version()}, torch "
-        f"{torch.__version__}, opencv {cv2.__version__}; checkout {REPO}",
+        f"machine: {results.machine_line(args.device)}; core {args.core}, python "
+        f"{platform.python_version()}, opencv {cv2.__version__}; checkout {REPO}",
         f"overrides: {' '.join(result['overrides'])}; batch {result['batch_size']}, {result['images']} "
         f"images, {args.passes} passes x {samples} samples after {args.warmup} warm-up, seed {args.seed}"
         f"{', iterating train_dataloader()' if args.loader else ''}; data.render_on={result['render_on']}",
-        f"img/s per core, wall: {_spread(wall_rates)}",
+        f"img/s per core, wall: {_spread([samples / s for s in result['wall']])}",
         f"img/s per core, CPU time: {_spread(cpu_rates)}",
         f"CPU ms per sample: {_spread([1e3 / r for r in cpu_rates])}",
         f"batch bytes per sample (compact tensors): {result['wire_bytes'] / 1e6:.2f} MB",
     ]
     if args.loader:
         return "\n".join(lines)
-    stages = dict(result["stages"])
-    stages["other"] = sum(result["cpu"]) - sum(stages.values())
-    lines += [
-        f"device stage (decode_batch, not in the table) on {result['device']['device']}: "
-        f"{result['device']['seconds_per_sample'] * 1e3:.1f} ms per sample",
-        "",
-        "| stage | CPU ms/sample | share |",
-        "| --- | ---: | ---: |",
-    ]
-    for stage in [*STAGES, "other"]:
-        seconds = stages.get(stage, 0.0)
-        lines.append(f"| {stage} | {seconds * 1e3 / total:.1f} | {seconds / sum(result['cpu']):.0%} |")
-    lines.append(f"| total | {sum(result['cpu']) * 1e3 / total:.1f} | 100% |")
-    return "\n".join(lines)
+    device = result["device"]
+    lines.append(
+        f"device stage (decode_batch, not in the table) on {device['device']}: "
+        f"{device['seconds_per_sample'] * 1e3:.1f} ms per sample\n"
+    )
+    return "\n".join([*lines, results.markdown_table(*stage_table(args, result))])
 
 
 def _spread(rates: Sequence[float]) -> str:
-    return (
-        f"median {statistics.median(rates):.1f} (passes: {', '.join(f'{r:.1f}' for r in rates)})"
-        if len(rates) > 1
-        else f"{rates[0]:.1f}"
-    )
+    if len(rates) == 1:
+        return f"{rates[0]:.1f}"
+    return f"median {statistics.median(rates):.1f} (passes: {', '.join(f'{r:.1f}' for r in rates)})"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = benchmark_parser(__doc__)
+    parser = results.benchmark_parser(__doc__)
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="dataset folder (data.root)")
     parser.add_argument("--data", default="receipts", help="data config group")
     parser.add_argument("--preset", default="h100_80gb", help="hardware config whose data settings to use")
@@ -314,7 +264,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def record(args: argparse.Namespace, result: dict[str, Any], argv: Sequence[str] | None) -> None:
-    total, cpu = result["samples_per_pass"] * args.passes, sum(result["cpu"])
     per_sample = [1e3 * s / result["samples_per_pass"] for s in result["cpu"]]
     protocol = (
         "`scripts/benchmark_data.py`: what one DataLoader worker does for the training set of "
@@ -326,20 +275,14 @@ def record(args: argparse.Namespace, result: dict[str, Any], argv: Sequence[str]
     )
     if args.loader:
         columns = ["CPU ms per sample (median)", "passes", "batch bytes per sample"]
-        rows = [[f"{statistics.median(per_sample):.1f}", ", ".join(f"{x:.1f}" for x in per_sample)]]
-        rows[0].append(f"{result['wire_bytes'] / 1e6:.2f} MB")
-        benchmark = "data-loader"
+        passes, wire = ", ".join(f"{x:.1f}" for x in per_sample), f"{result['wire_bytes'] / 1e6:.2f} MB"
+        rows, benchmark = [[f"{statistics.median(per_sample):.1f}", passes, wire]], "data-loader"
     else:
-        stages = dict(result["stages"]) | {"other": cpu - sum(result["stages"].values())}
-        columns = ["stage", "CPU ms/sample", "share"]
-        rows = [
-            [name, f"{stages.get(name, 0.0) * 1e3 / total:.1f}", f"{stages.get(name, 0.0) / cpu:.0%}"]
-            for name in [*STAGES, "other"]
-        ]
-        rows.append(["total", f"{cpu * 1e3 / total:.1f}", "100%"])
-        benchmark = "data"
-    command = command_line(__file__, argv)
-    write_result(benchmark, "The data pipeline", protocol, command, columns, rows, directory=args.record)
+        (columns, rows), benchmark = stage_table(args, result), "data"
+    command = results.command_line(__file__, argv)
+    results.write_result(
+        benchmark, "The data pipeline", protocol, command, columns, rows, directory=args.record
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> str:

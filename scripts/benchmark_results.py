@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ocr.machine.environment import cpu_flags, cpu_info
 from ocr.utils.io import atomic_write_json
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -37,6 +36,16 @@ QUESTIONS = (
 KEYS = ("benchmark", "question", "machine", "command", "protocol", "measured", "columns", "rows")
 
 
+def cpu_model_and_flags() -> tuple[str, set[str]]:
+    """The CPU model and feature flags of /proc/cpuinfo (else the platform's processor, no flags); read
+    here, not by ``ocr``, so that a benchmark run on an older checkout's package still describes the CPU."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in lines)}
+    model = fields.get("model name", platform.processor() or "unknown CPU")
+    return model, set(fields.get("flags", "").split())
+
+
 def machine_name(device: str = "cpu") -> str:
     """``h200`` for a CUDA device (its name, less "NVIDIA"); else ``cpu-<n>core-<isa>`` from /proc/cpuinfo.
     ``auto``: the CUDA device where one is visible (for scripts whose runners pick the device)."""
@@ -48,7 +57,8 @@ def machine_name(device: str = "cpu") -> str:
         name = torch.cuda.get_device_name(torch.device(device)).lower().removeprefix("nvidia ")
         return re.sub(r"[^a-z0-9]+", "-", name).strip("-")
     isas = (("avx512_bf16", "avx512bf16"), ("avx512f", "avx512"), ("avx2", "avx2"))
-    isa = next((name for flag, name in isas if flag in cpu_flags()), platform.machine().lower())
+    flags = cpu_model_and_flags()[1]
+    isa = next((name for flag, name in isas if flag in flags), platform.machine().lower())
     return f"cpu-{os.cpu_count()}core-{isa}"
 
 
@@ -84,9 +94,9 @@ def machine_line(device: str = "cpu") -> str:
     """Platform, CPU model and SIMD flags, logical CPUs, load, torch and (``cuda``) the GPU, for a report."""
     import torch
 
-    cpu = cpu_info()
-    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if cpu["flags"][f]] or ["no AVX2"]
-    parts = [platform.platform(), f"{cpu['model']} ({', '.join(simd)})", f"{os.cpu_count()} logical CPUs"]
+    model, flags = cpu_model_and_flags()
+    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags] or ["no AVX2"]
+    parts = [platform.platform(), f"{model} ({', '.join(simd)})", f"{os.cpu_count()} logical CPUs"]
     parts += [f"load average {os.getloadavg()[0]:.1f}", f"torch {torch.__version__}"]
     if device.startswith("cuda"):
         parts.append(torch.cuda.get_device_name(torch.device(device)))
@@ -142,16 +152,10 @@ def write_result(
                 f"(columns {list(columns)})"
             )
     machine = machine or machine_name(device)
-    record = {
-        "benchmark": benchmark,
-        "question": question,
-        "machine": machine,
-        "command": command,
-        "protocol": protocol,
-        "measured": measured or datetime.date.today().isoformat(),
-        "columns": list(columns),
-        "rows": [[_cell(value) for value in row] for row in rows],
-    }
+    # A cell as JSON keeps it: numbers and text as they are, anything else as text.
+    cells = [[v if v is None or isinstance(v, str | int | float) else str(v) for v in row] for row in rows]
+    values = (benchmark, question, machine, command, protocol, measured or datetime.date.today().isoformat())
+    record = dict(zip(KEYS, (*values, list(columns), cells), strict=True))
     return atomic_write_json(directory / f"{benchmark}-{machine}.json", record)
 
 
@@ -164,8 +168,3 @@ def read_result(path: Path) -> dict[str, Any]:
     if record["question"] not in QUESTIONS:
         raise ValueError(f"{path}: question must be one of {QUESTIONS}, got {record['question']!r}")
     return dict(record)
-
-
-def _cell(value: Any) -> str | int | float | None:
-    """A table cell as JSON keeps it: numbers and text as they are, anything else as text."""
-    return value if value is None or isinstance(value, str | int | float) else str(value)

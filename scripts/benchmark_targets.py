@@ -27,7 +27,7 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ocr.data.targets.db import make_db_targets  # noqa: E402
-from scripts.benchmark_results import benchmark_parser, command_line, write_result  # noqa: E402
+from scripts import benchmark_results as results  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "helpers" / "db_reference.py"
 
@@ -35,10 +35,8 @@ REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "helpers" / "db_refe
 def load_reference() -> ModuleType:
     """The oracle, tests/helpers/db_reference.py (the repo root is not on a script's path)."""
     spec = importlib.util.spec_from_file_location("db_reference", REFERENCE)
-    if spec is None or spec.loader is None:
-        raise FileNotFoundError(f"oracle not found: expected {REFERENCE}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
 
@@ -47,20 +45,19 @@ def time_per_image(
     layouts: list[list[np.ndarray]],
     size: int,
     rounds: int,
-) -> tuple[float, float]:
+) -> tuple[float, ...]:
     """Fastest of ``rounds`` passes: (this thread's CPU ms, wall ms) per image."""
-    cpu, wall = [], []
-    for _ in range(rounds):
-        cpu_start, wall_start = time.thread_time(), time.perf_counter()
+
+    def one_pass() -> None:
         for boxes in layouts:
             build(boxes, [False] * len(boxes), size, size)
-        cpu.append((time.thread_time() - cpu_start) * 1e3 / len(layouts))
-        wall.append((time.perf_counter() - wall_start) * 1e3 / len(layouts))
-    return min(cpu), min(wall)
+
+    runs = [results.timed(one_pass, time.thread_time) for _ in range(rounds)]
+    return tuple(min(clock) * 1e3 / len(layouts) for clock in zip(*runs, strict=True))
 
 
 def main() -> None:
-    parser = benchmark_parser(__doc__)
+    parser = results.benchmark_parser(__doc__)
     parser.add_argument("--boxes", type=int, nargs="+", default=[50, 100, 200])
     parser.add_argument("--size", type=int, default=640)
     parser.add_argument("--images", type=int, default=5, help="layouts per box count")
@@ -95,29 +92,21 @@ def main() -> None:
         f"python {platform.python_version()}, numpy {np.__version__}, opencv {cv2.__version__}, "
         f"{args.size}x{args.size} px, {args.images} layouts per row, 1 core, load average {load:.1f}"
     )
-    print(
-        "| layout | boxes | classic per-polygon, CPU ms/image | make_db_targets, CPU ms/image | "
-        "speed-up | wall ms/image (classic / fast) |"
-    )
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for kind, count, oracle_cpu, fast_cpu, oracle_wall, fast_wall in rows:
-        print(
-            f"| {kind} | {count} | {oracle_cpu:.1f} | {fast_cpu:.2f} | {oracle_cpu / fast_cpu:.1f}x | "
-            f"{oracle_wall:.1f} / {fast_wall:.2f} |"
-        )
+    columns = ["layout", "boxes", "classic ms/image", "make_db_targets ms/image", "speed-up"]
+    table = [(k, n, round(o, 1), round(f, 2), f"{o / f:.1f}x") for k, n, o, f, _, _ in rows]
+    printed = [[*row, f"{o:.1f} / {f:.2f}"] for row, (*_, o, f) in zip(table, rows, strict=True)]
+    print(results.markdown_table([*columns, "wall ms/image (classic / fast)"], printed))
     if args.record:
-        write_result(
-            "targets",
-            "The data pipeline",
+        protocol = (
             "`scripts/benchmark_targets.py`: `ocr.data.targets.db.make_db_targets` against the classic "
             "per-polygon algorithm of MhLiao/DB (`tests/helpers/db_reference.py`) on the same seeded "
-            "receipt layouts, "
-            f"{args.size} px, one pinned core, CPU time of the calling thread (best of {args.rounds} / of 3 "
-            f"passes). `jittered`: every corner moved by up to 1 px. Load average {load:.1f}.",
-            command_line(__file__, None),
-            ["layout", "boxes", "classic ms/image", "make_db_targets ms/image", "speed-up"],
-            [(k, n, round(o, 1), round(f, 2), f"{o / f:.1f}x") for k, n, o, f, _, _ in rows],
-            directory=args.record,
+            f"receipt layouts, {args.size} px, one pinned core, CPU time of the calling thread (best of "
+            f"{args.rounds} / of 3 passes). `jittered`: every corner moved by up to 1 px. Load average "
+            f"{load:.1f}."
+        )
+        command = results.command_line(__file__, None)
+        results.write_result(
+            "targets", "The data pipeline", protocol, command, columns, table, directory=args.record
         )
 
 
