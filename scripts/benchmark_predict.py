@@ -47,19 +47,17 @@ from ocr.lightning_modules.prob_cache import ProbCache
 from ocr.run.config import compose_config
 from ocr.run.entry import load_runner
 from ocr.types import BATCH_TENSOR_KEYS, Batch, DBOutput
-from scripts.benchmark_results import (
-    benchmark_parser,
-    command_line,
-    table_cells,
-    worker_overrides,
-    write_result,
-)
+from scripts import benchmark_results as results
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = REPO.parent / "shared" / "datasets" / "sroie-compact" / "images" / "test"
 PEER_SCRIPT = REPO / "scripts" / "peer_rapidocr.py"
 PEER_ENV = "RAPIDOCR_PYTHON"
 MODES = ("upstream", "competition")
+COLUMNS = (
+    *("backend", "model", "device", "batch", "long side", "variant", "images", "img/s per pass"),
+    *("network share", "hmean upstream / competition", "model MiB", "x peer"),
+)
 
 log = logging.getLogger("benchmark_predict")
 
@@ -67,10 +65,11 @@ log = logging.getLogger("benchmark_predict")
 def random_checkpoint(path: Path, overrides: Sequence[str]) -> Path:
     """A run checkpoint with random weights of the train config's network (``overrides`` on top)."""
     cfg = compose_config("train", overrides, path.parent)
-    module = build_module(cfg)
-    torch.save(
-        {"state_dict": module.state_dict(), "ocr_config": OmegaConf.to_container(cfg, resolve=True)}, path
-    )
+    state = {
+        "state_dict": build_module(cfg).state_dict(),
+        "ocr_config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    torch.save(state, path)
     return path
 
 
@@ -81,12 +80,8 @@ class Peer:
         listing = work / "peer_images.txt"
         listing.write_text("".join(f"{path}\n" for path in images))
         self.python = python
-        self.process = subprocess.Popen(
-            [os.fspath(python), os.fspath(PEER_SCRIPT), os.fspath(listing)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        command = [os.fspath(python), os.fspath(PEER_SCRIPT), os.fspath(listing)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.info = self._answer()
         self.rates: list[float] = []
         self.polygons: dict[str, list[list[float]]] = {}
@@ -150,9 +145,8 @@ def score(gt: Path, predictions: dict[str, list[Any]], directory: Path) -> dict[
 
 
 class Row:
-    """One timed configuration: its ``labels`` (backend, model, device, batch, long_side, variant), config,
-    ``prepared`` (data module, module, trainer) and figures (no dataclass: a script loaded without a
-    package cannot resolve its annotations)."""
+    """One timed configuration: ``labels`` (backend, model, device, batch, long_side, variant), config,
+    ``prepared`` (data module, module, trainer), figures (no dataclass: a script loaded by path lacks one)."""
 
     def __init__(self, labels: dict[str, Any], cfg: DictConfig, size_mib: float, prepared: tuple) -> None:
         self.labels, self.cfg, self.size_mib, self.prepared = labels, cfg, size_mib, prepared
@@ -177,28 +171,19 @@ class Row:
         """Polygons per image of the last pass."""
         return {p["image_id"]: p["polygons"] for p in self.prepared[1].pipeline.predictions}
 
-    def markdown(self) -> str:
-        hmean = " / ".join(f"{self.hmean[m]:.4f}" for m in MODES) if self.hmean else "-"
-        labels = " | ".join(str(value or "-") for value in self.labels.values())
-        return (
-            f"| {labels} | {self.images} | {', '.join(f'{r:.2f}' for r in self.rates)} "
-            f"| {self.network_share:.0%} | {hmean} | {self.size_mib:.1f} |"
-        )
+    def cells(self) -> list[Any]:
+        labels = [value or "-" for value in self.labels.values()]
+        rates, share = ", ".join(f"{r:.2f}" for r in self.rates), f"{self.network_share:.0%}"
+        return [*labels, self.images, rates, share, hmean_cell(self.hmean), f"{self.size_mib:.1f}"]
 
     @property
     def images(self) -> int:
         return len(self.prepared[0].datasets["predict"])
 
     def record(self) -> dict[str, Any]:
-        return {
-            **self.labels,
-            "images": self.images,
-            "img_per_s": self.rates,
-            "img_per_s_median": statistics.median(self.rates) if self.rates else None,
-            "network_share": self.network_share,
-            "hmean": self.hmean,
-            "model_mib": self.size_mib,
-        }
+        record = {**self.labels, "images": self.images, "img_per_s": self.rates}
+        record |= {"img_per_s_median": _median(self.rates), "network_share": self.network_share}
+        return record | {"hmean": self.hmean, "model_mib": self.size_mib}
 
 
 class EmulatedNetwork(nn.Module):
@@ -215,10 +200,6 @@ class EmulatedNetwork(nn.Module):
         return DBOutput(self.prob_logits[index], self.prob_logits[index], self.prob_logits[index])
 
 
-def _as_is(batch: Batch) -> Batch:
-    return batch
-
-
 class MemoryBatches(L.LightningDataModule):
     """Predict batches from memory, moved as the datamodule moves them; not decoded (no pixel is read)."""
 
@@ -227,7 +208,7 @@ class MemoryBatches(L.LightningDataModule):
         self.batches = batches
 
     def predict_dataloader(self) -> DataLoader:
-        return DataLoader(self.batches, batch_size=None, collate_fn=_as_is)  # type: ignore[arg-type]
+        return DataLoader(self.batches, batch_size=None, collate_fn=lambda batch: batch)  # type: ignore[arg-type]
 
     def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
         return move_batch(batch, device)
@@ -247,12 +228,6 @@ class Emulation(NamedTuple):
         return sum(len(b["image_id"]) for b in self.batches)
 
 
-def network_logits(module: Any, images: Tensor, chunk: int) -> Tensor:
-    """(B, 1, H, W) logits of (B, 3, H, W) images, ``chunk`` per forward (16 at 1024 px: tens of GB)."""
-    with torch.inference_mode():
-        return torch.cat([module(images[i : i + chunk]).prob_logits for i in range(0, len(images), chunk)])
-
-
 def maps_cache(directory: Path, cfg: DictConfig, sources: list[str]) -> ProbCache:
     """The network's logits per image on disk, keyed by checkpoint, images and eval transform."""
     ckpt = Path(cfg.ckpt).resolve()
@@ -266,7 +241,7 @@ def maps_cache(directory: Path, cfg: DictConfig, sources: list[str]) -> ProbCach
 
 
 def prepare_emulation(
-    cfg: DictConfig, ms_per_batch: float, cache: ProbCache | None, repeat: int = 1
+    cfg: DictConfig, ms_per_batch: float, cache: ProbCache | None, repeat: int
 ) -> Emulation:
     """The real network once over ``cfg``'s images (or ``cache``); ``ms_per_batch`` is a full batch's device
     time, smaller batches take it in proportion to their pixels."""
@@ -274,7 +249,9 @@ def prepare_emulation(
     batches = list(datamodule.predict_dataloader())
 
     def forward(images: Tensor) -> Tensor:
-        return network_logits(module, images, chunk=2)
+        """(B, 1, H, W) logits of (B, 3, H, W) images, 2 per forward (16 at 1024 px: tens of GB)."""
+        with torch.inference_mode():
+            return torch.cat([module(images[i : i + 2]).prob_logits for i in range(0, len(images), 2)])
 
     decoded = map(decode_batch, batches)
     logits = [forward(d["images"]) if cache is None else cache.prob_logits(d, forward) for d in decoded]
@@ -286,7 +263,7 @@ def prepare_emulation(
     # The pixels and the (zero) target maps are not read any more: 1x1 placeholders keep the batches small,
     # so that the host does not decode what a GPU would (the host's share is the host's work only).
     light: list[Any] = [
-        dict(b, **{key: b[key][:, :, :1, :1].contiguous() for key in BATCH_TENSOR_KEYS}) for b in batches
+        dict(b, **{k: b[k][:, :, :1, :1].contiguous() for k in BATCH_TENSOR_KEYS}) for b in batches
     ]
     # A pass over the images ``repeat`` times: a predict call's fixed start-up (Lightning's loop, the first
     # batch's network time) weighs less, as on a folder of thousands of receipts.
@@ -328,7 +305,7 @@ def emulated_rates(emulation: Emulation, settings: PipelineSettings, passes: int
 
 
 def main(argv: Sequence[str] | None = None) -> str:
-    parser = benchmark_parser(__doc__)
+    parser = results.benchmark_parser(__doc__)
     parser.add_argument("--ckpt", type=Path, help="checkpoint; default: random r18-FPN")
     parser.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="folder of images to predict")
     parser.add_argument("--num-images", type=int, default=32, help="first N images (sorted) of --images")
@@ -339,19 +316,10 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("--passes", type=int, default=2, help="timed passes after one warm-up pass")
     parser.add_argument("--warmup-batches", type=int, help="the warm-up pass's batches (default: all)")
     parser.add_argument("--workers", type=int, help="data.num_workers; default: the config's")
-    parser.add_argument(
-        "--onnx-model",
-        type=Path,
-        action="append",
-        default=[],
-        help="an exported model to time as it is (repeatable); default: export --ckpt",
-    )
-    parser.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        help='NAME="override ..." rows with these predict overrides (repeatable); default: one, none',
-    )
+    onnx_help = "an exported model to time as it is (repeatable); default: export --ckpt"
+    parser.add_argument("--onnx-model", type=Path, action="append", default=[], help=onnx_help)
+    variant_help = 'NAME="override ..." rows with these predict overrides (repeatable); default: one, none'
+    parser.add_argument("--variant", action="append", default=[], help=variant_help)
     parser.add_argument("--gt", type=Path, help="annotations of --images to score each row and the peer")
     parser.add_argument("--json", type=Path, help="write every row and the machine here")
     parser.add_argument("--peer-python", type=Path, help=f"the peer's Python (rapidocr); else ${PEER_ENV}")
@@ -366,10 +334,8 @@ def main(argv: Sequence[str] | None = None) -> str:
     long_sides = [int(side) for side in str(args.long_side).split(",")]
     args.long_side = long_sides[0]
     python = peer_python(args.peer_python)
-    gt = args.gt
-    if gt is None:
-        default_gt = args.images.resolve().parents[1] / "jsons" / f"{args.images.name}.json"
-        gt = default_gt if default_gt.is_file() else None
+    beside = args.images.resolve().parents[1] / "jsons" / f"{args.images.name}.json"  # <root>/images/<split>
+    gt = args.gt or (beside if beside.is_file() else None)
 
     with tempfile.TemporaryDirectory(prefix="benchmark_predict_") as tmp:
         work = Path(tmp)
@@ -379,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         for name in names:
             (images / name).symlink_to(args.images.resolve() / name)
         hardware = "hardware=cpu" if args.device == "cpu" else "hardware=auto"
-        data = [f"data.root={work / 'unused'}", *worker_overrides(args.workers)]
+        data = [f"data.root={work / 'unused'}", *results.worker_overrides(args.workers)]
         backends = args.backends.split(",")
         if args.ckpt is None and args.onnx_model and "torch" not in backends:
             ckpt: Path | str = "unused"  # predict's ckpt key is required; the ONNX backend never reads it
@@ -411,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         if timed_gt is not None:
             for number, row in enumerate(rows):
                 row.hmean = score(timed_gt, row.predictions(), work / f"score_{number}")
-        table = markdown_table(rows, peer, timed_gt, work)
+        table = results_table(rows, peer, timed_gt, work)
         if args.json is not None:
             write_json(args.json, rows, peer, names, gt)
     log.info("%s", table)
@@ -434,10 +400,11 @@ def record(args: argparse.Namespace, argv: Sequence[str] | None, table: str) -> 
         f"{args.images.name}/; the peer (rapidocr, detection only) after ours in the same run; rows scored "
         "by `runners/evaluate.py` where the images have ground truth."
     )
-    name, command = "predict-emulated" if emulated else "predict", command_line(__file__, argv)
-    question = "Predict and deployment speed"
-    write_result(
-        name, question, protocol, command, *table_cells(table), device=args.device, directory=args.record
+    name, command = "predict-emulated" if emulated else "predict", results.command_line(__file__, argv)
+    columns, rows = results.table_cells(table)
+    question, device = "Predict and deployment speed", args.device
+    results.write_result(
+        name, question, protocol, command, columns, rows, device=device, directory=args.record
     )
 
 
@@ -493,94 +460,79 @@ def export_for_benchmark(args: argparse.Namespace, ckpt: Path | str, images: Pat
     return Path(load_runner("export").export(export_cfg)["model"])
 
 
-def markdown_table(rows: list[Row], peer: Peer | None, gt: Path | None, work: Path) -> str:
+def results_table(rows: list[Row], peer: Peer | None, gt: Path | None, work: Path) -> str:
     """The rows, the peer's (scored against ``gt``), and each row's ratio to the peer."""
-    lines = [
-        "| backend | model | device | batch | long side | variant | images | img/s per pass | network share "
-        "| hmean upstream / competition | model MiB | x peer |",
-        "| --- " * 12 + "|",
-    ]
-    peer_rate = statistics.median(peer.rates) if peer is not None and peer.rates else None
+    peer_rate = None if peer is None else _median(peer.rates)
+    cells = []
     for row in rows:
         ratio = f"{statistics.median(row.rates) / peer_rate:.2f}" if peer_rate and row.rates else "-"
-        lines.append(f"{row.markdown()} {ratio} |")
+        cells.append([*row.cells(), ratio])
     if peer is not None:
-        hmean = "-"
         if gt is not None:
             polygons = {
                 name: [np.asarray(flat, dtype=np.float64).reshape(-1, 2) for flat in found]
                 for name, found in peer.polygons.items()
             }
             peer.info["hmean"] = score(gt, polygons, work / "score_peer")
-            hmean = " / ".join(f"{peer.info['hmean'][m]:.4f}" for m in MODES)
-        lines.append(
-            f"| peer: rapidocr {peer.info.get('rapidocr')} (det only) | - | cpu | 1 | its own rule | - "
-            f"| {len(peer.polygons)} | {', '.join(f'{r:.2f}' for r in peer.rates)} | - | {hmean} | - | 1.00 |"
-        )
-    return "\n".join(lines)
+        rates = ", ".join(f"{r:.2f}" for r in peer.rates)
+        name = f"peer: rapidocr {peer.info.get('rapidocr')} (det only)"
+        hmean = hmean_cell(peer.info.get("hmean"))
+        cells.append([name, "-", "cpu", 1, "its own rule", "-", len(peer.polygons), rates, "-", hmean])
+        cells[-1] += ["-", "1.00"]
+    return results.markdown_table(COLUMNS, cells)
+
+
+def hmean_cell(hmean: dict[str, float] | None) -> str:
+    return " / ".join(f"{hmean[mode]:.4f}" for mode in MODES) if hmean else "-"
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def write_json(path: Path, rows: list[Row], peer: Peer | None, names: list[str], gt: Path | None) -> None:
     """Every row, the peer and the machine (CPU model, cores, load, versions)."""
-    from ocr.machine.environment import cpu_info
     from ocr.utils.io import atomic_write_json
 
-    machine = {"cpu": cpu_info()["model"], "cores": os.cpu_count(), "load_average": list(os.getloadavg())}
+    cpu, load = results.cpu_model_and_flags()[0], list(os.getloadavg())
+    machine = {"cpu": cpu, "cores": os.cpu_count(), "load_average": load}
     machine |= {"python": sys.version.split()[0], "torch": torch.__version__}
     peer_record = None
     if peer is not None:
-        median = statistics.median(peer.rates) if peer.rates else None
-        peer_record = {"info": peer.info, "img_per_s": peer.rates, "img_per_s_median": median}
-    rows_record = [row.record() for row in rows]
-    gt_name = str(gt) if gt is not None else None
-    record = {
-        "machine": machine,
-        "images": len(names),
-        "gt": gt_name,
-        "rows": rows_record,
-        "peer": peer_record,
-    }
-    atomic_write_json(path, record)
+        peer_record = {"info": peer.info, "img_per_s": peer.rates, "img_per_s_median": _median(peer.rates)}
+    record = {"machine": machine, "images": len(names), "gt": None if gt is None else str(gt)}
+    atomic_write_json(path, record | {"rows": [row.record() for row in rows], "peer": peer_record})
     log.info("wrote %s", path)
 
 
 def emulated_rows(args: argparse.Namespace, overrides: list[str], work: Path, sources: list[str]) -> str:
     """The emulation's table, one row per batch size and pool; ``sources``: the images (the cache's key)."""
-    rows = [
-        "| network ms/batch | batch | images | network img/s | post-processing ms/image (1 thread, "
-        "before/after) | pool | bound img/s | img/s per pass | ratio (median) |",
-        "| --- " * 9 + "|",
-    ]
+    columns = ["network ms/batch", "batch", "images", "network img/s"]
+    columns += ["post-processing ms/image (1 thread, before/after)", "pool", "bound img/s", "img/s per pass"]
+    rows = []
     for batch in (int(b) for b in args.batches.split(",")):
-        cfg = compose_config(
-            "predict",
-            [*overrides, f"data.eval_batch_size={batch}", *args.overrides],
-            work / f"emulated_{batch}",
-        )
+        batch_overrides = [*overrides, f"data.eval_batch_size={batch}", *args.overrides]
+        cfg = compose_config("predict", batch_overrides, work / f"emulated_{batch}")
         cache = None if args.maps_cache is None else maps_cache(args.maps_cache, cfg, sources)
         emulation = prepare_emulation(cfg, args.emulate_ms, cache, args.repeat)
         network_rate = emulation.images / sum(emulation.device_s)
         pools = args.pools.split(",") if args.pools else [f"{cfg.pipeline.kind}:{cfg.pipeline.workers}"]
         for pool in pools:
             kind, workers = pool.split(":")
-            settings = PipelineSettings(
-                kind=kind, workers=int(workers), max_pending_batches=cfg.pipeline.max_pending_batches
-            )
+            pending = cfg.pipeline.max_pending_batches
+            settings = PipelineSettings(kind=kind, workers=int(workers), max_pending_batches=pending)
             # Measured right before and after the passes it bounds (the load drifts): their mean.
             before = postprocess_seconds(emulation)
             rates, times = emulated_rates(emulation, settings, args.passes)
             after = postprocess_seconds(emulation)
-            per_image = (before + after) / 2
-            bound = min(network_rate, max(1, settings.workers) / per_image)
-            rows.append(
-                f"| {args.emulate_ms:g} | {batch} | {emulation.images} | {network_rate:.1f} "
-                f"| {before * 1000:.1f} / {after * 1000:.1f} | {kind} x {workers} | {bound:.1f} "
-                f"| {', '.join(f'{r:.1f}' for r in rates)} | {statistics.median(rates) / bound:.3f} |"
-            )
-            log.info("%s", rows[-1])
+            bound = min(network_rate, max(1, settings.workers) / ((before + after) / 2))
+            rows.append([f"{args.emulate_ms:g}", batch, emulation.images, f"{network_rate:.1f}"])
+            rows[-1] += [f"{before * 1000:.1f} / {after * 1000:.1f}", f"{kind} x {workers}", f"{bound:.1f}"]
+            rows[-1] += [", ".join(f"{r:.1f}" for r in rates), f"{statistics.median(rates) / bound:.3f}"]
+            log.info("%s", results.markdown_row(rows[-1]))
             log.info("%s", times.summary(f"last pass, {kind} x {workers}", emulation.module.pipeline.workers))
         emulation.module.pipeline.close()
-    return "\n".join(rows)
+    return results.markdown_table([*columns, "ratio (median)"], rows)
 
 
 if __name__ == "__main__":
