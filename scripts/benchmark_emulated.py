@@ -34,19 +34,11 @@ from ocr.run.config import compose_config
 from ocr.run.entry import instantiate_all, quiet_third_party
 from ocr.types import DBOutput, Sample
 from ocr.utils.io import atomic_write_json
-from scripts.benchmark_results import (
-    benchmark_parser,
-    command_line,
-    machine_line,
-    table_cells,
-    worker_overrides,
-    write_result,
-)
+from scripts import benchmark_results as results
 
 QUEUE_STEPS = 2  # steps the host may run ahead of the emulated device
 SYNC_EVERY_N_STEPS = 50  # configs/callbacks/triage.yaml: nonfinite_guard.check_every_n_steps
-REAL_WORK_SAMPLES = 16  # samples timed in this process to report the real work per sample
-BUILT_SAMPLES = 16  # real samples built once for --sample-work sleep
+BUILT_SAMPLES = 16  # real samples built in this process: the real work per sample, replayed by sleep
 # The arguments the report repeats, in its order.
 SETTING_KEYS = "samples batch workers sample_ms step_ms image_px crop_px device sample_work val_every".split()
 
@@ -74,22 +66,6 @@ def _sleep_until(moment: float) -> None:
     rest = moment - time.perf_counter()
     if rest > 0:
         time.sleep(rest)
-
-
-class DeviceSyncs(Callback):
-    """The host waits for the device where training syncs: each epoch end and ``SYNC_EVERY_N_STEPS``."""
-
-    def __init__(self, device: EmulatedDevice) -> None:
-        self.device = device
-
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        if trainer.global_step % SYNC_EVERY_N_STEPS == 0:
-            self.device.synchronize()
-
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.device.synchronize()
 
 
 class SleepNet(nn.Module):
@@ -137,67 +113,55 @@ class PacedSamples(Dataset[Sample]):
 
 
 class StepClock(Callback):
-    """img/s from the end of step ``start`` to that of ``stop`` (synchronised), and the loader's wait."""
+    """img/s from the end of step ``start`` to that of ``stop`` (synchronised), and the loader's wait; the
+    host waits for the device where training syncs: each epoch end and ``SYNC_EVERY_N_STEPS``."""
 
     def __init__(self, start: int, stop: int, device: EmulatedDevice) -> None:
         self.start, self.stop, self.device = start, stop, device
-        self.marks: dict[str, tuple[float, float | None, float]] = {}
+        self.marks: dict[str, tuple[float, float, float]] = {}
         self.images = 0
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step
+        if step % SYNC_EVERY_N_STEPS == 0:
+            self.device.synchronize()
         if self.start < step <= self.stop:
             self.images += int(batch["images"].shape[0])
         for name, at in (("start", self.start), ("stop", self.stop)):
             if step == at and name not in self.marks:
                 self.device.synchronize()
-                wait = getattr(trainer.datamodule, "loader_wait", None)  # type: ignore[attr-defined]
-                waited = None if wait is None else wait.seconds
+                waited = trainer.datamodule.loader_wait.seconds  # type: ignore[attr-defined]
                 self.marks[name] = (time.perf_counter(), waited, time.process_time())
 
-    def figures(self) -> dict[str, float | None]:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.device.synchronize()
+
+    def figures(self) -> dict[str, float]:
         """img/s, data-wait share, seconds, and the main process's CPU ms per step (load-independent)."""
         (t0, w0, c0), (t1, w1, c1) = self.marks["start"], self.marks["stop"]
-        data_wait = None if w0 is None or w1 is None else (w1 - w0) / (t1 - t0)
-        cpu_ms = 1000 * (c1 - c0) / (self.stop - self.start)
-        return {
-            "pipeline_img_s": self.images / (t1 - t0),
-            "data_wait": data_wait,
-            "seconds": t1 - t0,
-            "host_cpu_ms_per_step": cpu_ms,
-        }
+        seconds, cpu_ms = t1 - t0, 1000 * (c1 - c0) / (self.stop - self.start)
+        figures = {"pipeline_img_s": self.images / seconds, "data_wait": (w1 - w0) / seconds}
+        return figures | {"seconds": seconds, "host_cpu_ms_per_step": cpu_ms}
 
 
 def config_overrides(args: argparse.Namespace, data_root: Path, max_steps: int) -> list[str]:
     px = args.image_px
-    validation = (
-        [f"trainer.check_val_every_n_epoch={args.val_every}"]
-        if args.val_every
-        else ["trainer.limit_val_batches=0", "trainer.check_val_every_n_epoch=1"]
-    )
+    off = ["trainer.limit_val_batches=0", "trainer.check_val_every_n_epoch=1"]
+    validation = [f"trainer.check_val_every_n_epoch={args.val_every}"] if args.val_every else off
     return [
         *("hardware=cpu", "data=synthetic", f"data.root={data_root}", "data.synthetic.num_test=1"),
         *(f"data.synthetic.num_train={args.samples}", f"data.synthetic.num_val={args.val_images}"),
         *(f"data.synthetic.long_side={px}", f"data.train_transform.train_long_side={px}"),
         *(f"data.eval_transform.long_side={px}", f"data.train_transform.crop_size={args.crop_px}"),
         *("data.targets.min_text_size=2", f"data.batch_size={args.batch}"),
-        f"data.eval_batch_size={args.batch}",
-        *worker_overrides(args.workers),
+        *(f"data.eval_batch_size={args.batch}", *results.worker_overrides(args.workers)),
         *("data.pin_memory=false", "trainer.precision=32-true", "trainer.enable_model_summary=false"),
         *("trainer.max_epochs=-1", f"trainer.max_steps={max_steps}", *validation),
         *("time_budget_minutes=null", "test_after_fit=false", "logger=csv"),
-        "callbacks.progress_bar.every_n_seconds=10",
-        *args.overrides,
+        *("callbacks.progress_bar.every_n_seconds=10", *args.overrides),
     ]
-
-
-def build_samples(dataset: Any, count: int) -> tuple[list[Sample], float]:
-    """The first ``count`` samples built for real in this process, and the mean ms each took."""
-    started = time.perf_counter()
-    samples = [dataset[index] for index in range(min(count, len(dataset)))]
-    return samples, 1000 * (time.perf_counter() - started) / len(samples)
 
 
 def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -210,40 +174,32 @@ def emulate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    built, real_ms = build_samples(datamodule.datasets["train"], max(REAL_WORK_SAMPLES, BUILT_SAMPLES))
-    datamodule.datasets["train"] = PacedSamples(
-        datamodule.datasets["train"],
-        args.sample_ms / 1000,
-        built if args.sample_work == "sleep" else None,
-        batch_size=min(args.batch, args.samples),
-    )
+    train = datamodule.datasets["train"]
+    started = time.perf_counter()
+    built = [train[index] for index in range(min(BUILT_SAMPLES, len(train)))]
+    real_ms = 1000 * (time.perf_counter() - started) / len(built)
+    replayed = built if args.sample_work == "sleep" else None
+    paced = PacedSamples(train, args.sample_ms / 1000, replayed, min(args.batch, args.samples))
+    datamodule.datasets["train"] = paced
     module = build_module(cfg)
     device = EmulatedDevice(QUEUE_STEPS if args.device == "async" else 0)
     module.net, module.loss = SleepNet(args.step_ms / 1000, device), ZeroLoss()
     clock = StepClock(warmup, warmup + steps, device)
-    trainer = instantiate(
-        cfg.trainer,
-        callbacks=[*instantiate_all(cfg.callbacks), DeviceSyncs(device), clock],
-        logger=instantiate_all(cfg.logger),
-    )
+    callbacks = [*instantiate_all(cfg.callbacks), clock]
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_all(cfg.logger))
     trainer.fit(module, datamodule=datamodule)
     ceiling = args.batch / (args.step_ms / 1000)
     figures = clock.figures()
-    wait = getattr(datamodule, "loader_wait", None)
-    firsts = [] if wait is None else list(wait.first_batch)
-    report = {"machine": machine_line(), "load_average": os.getloadavg()}
+    firsts = list(datamodule.loader_wait.first_batch)
+    report = {"machine": results.machine_line(), "load_average": os.getloadavg()}
     report |= {key: getattr(args, key) for key in SETTING_KEYS} | {"real_work_ms": real_ms}
     report |= {"steps_per_epoch": per_epoch, "warmup_steps": warmup, "steps": steps, "ceiling_img_s": ceiling}
-    ratio = figures["pipeline_img_s"] / ceiling  # type: ignore[operator]
+    ratio = figures["pipeline_img_s"] / ceiling
     return report | figures | {"ratio": ratio, "first_batch_wait_s": firsts}
 
 
 def markdown(report: dict[str, Any]) -> str:
     firsts = report["first_batch_wait_s"]
-    later = firsts[1:]
-    waits = "n/a" if report["data_wait"] is None else f"{100 * report['data_wait']:.0f} %"
-    first = "n/a" if not firsts else f"{firsts[0]:.2f} s"
-    first_later = "n/a" if not later else f"{1000 * sum(later) / len(later):.1f} ms"
     validation = f"every {report['val_every']} epochs" if report["val_every"] else "off"
     setting = (
         f"N={report['samples']}, B={report['batch']}, W={report['workers']}, L={report['sample_ms']} ms "
@@ -251,22 +207,22 @@ def markdown(report: dict[str, Any]) -> str:
         f"S={report['step_ms']} ms ({report['device']} device), {report['image_px']} px images, "
         f"{report['crop_px']} px crops, validation {validation}"
     )
-    return "\n".join(
-        [
-            f"{report['machine']}; load {report['load_average'][0]:.1f}; {setting}; "
-            f"{report['steps']} timed steps after {report['warmup_steps']}",
-            "",
-            "| ceiling img/s (B/S) | pipeline img/s | ratio | data wait | first batch: start | later "
-            "| host CPU ms/step |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-            f"| {report['ceiling_img_s']:.1f} | {report['pipeline_img_s']:.1f} | {report['ratio']:.2f} | "
-            f"{waits} | {first} | {first_later} | {report['host_cpu_ms_per_step']:.1f} |",
-        ]
+    columns = ["ceiling img/s (B/S)", "pipeline img/s", "ratio", "data wait", "first batch: start", "later"]
+    row = [f"{report['ceiling_img_s']:.1f}", f"{report['pipeline_img_s']:.1f}", f"{report['ratio']:.2f}"]
+    row.append(f"{100 * report['data_wait']:.0f} %")
+    row.append(f"{firsts[0]:.2f} s" if firsts else "n/a")
+    row.append(f"{1000 * sum(firsts[1:]) / len(firsts[1:]):.1f} ms" if firsts[1:] else "n/a")
+    return (
+        f"{report['machine']}; load {report['load_average'][0]:.1f}; {setting}; {report['steps']} timed "
+        f"steps after {report['warmup_steps']}\n\n"
+        + results.markdown_table(
+            [*columns, "host CPU ms/step"], [[*row, f"{report['host_cpu_ms_per_step']:.1f}"]]
+        )
     )
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = benchmark_parser(__doc__)
+    parser = results.benchmark_parser(__doc__)
     parser.add_argument("--samples", type=int, default=150, help="training images (N)")
     parser.add_argument("--batch", type=int, default=16, help="batch size (B)")
     parser.add_argument("--workers", type=int, default=15, help="DataLoader workers (W)")
@@ -274,18 +230,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--step-ms", type=float, default=29.7, help="device time per training step (S)")
     parser.add_argument("--image-px", type=int, default=64, help="long side of the synthetic images (>= 64)")
     parser.add_argument("--crop-px", type=int, default=32, help="side of the training crops")
-    parser.add_argument(
-        "--device",
-        choices=("async", "sync"),
-        default="async",
-        help="the device runs a step while the host goes on (as CUDA does), or the host sleeps through it",
-    )
-    parser.add_argument(
-        "--sample-work",
-        choices=("sleep", "real"),
-        default="sleep",
-        help="a sample's worker time: a sleep of L (samples built once), or real work topped up to L",
-    )
+    device_help = "async: the host goes on while the device runs a step (as CUDA); sync: it sleeps"
+    parser.add_argument("--device", choices=("async", "sync"), default="async", help=device_help)
+    work_help = "sleep: L per sample (samples built once); real: real work topped up to L"
+    parser.add_argument("--sample-work", choices=("sleep", "real"), default="sleep", help=work_help)
     parser.add_argument("--val-every", type=int, default=0, help="validate every N epochs (0: off)")
     parser.add_argument("--val-images", type=int, default=16, help="validation images")
     parser.add_argument("--steps", type=int, default=300, help="timed steps, rounded up to whole epochs")
@@ -302,17 +250,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.json is not None:
         atomic_write_json(args.json, report)
     if args.record:
-        write_result(
-            "emulated",
-            "Training throughput",
+        protocol = (
             "`scripts/benchmark_emulated.py`: the real training loop (datamodule, train stream, DataLoader "
             "workers, transfer hooks, training step, the run's callbacks) with the device emulated as "
             f"{args.step_ms} ms per step of batch {args.batch} and each of {args.workers} workers' cost as "
             f"{args.sample_ms} ms per sample ({args.sample_work}); ratio = pipeline / ceiling; "
-            f"{report['steps']} timed steps after {report['warmup_steps']}.",
-            command_line(__file__, argv),
-            *table_cells(report["table"]),
-            directory=args.record,
+            f"{report['steps']} timed steps after {report['warmup_steps']}."
+        )
+        command, (columns, rows) = results.command_line(__file__, argv), results.table_cells(report["table"])
+        results.write_result(
+            "emulated", "Training throughput", protocol, command, columns, rows, directory=args.record
         )
     return report
 

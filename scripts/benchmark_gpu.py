@@ -34,13 +34,7 @@ from ocr.run.config import compose_config
 from ocr.run.entry import quiet_third_party
 from ocr.types import Batch
 from ocr.utils.io import atomic_write_json
-from scripts.benchmark_results import (
-    benchmark_parser,
-    command_line,
-    machine_line,
-    worker_overrides,
-    write_result,
-)
+from scripts import benchmark_results as results
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "sroie-compact"
@@ -57,12 +51,9 @@ class Variant(NamedTuple):
 
 
 VARIANTS = {
-    v.name: v
-    for v in (
-        Variant("fp32", "32-true", channels_last=False, compile=False),
-        Variant("bf16_cl", "bf16-mixed", channels_last=True, compile=False),
-        Variant("compile", "bf16-mixed", channels_last=True, compile=True),
-    )
+    "fp32": Variant("fp32", "32-true", channels_last=False, compile=False),
+    "bf16_cl": Variant("bf16_cl", "bf16-mixed", channels_last=True, compile=False),
+    "compile": Variant("compile", "bf16-mixed", channels_last=True, compile=True),
 }
 
 
@@ -84,18 +75,12 @@ def _sync(device: torch.device) -> None:
 
 
 def variant_config(args: argparse.Namespace, variant: Variant, work: Path) -> DictConfig:
-    overrides = [
-        "hardware=h100_80gb" if args.device == "cuda" else "hardware=cpu",
-        f"data={args.data}",
-        f"data.root={args.data_root}",
-        f"data.batch_size={args.batch}",
-        f"data.train_transform.crop_size={args.size}",
-        *worker_overrides(args.workers),
-        *args.overrides,
-        f"trainer.precision={variant.precision}",
-        f"module.channels_last={variant.channels_last}",
-        f"module.compile={variant.compile}",
-    ]
+    """The train config of ``variant`` (the last overrides: the variant's precision and module settings)."""
+    preset = "hardware=h100_80gb" if args.device == "cuda" else "hardware=cpu"
+    overrides = [preset, f"data={args.data}", f"data.root={args.data_root}", f"data.batch_size={args.batch}"]
+    overrides += [f"data.train_transform.crop_size={args.size}", *results.worker_overrides(args.workers)]
+    overrides += [*args.overrides, f"trainer.precision={variant.precision}"]
+    overrides += [f"module.channels_last={variant.channels_last}", f"module.compile={variant.compile}"]
     return compose_config("train", overrides, work)
 
 
@@ -104,7 +89,6 @@ def time_ceiling(
     datamodule: ReceiptDataModule,
     cpu_batches: Sequence[Batch],
     device: torch.device,
-    *,
     precision: str,
     steps: int,
     warmup: int,
@@ -130,27 +114,22 @@ def time_ceiling(
 
     for index in range(warmup):
         step(batches[index % len(batches)])
+    timed_batches = [batches[index % len(batches)] for index in range(warmup, warmup + steps)]
     _sync(device)
     start = time.perf_counter()
-    images = 0
-    for index in range(warmup, warmup + steps):
-        batch = batches[index % len(batches)]
+    for batch in timed_batches:
         step(batch)
-        images += batch["images"].shape[0]
     _sync(device)
-    return images / (time.perf_counter() - start)
+    return sum(b["images"].shape[0] for b in timed_batches) / (time.perf_counter() - start)
 
 
 class EpochClock(Callback):
-    """img/s over the epochs after ``warmup_epochs`` (read at synced epoch ends); the loader's wait."""
+    """Images and (time, the loader's total wait) at synced epoch ends: the warm-up's last and the latest."""
 
     def __init__(self, warmup_epochs: int, device: torch.device) -> None:
-        self.warmup_epochs = warmup_epochs
-        self.device = device
-        self.start: float | None = None
-        self.stop: float | None = None
+        self.warmup_epochs, self.device = warmup_epochs, device
         self.images = 0
-        self.waited: list[float] = []  # the loader's total wait at the start and at the latest stop
+        self.marks: list[tuple[float, float]] = []
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Batch, batch_idx: int
@@ -159,27 +138,10 @@ class EpochClock(Callback):
             self.images += batch["images"].shape[0]
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        _sync(self.device)
-        waited = trainer.datamodule.loader_wait.seconds  # type: ignore[attr-defined]
-        if trainer.current_epoch + 1 == self.warmup_epochs:
-            self.start = time.perf_counter()
-            self.waited = [waited]
-        self.stop = time.perf_counter()
-        self.waited = [*self.waited[:1], waited]
-
-    @property
-    def rate(self) -> float:
-        if self.start is None or self.stop is None or self.stop <= self.start:
-            raise RuntimeError(
-                f"pipeline clock: expected timed epochs after {self.warmup_epochs} warm-up epoch(s), "
-                f"got start={self.start}, stop={self.stop}"
-            )
-        return self.images / (self.stop - self.start)
-
-    @property
-    def data_wait(self) -> float:
-        assert self.start is not None and self.stop is not None
-        return (self.waited[-1] - self.waited[0]) / (self.stop - self.start)
+        if trainer.current_epoch + 1 >= self.warmup_epochs:
+            _sync(self.device)
+            waited = trainer.datamodule.loader_wait.seconds  # type: ignore[attr-defined]
+            self.marks = [*self.marks[:1], (time.perf_counter(), waited)]
 
 
 def time_pipeline(
@@ -191,7 +153,10 @@ def time_pipeline(
     settings |= dict(enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0)
     trainer = instantiate(cfg.trainer, callbacks=[clock], max_epochs=warmup_epochs + epochs, **settings)
     trainer.fit(build_module(cfg), datamodule=datamodule)
-    return clock.rate, clock.data_wait
+    if len(clock.marks) < 2:
+        raise RuntimeError(f"pipeline clock: no timed epoch after {warmup_epochs} warm-up epoch(s)")
+    (start, waited_start), (stop, waited_stop) = clock.marks
+    return clock.images / (stop - start), (waited_stop - waited_start) / (stop - start)
 
 
 def row_cells(row: dict[str, Any]) -> list[str | None]:
@@ -201,27 +166,20 @@ def row_cells(row: dict[str, Any]) -> list[str | None]:
     return [row["variant"], *figures, f"{100 * row['data_wait']:.0f} %"]
 
 
-def table_row(row: dict[str, Any]) -> str:
-    return "| " + " | ".join(cell or "" for cell in row_cells(row)) + " |"
-
-
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"{report['machine']}; {report['data']}, batch {report['batch']}, {report['size']} px crops, "
         f"{report['workers']} workers; {report['steps']} timed steps ({report['epochs']} epochs) after "
-        f"{report['warmup_steps']} warm-up steps",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        f"{report['warmup_steps']} warm-up steps\n",
+        results.markdown_table(COLUMNS, [row_cells(row) for row in report["variants"]]),
     ]
-    lines += [table_row(row) for row in report["variants"]]
     if report["device"] == "cuda":
-        lines += ["", f"Goal on a GPU: ratio >= {GOAL_RATIO} (pipeline at 95 % of the ceiling)."]
+        lines.append(f"\nGoal on a GPU: ratio >= {GOAL_RATIO} (pipeline at 95 % of the ceiling).")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = benchmark_parser(__doc__)
+    parser = results.benchmark_parser(__doc__)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--data", choices=("receipts", "synthetic"), default="receipts", help="data config")
     parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA, help="receipts root")
@@ -235,8 +193,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of configs/train.yaml")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(VARIANTS))
-    if unknown or not names:
+    if not names or set(names) - set(VARIANTS):
         parser.error(f"--variants: expected a subset of {list(VARIANTS)}, got {args.variants!r}")
     if args.steps < 1 or args.warmup < 1:
         parser.error(f"--steps and --warmup: expected >= 1, got {args.steps} and {args.warmup}")
@@ -253,11 +210,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         datamodule.setup("fit")
         per_epoch = len(datamodule.train_dataloader())
         warmup_epochs, epochs = math.ceil(args.warmup / per_epoch), math.ceil(args.steps / per_epoch)
-        # Taken once.
         cpu_batches = list(itertools.islice(datamodule.train_dataloader(), min(CEILING_BATCHES, per_epoch)))
         datamodule.teardown("fit")  # its workers stop: the ceiling is timed without them
         data = str(args.data_root) if args.data == "receipts" else "synthetic"
-        report: dict[str, Any] = {"device": device.type, "machine": machine_line(str(device)), "data": data}
+        report: dict[str, Any] = {"device": device.type, "machine": results.machine_line(str(device))}
+        report["data"] = data
         report |= {"batch": args.batch, "size": args.size, "workers": datamodule.num_workers}
         report |= {"pin_memory": datamodule.pin_memory, "steps_per_epoch": per_epoch}
         report |= {"warmup_steps": warmup_epochs * per_epoch, "steps": epochs * per_epoch, "epochs": epochs}
@@ -267,44 +224,31 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             row: dict[str, Any] = {"variant": name, "skipped": skip_reason(variant, device)}
             if not row["skipped"]:
                 cfg = variant_config(args, variant, work / name)
-                ceiling = time_ceiling(
-                    build_module(cfg),
-                    datamodule,
-                    cpu_batches,
-                    device,
-                    precision=variant.precision,
-                    steps=report["steps"],
-                    warmup=report["warmup_steps"],
-                )
+                timing = (variant.precision, report["steps"], report["warmup_steps"])
+                ceiling = time_ceiling(build_module(cfg), datamodule, cpu_batches, device, *timing)
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                 pipeline, data_wait = time_pipeline(cfg, datamodule, device, epochs, warmup_epochs)
-                row.update(
-                    ceiling_img_s=ceiling,
-                    pipeline_img_s=pipeline,
-                    ratio=pipeline / ceiling,
-                    data_wait=data_wait,
-                )
+                row |= {"ceiling_img_s": ceiling, "pipeline_img_s": pipeline, "ratio": pipeline / ceiling}
+                row["data_wait"] = data_wait
             report["variants"].append(row)
-            print(table_row(row), flush=True)  # each row as soon as it is measured
+            print(results.markdown_row(row_cells(row)), flush=True)  # each row as soon as it is measured
     table = markdown(report)
     print(table, flush=True)
     if args.json is not None:
         atomic_write_json(args.json, {**report, "table": table})
     if args.record:
-        write_result(
-            "gpu",
-            "Training throughput",
+        protocol = (
             "`scripts/benchmark_gpu.py`: the ceiling (forward, loss, backward and AdamW on real batches "
             "already on the device) against the pipeline (the configured Trainer on the train loader), on "
             f"{report['data']} (batch {args.batch}, {args.size} px crops, {report['workers']} workers), "
             f"{report['steps']} timed steps after {report['warmup_steps']}; data wait: the share of the "
-            "timed epochs the loop waited for the loader.",
-            command_line(__file__, argv),
-            COLUMNS,
-            [row_cells(row) for row in report["variants"]],
-            device=args.device,
-            directory=args.record,
+            "timed epochs the loop waited for the loader."
+        )
+        command, rows = results.command_line(__file__, argv), [row_cells(row) for row in report["variants"]]
+        question = "Training throughput"
+        results.write_result(
+            "gpu", question, protocol, command, COLUMNS, rows, device=args.device, directory=args.record
         )
     return report
 

@@ -9,14 +9,13 @@ Prints one Markdown row per variant: seconds per step and images per second (bes
 from __future__ import annotations
 
 import contextlib
-import time
 
 import torch
 
 from ocr.debug.oom_probe import random_batch
 from ocr.lightning_modules.build import build_net_and_loss
 from ocr.run.config import compose_config
-from scripts.benchmark_results import benchmark_parser, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, markdown_row, timed, write_result
 
 
 def time_steps(
@@ -31,19 +30,18 @@ def time_steps(
         net = net.to(memory_format=torch.channels_last)
         data["images"] = data["images"].contiguous(memory_format=torch.channels_last)  # type: ignore[union-attr]
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-    times = []
-    for _ in range(steps + 1):
-        start = time.perf_counter()
+
+    def step() -> None:
         with autocast:
             output = net(data["images"])
-        loss = loss_fn(output, data)["loss"]
-        loss.backward()
+        loss_fn(output, data)["loss"].backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return min(times[1:])
+
+    step()  # warm-up
+    return min(timed(step)[1] for _ in range(steps))
 
 
 def main() -> None:
@@ -64,12 +62,9 @@ def main() -> None:
     for bf16 in (False, True):
         for channels_last in (False, True):
             seconds = time_steps(args.model, device, args.batch, args.size, bf16, channels_last, args.steps)
-            precision, layout = (
-                "bf16 autocast" if bf16 else "fp32",
-                "channels_last" if channels_last else "NCHW",
-            )
-            rows.append((precision, layout, round(seconds, 3)))
-            print(f"| {' | '.join(map(str, rows[-1]))} | {args.batch / seconds:.1f} |", flush=True)
+            precision = "bf16 autocast" if bf16 else "fp32"
+            rows.append((precision, "channels_last" if channels_last else "NCHW", round(seconds, 3)))
+            print(markdown_row([*rows[-1], f"{args.batch / seconds:.1f}"]), flush=True)
     if args.record:
         write_result(
             "train_step",
