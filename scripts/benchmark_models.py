@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -24,7 +22,7 @@ from ocr.inference.onnx_export import ProbabilityMapNet, export_onnx
 from ocr.inference.onnx_runtime import OnnxProbabilityMap
 from ocr.lightning_modules.build import build_net_and_loss
 from ocr.run.config import compose_config
-from scripts.benchmark_results import benchmark_parser, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, markdown_table, timed, write_result
 
 DEFAULT_MODELS = ("dbnet_resnet18_fpn", "dbnetpp_resnet18", "dbnet_resnet18_pan")
 
@@ -43,12 +41,6 @@ def gflops(net: nn.Module, images: torch.Tensor) -> float:
     return counter.get_total_flops() / 1e9
 
 
-def time_ms(run: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    run()
-    return (time.perf_counter() - start) * 1000.0
-
-
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS, help="configs, each [,<override>...]")
@@ -60,18 +52,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     images = torch.randn(1, 3, args.size, args.size)
     nets = {name: build(name, args.hardware) for name in args.models}
-    rows: dict[str, dict[str, float]] = {}
+    cells: dict[str, list[str]] = {}  # parameters (M) of the network, its decoder and head; GFLOPs
     with tempfile.TemporaryDirectory() as tmp:
         sessions = {}
         for name, net in nets.items():
             model_path = export_onnx(net, Path(tmp) / f"model{len(sessions)}.onnx", sample_size=128)
             sessions[name] = OnnxProbabilityMap(model_path, threads=args.threads)
-            rows[name] = {
-                "params_m": sum(p.numel() for p in net.parameters()) / 1e6,
-                "decoder_m": sum(p.numel() for p in net.decoder.parameters()) / 1e6,
-                "head_m": sum(p.numel() for p in net.head.parameters()) / 1e6,
-                "gflops": gflops(net, images),
-            }
+            parts = ((net, 2), (net.decoder, 3), (net.head, 3))
+            cells[name] = [f"{sum(p.numel() for p in part.parameters()) / 1e6:.{n}f}" for part, n in parts]
+            cells[name].append(f"{gflops(net, images):.1f}")
         wrappers = {name: ProbabilityMapNet(net).eval() for name, net in nets.items()}
         times: dict[str, dict[str, list[float]]] = {name: {"torch": [], "onnx": []} for name in nets}
         with torch.no_grad():
@@ -80,43 +69,33 @@ def main() -> None:
                 sessions[name](images)
             for _ in range(args.rounds):
                 for name in nets:
-                    times[name]["torch"].append(time_ms(lambda n=name: wrappers[n](images)))
-                    times[name]["onnx"].append(time_ms(lambda n=name: sessions[n](images)))
+                    times[name]["torch"].append(1e3 * timed(lambda n=name: wrappers[n](images))[1])
+                    times[name]["onnx"].append(1e3 * timed(lambda n=name: sessions[n](images))[1])
     first = args.models[0]
     median = {name: {k: statistics.median(v) for k, v in t.items()} for name, t in times.items()}
     print(
         f"input 1x3x{args.size}x{args.size}, {args.threads} thread(s), {args.rounds} interleaved rounds, "
         f"hardware={args.hardware}; ratios to {first}\n"
     )
-    header = (
-        "| model | params (M) | decoder (M) | head (M) | GFLOPs "
-        "| PyTorch ms | ratio | ONNX Runtime ms | ratio |"
-    )
-    print(header)
-    print("|---|---|---|---|---|---|---|---|---|")
+    columns = ["model", "params (M)", "decoder (M)", "head (M)", "GFLOPs", "PyTorch ms", "ratio"]
+    columns += ["ONNX Runtime ms", "ratio"]
     table = []
-    for name, row in rows.items():
-        m = median[name]
-        table.append(
-            [name, f"{row['params_m']:.2f}", f"{row['decoder_m']:.3f}", f"{row['head_m']:.3f}"]
-            + [f"{row['gflops']:.1f}", f"{m['torch']:.0f}", f"{m['torch'] / median[first]['torch']:.2f}"]
-            + [f"{m['onnx']:.0f}", f"{m['onnx'] / median[first]['onnx']:.2f}"]
-        )
-        print(f"| {' | '.join(table[-1])} |")
+    for name, m in median.items():
+        torch_ms, onnx_ms = f"{m['torch']:.0f}", f"{m['onnx']:.0f}"
+        ratios = [f"{m[backend] / median[first][backend]:.2f}" for backend in ("torch", "onnx")]
+        table.append([name, *cells[name], torch_ms, ratios[0], onnx_ms, ratios[1]])
+    print(markdown_table(columns, table))
     if args.record:
-        write_result(
-            "models",
-            "The variants: DBNet++, PAN, encoders",
+        protocol = (
             "`scripts/benchmark_models.py`: random weights at the `hardware=" + args.hardware + "` preset's "
             f"widths, batch 1, a 1x3x{args.size}x{args.size} input; GFLOPs over the whole forward "
             "(multiply-add = 2); PyTorch and ONNX Runtime (the export's graph) on "
             f"{args.threads} intra-op thread(s), median of {args.rounds} rounds, the models interleaved; "
-            f"ratios to {first}.",
-            command_line(__file__, None),
-            [c.strip() for c in header.strip("|").split("|")],
-            table,
-            directory=args.record,
+            f"ratios to {first}."
         )
+        command = command_line(__file__, None)
+        question = "The variants: DBNet++, PAN, encoders"
+        write_result("models", question, protocol, command, columns, table, directory=args.record)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ and the logger, after a warm-up. The cost: the callback's own time plus the work
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,17 +18,14 @@ from typing import Any
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchmark_results import benchmark_parser, command_line, write_result  # noqa: E402
-
-from ocr.evaluation.host_work import ImageOutcome  # noqa: E402
-from ocr.lightning_modules.build import build_module  # noqa: E402
-from ocr.metrics.cleval.evaluate import match_image  # noqa: E402
-from ocr.metrics.cleval.outcomes import box_outcomes  # noqa: E402
-from ocr.reporting.overlays import ValOverlays  # noqa: E402
-from ocr.run.config import compose_config  # noqa: E402
-from ocr.run.entry import instantiate_all  # noqa: E402
+from ocr.evaluation.host_work import ImageOutcome
+from ocr.lightning_modules.build import build_module
+from ocr.metrics.cleval.evaluate import match_image
+from ocr.metrics.cleval.outcomes import box_outcomes
+from ocr.reporting.overlays import ValOverlays
+from ocr.run.config import compose_config
+from ocr.run.entry import instantiate_all
+from scripts.benchmark_results import benchmark_parser, command_line, markdown_table, write_result
 
 COLUMNS = ["pass", "images", "validation s", "overlay callback s", "box outcomes s", "overlay share %"]
 
@@ -63,21 +59,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--logger", default="tensorboard", help="the logger config the overlays go to")
     args = parser.parse_args(argv)
     out = Path(tempfile.mkdtemp(prefix="benchmark_overlays_"))
-    overrides = ["hardware=cpu", f"logger={args.logger}"]
-    if args.ckpt:
-        overrides.append(f"model.init_from={args.ckpt}")
-    cfg = compose_config("train", overrides, out)
+    weights = [f"model.init_from={args.ckpt}"] if args.ckpt else []
+    cfg = compose_config("train", ["hardware=cpu", f"logger={args.logger}", *weights], out)
     datamodule = instantiate(cfg.data)
     module = build_module(cfg)
     overlays: ValOverlays = instantiate(cfg.callbacks.val_overlays)
     timer = OutcomeTimer(module.val_metric.options)
-    trainer = instantiate(
-        cfg.trainer,
-        callbacks=[overlays, timer],
-        logger=instantiate_all(cfg.logger) or False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-    )
+    logger = instantiate_all(cfg.logger) or False
+    quiet = {"enable_checkpointing": False, "enable_progress_bar": False}
+    trainer = instantiate(cfg.trainer, callbacks=[overlays, timer], logger=logger, **quiet)
     rows: list[list[Any]] = []
     for index in range(args.repeats + 1):
         callback_before, outcomes_before = overlays.seconds, timer.seconds
@@ -87,16 +77,12 @@ def main(argv: list[str] | None = None) -> None:
         if index == 0:  # warm-up: the worker pool starts, files are read for the first time
             continue
         callback_s, outcomes_s = overlays.seconds - callback_before, timer.seconds - outcomes_before
+        share = round(100 * (callback_s + outcomes_s) / wall, 2)
         images = module.pipeline.times.images
-        share = 100 * (callback_s + outcomes_s) / wall
-        rows.append(
-            [index, images, round(wall, 2), round(callback_s, 3), round(outcomes_s, 4), round(share, 2)]
-        )
+        rows.append([index, images, round(wall, 2), round(callback_s, 3), round(outcomes_s, 4), share])
     mean = [statistics.mean(float(row[i]) for row in rows) for i in range(2, 6)]
     rows.append(["mean", rows[0][1], *[round(v, 4) for v in mean]])
-    print("| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS))
-    for row in rows:
-        print("| " + " | ".join(str(cell) for cell in row) + " |")
+    print(markdown_table(COLUMNS, rows))
     if args.record is not None:
         sizes = cfg.callbacks.val_overlays
         protocol = (

@@ -30,21 +30,20 @@ from ocr.serve.guard import TOKEN_HEADER, ModelFiles, RequestGuard
 from ocr.serve.models import ServedModel, load_served_model
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
-from scripts.benchmark_results import benchmark_parser, command_line, write_result
+from scripts.benchmark_results import benchmark_parser, command_line, markdown_table, write_result
 
 SETTINGS = (
     {"thresh": 0.3, "box_thresh": 0.5, "unclip_ratio": 1.5},
     {"thresh": 0.2, "box_thresh": 0.6, "unclip_ratio": 1.8},
     {"thresh": 0.5, "box_thresh": 0.7, "unclip_ratio": 1.2},
 )
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
+DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "sroie-compact"
 
 
 def truth_model(long_side: int, postprocess: dict[str, object]) -> ServedModel:
     """A model whose 'network' is replaced per image by :func:`truth_map`."""
-    transform = EvalTransform(
-        long_side=long_side, mean=IMAGENET_MEAN, std=IMAGENET_STD, fill=0, pad_multiple=None
-    )
+    transform = EvalTransform(long_side=long_side, fill=0, pad_multiple=None, **IMAGENET)
     return ServedModel("ground-truth map", "ckpt", dict(postprocess), transform, lambda images: images)
 
 
@@ -62,9 +61,7 @@ def truth_map(state: ServeState, key: str, model: ServedModel) -> torch.Tensor:
 
 def main() -> None:
     parser = benchmark_parser(__doc__)
-    parser.add_argument(
-        "--root", default=str(Path(__file__).resolve().parents[2] / "shared/datasets/sroie-compact")
-    )
+    parser.add_argument("--root", default=str(DEFAULT_ROOT))
     parser.add_argument("--split", default="test")
     parser.add_argument("--images", type=int, default=20)
     parser.add_argument("--long-side", type=int, default=1024)
@@ -75,11 +72,8 @@ def main() -> None:
     cfg = compose_config("serve", [f"data.root={args.root}", f"split={args.split}"])
     postprocess = {k: v for k, v in compose_config("serve").postprocess.items() if not str(k).startswith("_")}
     with tempfile.TemporaryDirectory() as tmp:
-        model = (
-            load_served_model(cfg, "ckpt", args.ckpt)
-            if args.ckpt
-            else truth_model(args.long_side, postprocess)
-        )
+        ckpt = args.ckpt
+        model = load_served_model(cfg, "ckpt", ckpt) if ckpt else truth_model(args.long_side, postprocess)
         state = ServeState({"1": model}, {}, Path(tmp), instantiate(cfg.metric))
         browser = SplitBrowser(state, cfg.data, args.split)  # registers the images; not started
         guard, served = RequestGuard("127.0.0.1", 8000), ModelFiles([], [])
@@ -108,41 +102,31 @@ def main() -> None:
             f"{'checkpoint ' + args.ckpt if args.ckpt else 'ground truth (blurred DB target)'}; "
             f"{args.repeats} answers per image and setting; torch threads {torch.get_num_threads()}"
         )
-        for index, setting in enumerate(SETTINGS):
-            print(
-                f"  {setting}: {statistics.mean(polygons[index]):.0f} polygons per image; answer wall "
-                f"{_summary(times[index])}; answer CPU {_summary(cpu[index])}; of it post-processing "
-                f"(wall) {_summary(post[index])}"
-            )
+    columns = ["setting", "polygons per image", "answer, wall", "answer, CPU", "of it post-processing, wall"]
+    rows = [
+        [" / ".join(map(str, s.values())), round(statistics.mean(polygons[i])), _summary(times[i])]
+        + [_summary(cpu[i]), _summary(post[i])]
+        for i, s in enumerate(SETTINGS)
+    ]
+    print(markdown_table(columns, rows))
+    source = f"the checkpoint's ({args.ckpt})" if args.ckpt else "each image's ground truth drawn as a DB map"
     if args.record:
-        write_result(
-            "serve",
-            "Predict and deployment speed",
+        protocol = (
             "`scripts/benchmark_serve.py`: what a moved slider costs in the web app, `POST /api/detect` "
             "with the image's map cached (post-processing, the CLEval card, the JSON) through FastAPI's "
             f"TestClient, on the first {len(keys)} images of the {args.split} split at long side {side}, "
-            f"{args.repeats} answers per image and setting; the map is "
-            + (
-                f"the checkpoint's ({args.ckpt})."
-                if args.ckpt
-                else "each image's ground truth drawn as a DB map."
-            ),
-            command_line(__file__, None),
-            ["setting", "polygons per image", "answer, wall", "answer, CPU", "of it post-processing, wall"],
-            [
-                [" / ".join(map(str, s.values())), round(statistics.mean(polygons[i])), _summary(times[i])]
-                + [_summary(cpu[i]), _summary(post[i])]
-                for i, s in enumerate(SETTINGS)
-            ],
-            directory=args.record,
+            f"{args.repeats} answers per image and setting; the map is {source}."
+        )
+        command = command_line(__file__, None)
+        write_result(
+            "serve", "Predict and deployment speed", protocol, command, columns, rows, directory=args.record
         )
 
 
 def _summary(seconds: list[float]) -> str:
     ms = sorted(s * 1000 for s in seconds)
-    return (
-        f"median {statistics.median(ms):.0f} / p90 {ms[int(0.9 * (len(ms) - 1))]:.0f} / max {ms[-1]:.0f} ms"
-    )
+    p90 = ms[int(0.9 * (len(ms) - 1))]
+    return f"median {statistics.median(ms):.0f} / p90 {p90:.0f} / max {ms[-1]:.0f} ms"
 
 
 if __name__ == "__main__":

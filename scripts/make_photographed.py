@@ -13,6 +13,7 @@ project's layout plus ``manifest.json``, written aside and moved into place. Eac
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -50,20 +51,18 @@ def photograph_split(
     """Write the photographed split into ``out`` (a fresh folder); returns counts for the log."""
     records = load_annotations(root / "jsons" / f"{split}.json")
     written: dict[str, ImageRecord] = {}
-    counts = {"images": 0, "words": 0, "unmapped": 0}
+    unmapped = 0
     for name, record in records.items():
         decoded = read_image(root / "images" / split / name)
         polygons, _ = resolve_frame([w.points for w in record.words], decoded, exif_mode)
         finite = [bool(len(p)) and bool(np.isfinite(p).all()) for p in polygons]
         augment.set_random_seed(image_seed(seed, name))
-        photo, mapped = augment.render(
-            decoded.image, [p for p, ok in zip(polygons, finite, strict=True) if ok]
-        )
+        photo, mapped = augment.render(decoded.image, list(itertools.compress(polygons, finite)))
         moved = iter(mapped)
         words = []
         for word, polygon, ok in zip(record.words, polygons, finite, strict=True):
             points = np.round(next(moved), 2) if ok else polygon  # an unusable polygon stays as it was
-            counts["unmapped"] += not ok
+            unmapped += not ok
             words.append(Word(word.key, points.astype(np.float32), word.text, word.ignore, dict(word.extra)))
         ext = Path(name).suffix.lower() or ".png"
         params = [cv2.IMWRITE_JPEG_QUALITY, quality] if ext in (".jpg", ".jpeg") else []
@@ -71,13 +70,11 @@ def photograph_split(
         if not ok_enc:
             raise OSError(f"{name}: encoding the photo as {ext} failed")
         atomic_write_bytes(out / "images" / split / name, data.tobytes())
-        height, width = photo.shape[:2]
-        written[name] = ImageRecord(name, words, width, height, dict(record.extra))
-        counts["images"] += 1
-        counts["words"] += len(words)
+        written[name] = ImageRecord(name, words, photo.shape[1], photo.shape[0], dict(record.extra))
     (out / "images" / split).mkdir(parents=True, exist_ok=True)
     save_annotations(out / "jsons" / f"{split}.json", written)
-    return counts
+    total_words = sum(len(r.words) for r in written.values())
+    return {"images": len(written), "words": total_words, "unmapped": unmapped}
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
