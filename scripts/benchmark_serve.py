@@ -80,8 +80,7 @@ def main() -> None:
         app = create_app(state, browser, lambda key, path: model, "receipts", guard, served)
         client = TestClient(app, base_url="http://127.0.0.1:8000", headers={TOKEN_HEADER: guard.token})
         keys = browser.keys[: args.images]
-        polygons: list[list[int]] = [[] for _ in SETTINGS]
-        times, cpu, post = ([[] for _ in SETTINGS] for _ in range(3))
+        polygons, times, cpu, post = ([[] for _ in SETTINGS] for _ in range(4))  # per setting
         for key in keys:
             if not args.ckpt:
                 fixed = truth_map(state, key, model)
