@@ -15,7 +15,7 @@ import numpy.typing as npt
 from ocr.metrics.cleval.boxes import pad_polygons
 from ocr.metrics.cleval.competition import COMPETITION_MIN_POINTS
 from ocr.metrics.cleval.geometry import ImageGeometry, measure_image
-from ocr.metrics.cleval.match import PairTables, count_chars, dont_care_detections, match_matrix
+from ocr.metrics.cleval.match import PairTables, dont_care_detections, match_matrix
 from ocr.metrics.cleval.options import MODES, CLEvalOptions, Mode
 
 __all__ = [
@@ -167,10 +167,38 @@ def match_image(
         gt_verts = gt_verts.astype(np.float32).astype(np.float64)
         det_verts = det_verts.astype(np.float32).astype(np.float64)
     geo = measure_image(det_verts, det_counts, gt_verts, gt_counts, gt_dc, texts, options)
-    result, match, det_dc = _score(geo, gt_dc, options, dropped, skipped)
-    return ImageMatch(
-        result, match, gt_dc, det_dc, gt_index, det_index, _box_chars(geo, match, gt_dc, det_dc, options)
+    tables = PairTables(geo.area_precision, geo.pcc_count, gt_dc, options.area_precision_threshold)
+    det_dc = dont_care_detections(tables)
+    match = match_matrix(tables, ~det_dc)
+    chars = _box_chars(geo, match, gt_dc, det_dc, options)
+    dets_per_gt, gts_per_det = match.sum(axis=1), match.sum(axis=0)
+    tp, fp_chars = int(chars.gt_tp_chars.sum()), int(chars.det_fp_chars.sum())
+    recall_penalty = float(np.maximum(dets_per_gt - 1, 0).sum()) * options.recall_granularity_weight
+    precision_penalty = float(np.maximum(gts_per_det - 1, 0).sum()) * options.precision_granularity_weight
+    num_gt_chars, num_det_chars = int(chars.gt_chars.sum()), int(chars.det_chars.sum())
+    precision, recall, hmean = scores_from_counts(
+        tp, recall_penalty, precision_penalty, num_gt_chars, num_det_chars
     )
+    result = ImageResult(
+        num_gt_chars=num_gt_chars,
+        num_det_chars=num_det_chars,
+        tp_chars=tp,
+        fp_chars=fp_chars,
+        recall_penalty=recall_penalty,
+        precision_penalty=precision_penalty,
+        num_gt=int(np.count_nonzero(~gt_dc)),
+        num_det=int(np.count_nonzero(~det_dc)),
+        num_gt_ignored=int(np.count_nonzero(gt_dc)),
+        num_det_ignored=int(np.count_nonzero(det_dc)),
+        num_split=int(np.count_nonzero(dets_per_gt > 1)),
+        num_merged=int(np.count_nonzero(gts_per_det > 1)),
+        num_dropped_detections=dropped,
+        num_skipped_polygons=skipped,
+        precision=precision,
+        recall=recall,
+        hmean=hmean,
+    )
+    return ImageMatch(result, match, gt_dc, det_dc, gt_index, det_index, chars)
 
 
 def _box_chars(
@@ -180,7 +208,7 @@ def _box_chars(
     det_dc: npt.NDArray[np.bool_],
     options: CLEvalOptions,
 ) -> BoxChars:
-    """Per-box character counts, split the way :func:`count_chars` and :func:`_score` sum them."""
+    """Per-box character counts of one image's (G, D) ``match``; the image's totals are their sums."""
     num_gt, num_det = match.shape
     kept = match[geo.hit_gt, geo.hit_det]
     # A centre covered by several matched detections counts once, for the GT that owns it.
@@ -200,51 +228,6 @@ def _box_chars(
         det_precision_penalty=np.maximum(match.sum(axis=0) - 1, 0) * options.precision_granularity_weight,
         det_gt=np.where(match.any(axis=0), det_gt, -1).astype(np.intp),
     )
-
-
-def _score(
-    geo: ImageGeometry, gt_dc: npt.NDArray[np.bool_], options: CLEvalOptions, dropped: int, skipped: int
-) -> tuple[ImageResult, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """The image's result, its (G, D) match matrix and its (D,) don't-care detections."""
-    tables = PairTables(geo.area_precision, geo.pcc_count, gt_dc, options.area_precision_threshold)
-    det_dc = dont_care_detections(tables)
-    det_valid = ~det_dc
-    match = match_matrix(tables, det_valid)
-    counts, det_side = count_chars(
-        match,
-        geo.hit_gt,
-        geo.hit_pcc,
-        geo.hit_det,
-        options.recall_granularity_weight,
-        options.precision_granularity_weight,
-    )
-    unmatched = det_valid & ~match.any(axis=0)
-    fp_chars = int(geo.det_fp_chars[unmatched].sum())
-    num_gt_chars = int(geo.gt_chars[~gt_dc].sum())
-    num_det_chars = det_side + fp_chars
-    precision, recall, hmean = scores_from_counts(
-        counts.tp, counts.recall_penalty, counts.precision_penalty, num_gt_chars, num_det_chars
-    )
-    result = ImageResult(
-        num_gt_chars=num_gt_chars,
-        num_det_chars=num_det_chars,
-        tp_chars=counts.tp,
-        fp_chars=fp_chars,
-        recall_penalty=counts.recall_penalty,
-        precision_penalty=counts.precision_penalty,
-        num_gt=int(np.count_nonzero(~gt_dc)),
-        num_det=int(np.count_nonzero(det_valid)),
-        num_gt_ignored=int(np.count_nonzero(gt_dc)),
-        num_det_ignored=int(np.count_nonzero(det_dc)),
-        num_split=counts.num_split,
-        num_merged=counts.num_merged,
-        num_dropped_detections=dropped,
-        num_skipped_polygons=skipped,
-        precision=precision,
-        recall=recall,
-        hmean=hmean,
-    )
-    return result, match, det_dc
 
 
 def summarise(images: Sequence[ImageResult], mode: Mode) -> DatasetResult:
