@@ -108,18 +108,8 @@ def run_sanitizer(tool: str, command: list[str], report: Path) -> int:
     if binary is None:
         sys.stderr.write(HOW_TO_GET + "\n")
         return EXIT_NOT_FOUND
-    full = [
-        str(binary),
-        "--tool",
-        tool,
-        "--error-exitcode",
-        str(SANITIZER_ERROR_EXITCODE),
-        "--show-backtrace",
-        "yes",
-        "--print-limit",
-        "100",
-        *command,
-    ]
+    full = [str(binary), "--tool", tool, "--error-exitcode", str(SANITIZER_ERROR_EXITCODE)]
+    full += ["--show-backtrace", "yes", "--print-limit", "100", *command]
     sys.stdout.write(f"running: {' '.join(full)}\nreport: {report}\n")
     sys.stdout.flush()
     captured: list[str] = []
