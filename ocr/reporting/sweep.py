@@ -77,12 +77,6 @@ def _settings(row: SweepRow) -> dict[str, str]:
     return dict(item.partition("=")[::2] for item in row.overrides)
 
 
-def _varying(rows: list[SweepRow]) -> list[str]:
-    """The override keys whose values differ between jobs (the swept ones), in first-seen order."""
-    keys = dict.fromkeys(key for row in rows for key in _settings(row))
-    return [key for key in keys if len({_settings(row).get(key) for row in rows}) > 1]
-
-
 def best_command(rows: list[SweepRow]) -> str | None:
     """The best completed job's command line on the test split, without ``SWEEP_ONLY_KEYS`` (None: none)."""
     best = next((r for r in rows if r.status == "completed"), None)
@@ -126,7 +120,9 @@ def write_sweep_summary(sweep_dir: Path) -> tuple[str, str | None]:
     """Write ``sweep_summary.{md,csv,json}`` into ``sweep_dir``; returns the Markdown table and the best
     command line (None when no job completed)."""
     rows = read_sweep(sweep_dir)
-    keys = _varying(rows)
+    # The swept keys: those whose values differ between jobs, in first-seen order.
+    settings = [_settings(r) for r in rows]
+    keys = [k for k in dict.fromkeys(k for s in settings for k in s) if len({s.get(k) for s in settings}) > 1]
     table = _markdown(rows, keys)
     best = best_command(rows)
     failed = [r.job for r in rows if r.status != "completed"]

@@ -25,16 +25,13 @@ RUNNERS = Path(__file__).resolve().parents[2] / "runners"
 _PLAIN = re.compile(r"[\w/.:+-]*")
 
 
-def _hydra_quoted(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def override(key: str, value: object) -> str:
     """``key=value`` as one shell word that Hydra reads back as the string ``value``."""
     text = str(value)
     if _PLAIN.fullmatch(text):
         return f"{key}={text}"
-    return shlex.quote(f"{key}={_hydra_quoted(text)}")
+    quoted = text.replace("\\", "\\\\").replace("'", "\\'")  # in Hydra's single-quoted string
+    return shlex.quote(f"{key}='{quoted}'")
 
 
 def run_overrides(run_dir: Path) -> list[str]:

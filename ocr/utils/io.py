@@ -63,7 +63,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> Path:
     """Write JSON atomically; non-JSON values (paths, numpy scalars) are stringified."""
-    return atomic_write_text(path, json.dumps(obj, indent=indent, default=_json_default) + "\n")
+    text = json.dumps(obj, indent=indent, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v))
+    return atomic_write_text(path, text + "\n")
 
 
 def is_out_of_space(exc: BaseException) -> bool:
@@ -98,9 +99,3 @@ def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[Path]:
 def format_mib(num_bytes: int) -> str:
     """``num_bytes`` as ``"12.3 MiB"``."""
     return f"{num_bytes / 2**20:.1f} MiB"
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
