@@ -29,14 +29,14 @@ __all__ = [
     "evaluate_dataset",
     "summarise",
     "scores_from_counts",
-    "warn_dropped_detections",
-    "warn_skipped_polygons",
+    "warn_unscored",
     "DONT_CARE_TEXT",
 ]
 
 log = logging.getLogger(__name__)
 
 DONT_CARE_TEXT = "###"
+_SCORES = ("precision", "recall", "hmean")
 
 
 @dataclass(frozen=True)
@@ -236,9 +236,7 @@ def summarise(images: Sequence[ImageResult], mode: Mode) -> DatasetResult:
         raise ValueError(f"CLEval mode: expected one of {MODES}, got {mode!r}")
     if mode == "competition":
         n = len(images)
-        precision = sum(r.precision for r in images) / n if n else 0.0
-        recall = sum(r.recall for r in images) / n if n else 0.0
-        hmean = sum(r.hmean for r in images) / n if n else 0.0
+        precision, recall, hmean = (sum(getattr(r, k) for r in images) / n if n else 0.0 for k in _SCORES)
     else:
         precision, recall, hmean = scores_from_counts(
             sum(r.tp_chars for r in images),
@@ -276,16 +274,13 @@ def evaluate_images(
     return results
 
 
-def warn_dropped_detections(dropped: int, options: CLEvalOptions) -> None:
-    """Say how many detections ``max_detections`` left unscored (nothing when none)."""
+def warn_unscored(dropped: int, skipped: int, options: CLEvalOptions) -> None:
+    """Say how many detections ``max_detections`` left unscored and how many polygons competition mode
+    left out for having fewer than 4 points (nothing when none)."""
     if dropped:
         log.warning(
             "CLEval: %d detections beyond max_detections=%s were not scored", dropped, options.max_detections
         )
-
-
-def warn_skipped_polygons(skipped: int) -> None:
-    """Say how many polygons competition mode left out for having fewer than 4 points."""
     if skipped:
         log.warning(
             "CLEval (competition mode): %d polygons with fewer than %d points were not scored, as the "
@@ -307,6 +302,6 @@ def evaluate_dataset(
     :func:`summarise`; ``names`` label error messages."""
     labels = None if names is None else [f"image {name}" for name in names]
     results = evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, options, labels)
-    warn_dropped_detections(sum(r.num_dropped_detections for r in results), options)
-    warn_skipped_polygons(sum(r.num_skipped_polygons for r in results))
+    dropped = sum(r.num_dropped_detections for r in results)
+    warn_unscored(dropped, sum(r.num_skipped_polygons for r in results), options)
     return summarise(results, options.mode)

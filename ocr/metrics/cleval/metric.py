@@ -13,8 +13,7 @@ from ocr.metrics.cleval.evaluate import (
     ImageResult,
     evaluate_images,
     scores_from_counts,
-    warn_dropped_detections,
-    warn_skipped_polygons,
+    warn_unscored,
 )
 from ocr.metrics.cleval.options import CLEvalOptions
 
@@ -90,8 +89,7 @@ class CLEvalMetric(Metric):
 
     def compute(self) -> dict[str, Tensor]:
         """``{"precision", "recall", "hmean"}`` as float32 scalars (0 before any image)."""
-        warn_dropped_detections(int(self.num_dropped), self.options)
-        warn_skipped_polygons(int(self.num_skipped))
+        warn_unscored(int(self.num_dropped), int(self.num_skipped), self.options)
         if self.options.mode == "competition":
             n = max(float(self.num_images), 1.0)
             values = (float(self.sum_precision) / n, float(self.sum_recall) / n, float(self.sum_hmean) / n)
