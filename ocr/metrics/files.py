@@ -102,16 +102,10 @@ def evaluate_files(
         log.warning(
             "%d predicted images are not in %s and are ignored, e.g. %s", len(extra), gt_path, extra[:3]
         )
-    ground_truth = [sanitized_ground_truth(records[n], min_polygon_size) for n in names]
-    result = evaluate_dataset(
-        [preds[matched[n]] if n in matched else [] for n in names],
-        [polygons for polygons, _, _ in ground_truth],
-        [ignore for _, ignore, _ in ground_truth],
-        [texts for _, _, texts in ground_truth],
-        options,
-        names=names,
-    )
-    return names, result
+    truth = [sanitized_ground_truth(records[n], min_polygon_size) for n in names]
+    polygons, ignore, texts = [t[0] for t in truth], [t[1] for t in truth], [t[2] for t in truth]
+    found = [preds[matched[n]] if n in matched else [] for n in names]
+    return names, evaluate_dataset(found, polygons, ignore, texts, options, names=names)
 
 
 def match_prediction_names(

@@ -152,19 +152,12 @@ def analyse_records(
         np.add.at(sums[:, 4], det_bucket, chars.det_chars)
         np.add.at(sums[:, 5], det_bucket, chars.det_precision_penalty)
     buckets = []
-    for label, (words, gt_chars, tp, recall_penalty, det_chars, precision_penalty) in zip(
-        labels, sums, strict=True
-    ):
-        precision, recall, hmean = scores_from_counts(
-            tp, recall_penalty, precision_penalty, gt_chars, det_chars
-        )
-        buckets.append(
-            BucketScore(label, int(words), int(gt_chars), int(tp), int(det_chars), precision, recall, hmean)
-        )
+    for label, (words, gt_chars, tp, r_penalty, det_chars, p_penalty) in zip(labels, sums, strict=True):
+        scores = scores_from_counts(tp, r_penalty, p_penalty, gt_chars, det_chars)
+        buckets.append(BucketScore(label, int(words), int(gt_chars), int(tp), int(det_chars), *scores))
     dataset = summarise(results, options.mode)
     totals = {"precision": dataset.precision, "recall": dataset.recall, "hmean": dataset.hmean}
-    for field in _SUMMED:
-        totals[field] = sum(getattr(i, field) for i in images)
+    totals |= {field: sum(getattr(i, field) for i in images) for field in _SUMMED}
     ranked = sorted(images, key=lambda i: (i.hmean, i.image_id))
     return ScoreAnalysis(options.mode, totals, buckets, [i.image_id for i in ranked[:worst]], images)
 
