@@ -31,12 +31,17 @@ __all__ = [
     "scores_from_counts",
     "warn_unscored",
     "DONT_CARE_TEXT",
+    "COUNT_FIELDS",
+    "SCORE_FIELDS",
 ]
 
 log = logging.getLogger(__name__)
 
 DONT_CARE_TEXT = "###"
-_SCORES = ("precision", "recall", "hmean")
+# The ImageResult fields a dataset score is made of: character counts in the order scores_from_counts
+# takes them (upstream mode sums them), and the per-image scores (competition mode averages them).
+COUNT_FIELDS = ("tp_chars", "recall_penalty", "precision_penalty", "num_gt_chars", "num_det_chars")
+SCORE_FIELDS = ("precision", "recall", "hmean")
 
 
 @dataclass(frozen=True)
@@ -236,14 +241,12 @@ def summarise(images: Sequence[ImageResult], mode: Mode) -> DatasetResult:
         raise ValueError(f"CLEval mode: expected one of {MODES}, got {mode!r}")
     if mode == "competition":
         n = len(images)
-        precision, recall, hmean = (sum(getattr(r, k) for r in images) / n if n else 0.0 for k in _SCORES)
+        precision, recall, hmean = (
+            sum(getattr(r, k) for r in images) / n if n else 0.0 for k in SCORE_FIELDS
+        )
     else:
         precision, recall, hmean = scores_from_counts(
-            sum(r.tp_chars for r in images),
-            sum(r.recall_penalty for r in images),
-            sum(r.precision_penalty for r in images),
-            sum(r.num_gt_chars for r in images),
-            sum(r.num_det_chars for r in images),
+            *(sum(getattr(r, k) for r in images) for k in COUNT_FIELDS)
         )
     return DatasetResult(list(images), precision, recall, hmean)
 
