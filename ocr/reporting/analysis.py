@@ -24,7 +24,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.metrics.cleval.evaluate import ImageMatch, match_image, scores_from_counts, summarise
+from ocr.metrics.cleval.evaluate import SCORE_FIELDS, ImageMatch, match_image, scores_from_counts, summarise
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.cleval.outcomes import box_outcomes, count_outcomes
 from ocr.utils.io import atomic_write_json, atomic_write_text
@@ -156,8 +156,8 @@ def analyse_records(
         scores = scores_from_counts(tp, r_penalty, p_penalty, gt_chars, det_chars)
         buckets.append(BucketScore(label, int(words), int(gt_chars), int(tp), int(det_chars), *scores))
     dataset = summarise(results, options.mode)
-    totals = {"precision": dataset.precision, "recall": dataset.recall, "hmean": dataset.hmean}
-    totals |= {field: sum(getattr(i, field) for i in images) for field in _SUMMED}
+    totals = {k: getattr(dataset, k) for k in SCORE_FIELDS}
+    totals |= {k: sum(getattr(i, k) for i in images) for k in _SUMMED}
     ranked = sorted(images, key=lambda i: (i.hmean, i.image_id))
     return ScoreAnalysis(options.mode, totals, buckets, [i.image_id for i in ranked[:worst]], images)
 

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ocr.data.images import ImageReadError, read_image
-from ocr.metrics.cleval.evaluate import ImageResult, match_image, summarise
+from ocr.metrics.cleval.evaluate import SCORE_FIELDS, ImageResult, match_image, summarise
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.cleval.outcomes import OUTCOMES, BoxOutcomes, box_outcomes, count_outcomes
 from ocr.reporting.analysis import ScoreAnalysis
@@ -79,8 +79,8 @@ def write_report(
         log.warning("report: %d images could not be read: %s", len(unreadable), ", ".join(unreadable[:10]))
     data = {"title": title, "labelled": labelled, "outcomes": OUTCOMES, "cards": cards}
     if labelled and options is not None:
-        s, mode = summarise(results, options.mode), options.mode
-        data["totals"] = {"mode": mode, "precision": s.precision, "recall": s.recall, "hmean": s.hmean}
+        scores = summarise(results, options.mode)
+        data["totals"] = {"mode": options.mode} | {k: getattr(scores, k) for k in SCORE_FIELDS}
     if analysis is not None:
         data["analysis"] = {k: v for k, v in analysis.to_dict().items() if k != "images"}
     template = with_overlay_script(
