@@ -145,10 +145,9 @@ def match_image(
             f"CLEval: expected one ignore flag (and text) per GT polygon, got {len(gt_polygons)} polygons, "
             f"{len(gt_ignore)} flags, {None if gt_texts is None else len(gt_texts)} texts"
         )
-    dropped = 0
-    if options.max_detections is not None and len(pred_polygons) > options.max_detections:
-        dropped = len(pred_polygons) - options.max_detections
-        pred_polygons = pred_polygons[: options.max_detections]
+    limit = options.max_detections
+    dropped = 0 if limit is None else max(0, len(pred_polygons) - limit)
+    pred_polygons = pred_polygons[:limit]
     texts = list(gt_texts) if gt_texts is not None else [None] * len(gt_polygons)
     gt_dc = np.array(
         [bool(f) or t == DONT_CARE_TEXT for f, t in zip(gt_ignore, texts, strict=True)], dtype=bool
@@ -161,13 +160,9 @@ def match_image(
     det_index = np.arange(len(det_counts), dtype=np.intp)
     if competition:
         keep_gt, keep_det = gt_counts >= COMPETITION_MIN_POINTS, det_counts >= COMPETITION_MIN_POINTS
-        if not keep_gt.all():
-            gt_verts, gt_counts, gt_dc = gt_verts[keep_gt], gt_counts[keep_gt], gt_dc[keep_gt]
-            texts = [t for t, keep in zip(texts, keep_gt, strict=True) if keep]
-            gt_index = gt_index[keep_gt]
-        if not keep_det.all():
-            det_verts, det_counts = det_verts[keep_det], det_counts[keep_det]
-            det_index = det_index[keep_det]
+        gt_verts, gt_counts, gt_dc = gt_verts[keep_gt], gt_counts[keep_gt], gt_dc[keep_gt]
+        gt_index, texts = gt_index[keep_gt], [t for t, keep in zip(texts, keep_gt, strict=True) if keep]
+        det_verts, det_counts, det_index = det_verts[keep_det], det_counts[keep_det], det_index[keep_det]
         skipped = len(keep_gt) + len(keep_det) - len(gt_counts) - len(det_counts)
         gt_verts = gt_verts.astype(np.float32).astype(np.float64)
         det_verts = det_verts.astype(np.float32).astype(np.float64)
