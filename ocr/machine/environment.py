@@ -1,8 +1,6 @@
-"""Environment report for the doctor and crash bundles: versions, GPU, CPU flags, WSL2.
-
-Every probe is guarded: a missing package, a driver that does not answer or a CUDA context that an
-earlier fault has poisoned gives an ``"error: ..."`` string, never an exception.
-"""
+"""Environment report for the doctor and crash bundles: versions, GPU, CPU flags, WSL2. Every probe is
+guarded: a missing package, a driver that does not answer or a CUDA context that an earlier fault has
+poisoned gives an ``"error: ..."`` string, never an exception."""
 
 from __future__ import annotations
 
@@ -69,9 +67,7 @@ def wsl_info() -> dict[str, Any]:
     """Whether this is WSL (1 or 2), from the kernel release string, with the known caveats."""
     release = (_read_text("/proc/sys/kernel/osrelease") or platform.release()).strip()
     is_wsl = "microsoft" in release.lower() or "WSL_DISTRO_NAME" in os.environ
-    version = (
-        2 if is_wsl and ("wsl2" in release.lower() or Path("/run/WSL").exists()) else (1 if is_wsl else 0)
-    )
+    version = 0 if not is_wsl else 2 if "wsl2" in release.lower() or Path("/run/WSL").exists() else 1
     return {
         "is_wsl": is_wsl,
         "wsl_version": version,
