@@ -167,6 +167,14 @@ def match_image(
         gt_verts = gt_verts.astype(np.float32).astype(np.float64)
         det_verts = det_verts.astype(np.float32).astype(np.float64)
     geo = measure_image(det_verts, det_counts, gt_verts, gt_counts, gt_dc, texts, options)
+    result, match, det_dc, chars = _score(geo, gt_dc, options, dropped, skipped)
+    return ImageMatch(result, match, gt_dc, det_dc, gt_index, det_index, chars)
+
+
+def _score(
+    geo: ImageGeometry, gt_dc: npt.NDArray[np.bool_], options: CLEvalOptions, dropped: int, skipped: int
+) -> tuple[ImageResult, npt.NDArray[np.bool_], npt.NDArray[np.bool_], BoxChars]:
+    """The image's result, its (G, D) match matrix, its (D,) don't-care detections and per-box counts."""
     tables = PairTables(geo.area_precision, geo.pcc_count, gt_dc, options.area_precision_threshold)
     det_dc = dont_care_detections(tables)
     match = match_matrix(tables, ~det_dc)
@@ -198,7 +206,7 @@ def match_image(
         recall=recall,
         hmean=hmean,
     )
-    return ImageMatch(result, match, gt_dc, det_dc, gt_index, det_index, chars)
+    return result, match, det_dc, chars
 
 
 def _box_chars(
