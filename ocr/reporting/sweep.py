@@ -7,8 +7,6 @@ and rewrites the summary from the job folders, so a sweep stopped by a failed jo
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import shlex
@@ -21,7 +19,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from ocr.utils.io import atomic_write_json, atomic_write_text
+from ocr.utils.io import atomic_write_csv, atomic_write_json, atomic_write_text
 
 __all__ = ["JOB_FILE", "SweepRow", "SweepSummary", "best_command", "read_sweep", "write_sweep_summary"]
 
@@ -103,17 +101,13 @@ def _markdown(rows: list[SweepRow], keys: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _csv(rows: list[SweepRow], keys: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["rank", "job", *keys, "precision", "recall", "hmean", "status", "error"])
+def _csv_rows(rows: list[SweepRow], keys: list[str]) -> list[list[Any]]:
+    table: list[list[Any]] = [["rank", "job", *keys, "precision", "recall", "hmean", "status", "error"]]
     for rank, row in enumerate(rows, start=1):
         settings = _settings(row)
-        writer.writerow(
-            [rank, row.job, *(settings.get(k, "") for k in keys)]
-            + [row.precision, row.recall, row.hmean, row.status, row.error or ""]
-        )
-    return buffer.getvalue()
+        table.append([rank, row.job, *(settings.get(k, "") for k in keys)])
+        table[-1] += [row.precision, row.recall, row.hmean, row.status, row.error or ""]
+    return table
 
 
 def write_sweep_summary(sweep_dir: Path) -> tuple[str, str | None]:
@@ -127,7 +121,7 @@ def write_sweep_summary(sweep_dir: Path) -> tuple[str, str | None]:
     best = best_command(rows)
     failed = [r.job for r in rows if r.status != "completed"]
     atomic_write_text(sweep_dir / f"{SUMMARY_NAME}.md", table + (f"\nBest: `{best}`\n" if best else ""))
-    atomic_write_text(sweep_dir / f"{SUMMARY_NAME}.csv", _csv(rows, keys))
+    atomic_write_csv(sweep_dir / f"{SUMMARY_NAME}.csv", _csv_rows(rows, keys))
     atomic_write_json(
         sweep_dir / f"{SUMMARY_NAME}.json",
         {"swept": keys, "best_command": best, "failed_jobs": failed, "rows": [asdict(r) for r in rows]},

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import errno
+import io
 import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from ocr.utils.errors import UsageError
 __all__ = [
     "DiskFullError",
     "atomic_write_bytes",
+    "atomic_write_csv",
     "atomic_write_json",
     "atomic_write_text",
     "disk_full_error",
@@ -59,6 +63,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write UTF-8 text atomically."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_csv(path: str | os.PathLike[str], rows: Iterable[Iterable[Any]]) -> Path:
+    """Write CSV rows (``\\n`` line ends) atomically."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return atomic_write_text(path, buffer.getvalue())
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> Path:
