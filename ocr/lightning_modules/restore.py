@@ -23,7 +23,6 @@ __all__ = [
     "CHECKPOINT_SOURCE",
     "checkpoint_settings",
     "inference_trainer",
-    "module_from_checkpoint",
     "module_from_loaded",
     "restore_for_inference",
 ]
@@ -33,18 +32,13 @@ CHECKPOINT_SOURCE = "the checkpoint's training run"
 log = logging.getLogger(__name__)
 
 
-def module_from_checkpoint(path: str | Path, cfg: DictConfig | None = None) -> DetectionModule:
-    """The checkpoint's network and weights, with what this test or predict invocation (``cfg``) decides:
-    post-processing and its pipeline, the metric (where ``cfg`` has one; else the run's),
-    ``module.channels_last``; no compile. Without ``cfg`` (ONNX export), the run's own settings in the
-    default memory format."""
-    return module_from_loaded(load_checkpoint(path), path, cfg)
-
-
 def module_from_loaded(
     checkpoint: dict[str, Any], path: str | Path, cfg: DictConfig | None
 ) -> DetectionModule:
-    """:func:`module_from_checkpoint` of a checkpoint :func:`load_checkpoint` already read from ``path``."""
+    """The network and weights of ``checkpoint`` (read from ``path``), with what this test or predict
+    invocation (``cfg``) decides: post-processing and its pipeline, the metric (where ``cfg`` has one; else
+    the run's), ``module.channels_last``; no compile. Without ``cfg`` (ONNX export), the run's own settings
+    in the default memory format."""
     run_cfg = OmegaConf.create(checkpoint["ocr_config"])
     with open_dict(run_cfg):
         if cfg is not None:

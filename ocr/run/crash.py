@@ -25,7 +25,7 @@ from ocr.machine.distributed import rank_tag
 from ocr.machine.environment import collect_environment
 from ocr.models.loss.checks import LOGIT_NAMES, LossInputError, device_message
 from ocr.run.faults import is_cuda_fault
-from ocr.run.nonfinite import NonFiniteLossError
+from ocr.utils.errors import NonFiniteLossError
 from ocr.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 __all__ = [

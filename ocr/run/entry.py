@@ -21,6 +21,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +30,7 @@ from typing import Any, Generic, NoReturn, TypeVar
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.checkpoints.resume import Resume
 from ocr.machine.distributed import rank_zero_only_value, warn_unlaunched_multi_node
 from ocr.run.config import CONFIG_DIR, check_config
 from ocr.run.faults import error_record, exit_on_cuda_fault, log_file_only
@@ -42,11 +44,13 @@ from ocr.run.folder import (
     write_interrupted,
 )
 from ocr.run.peers import exit_on_lost_peer, lost_peer_reported
+from ocr.utils.commands import run_next_commands
 from ocr.utils.errors import RunRefusedError, UsageError, find_usage_error
-from ocr.utils.io import atomic_write_text
+from ocr.utils.io import atomic_write_json, atomic_write_text
 
 __all__ = [
     "RunEntry",
+    "TrainingRun",
     "entry",
     "exit_with_message",
     "format_metrics",
@@ -96,7 +100,8 @@ class RunEntry(Generic[T]):
             if claim.resume is not None:
                 log.info("%s", claim.resume.summary)
             if self.training:
-                return self.task(run_config(cfg, claim), claim.resume)
+                run_cfg = run_config(cfg, claim)
+                return self.task(run_cfg, TrainingRun.start(run_cfg, claim.resume))
             return self.task(cfg)
         except BaseException as exc:
             _record_end(run_dir, exc)
@@ -132,10 +137,65 @@ def entry(
     config_name: str, *, training: bool = False, lightning: bool = True
 ) -> Callable[[Callable[..., T]], RunEntry[T]]:
     """Give a runner's task the run shell for ``configs/<config_name>.yaml``. A ``training`` task is
-    called with the config to run and the resume it continues (None: a new run), any other with the
-    config; a ``lightning`` one has Lightning's log lines routed once (:func:`route_lightning_logs`)."""
+    called with the config to run and its :class:`TrainingRun`, any other with the config; a
+    ``lightning`` one has Lightning's log lines routed once (:func:`route_lightning_logs`)."""
 
     return lambda task: RunEntry(task, config_name, training, lightning)
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """What the run shell hands a training task: the resume it continues (None: a new run), its callbacks
+    and loggers; it writes the run's files (the config, ``metrics.json``) and the final summary."""
+
+    cfg: DictConfig
+    resume: Resume | None
+    callbacks: list[Any]
+    loggers: list[Any]
+
+    @classmethod
+    def start(cls, cfg: DictConfig, resume: Resume | None) -> TrainingRun:
+        """Seed (``seed``), make the callbacks (first: the stall watchdog covers start-up), the loggers."""
+        import lightning as L
+        from lightning.pytorch.callbacks import LearningRateMonitor
+
+        if cfg.seed is not None:
+            L.seed_everything(cfg.seed, workers=True)
+        callbacks = instantiate_all(cfg.callbacks)
+        loggers = instantiate_all(cfg.logger)
+        if not loggers:  # logger=none: Lightning's LR monitor refuses to run without a logger
+            callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+        return cls(cfg, resume, callbacks, loggers)
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.cfg.paths.output_dir)
+
+    def record_config(self, datamodule: Any) -> None:
+        """Write ``config.yaml``, or a resume's ``config.resumed-step<n>.yaml`` once its data is checked."""
+        if self.resume is None:
+            save_config(self.cfg, self.directory)
+            return
+        self.resume.check_data(datamodule, allow_change=self.cfg.resume_allow_data_change)
+        save_config(self.cfg, self.directory, self.resume.config_name, self.resume.header)
+
+    def finish(self, trainer: Any, metrics: dict[str, float], *notes: str | None) -> None:
+        """Global rank 0: ``metrics.json``, then the final summary on the console (with ``notes``)."""
+        if not trainer.is_global_zero:
+            return
+        checkpointing = trainer.checkpoint_callback
+        best = checkpointing.best_model_path if checkpointing else ""
+        directory = self.directory
+        atomic_write_json(directory / "metrics.json", {"metrics": metrics, "best_checkpoint": best or None})
+        print(format_metrics(metrics, "Final metrics"))
+        print(f"Best checkpoint: {best or '(none: no validation ran, or checkpointing is off)'}")
+        for note in notes:
+            if note:  # said at the end too: e.g. the time budget's warning is minutes up the log
+                print(note)
+        print(f"Run directory: {directory}")
+        checkpoint = best or (checkpointing.last_model_path if checkpointing else "")
+        if checkpoint:
+            print(f"Next commands:\n{run_next_commands(self.cfg, directory, Path(checkpoint))}")
 
 
 def _hydra() -> Any | None:
@@ -267,11 +327,7 @@ def route_lightning_logs() -> None:
         for handler in package.handlers[:]:
             package.removeHandler(handler)
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
-        logging.getLogger(name).addFilter(_not_an_advertisement)
-
-
-def _not_an_advertisement(record: logging.LogRecord) -> bool:
-    return not _ADVERTISEMENT.match(record.getMessage())
+        logging.getLogger(name).addFilter(lambda record: not _ADVERTISEMENT.match(record.getMessage()))
 
 
 def load_runner(name: str) -> ModuleType:

@@ -4,11 +4,17 @@ Listed first among the callbacks (``configs/callbacks/triage.yaml``), its ``on_e
 every other hook, in this order: another DDP rank's CUDA fault stops this rank too (``ocr.run.peers``); a
 CUDA fault arms the exit (``ocr.run.faults``), writes ``fault.json``, tells the other ranks and writes
 ``.FAILURE``; the crash bundle (``ocr.run.crash``) unless stopped by a signal or refused its input; a
-non-finite loss seen before another error (``ocr.run.nonfinite``); a stop by a signal: ``last.ckpt`` and
+non-finite loss seen before another error; a stop by a signal: ``last.ckpt`` and
 ``.INTERRUPTED``; the run status and the wandb tag. After a CUDA fault Lightning's teardown would touch the
 dead context, so the guard takes the strategy's ``teardown``: the crash bundle, the other ranks'
 acknowledgements, then the exit. Around a fit it also runs the preflight checks, the non-finite check and
 the signal handlers, and writes ``.SUCCESS``; test and predict get :meth:`Guard.for_inference`.
+
+Non-finite check: each step folds ``isfinite(loss)`` into a device-side first-bad-step flag (no host sync);
+the host reads it every ``check_every_n_steps`` steps, at epoch end and before every checkpoint save (so
+``last.ckpt`` never holds weights from after the first NaN), over all DDP ranks (one collective). On CUDA
+the loss's value checks feed the same flag rather than fire a device-side assert, which would kill the
+context. A hit writes ``nonfinite.json`` into the rank's crash folder and raises NonFiniteLossError.
 
 Signals: Lightning's SIGTERM handling is the one path (``trainer.received_sigterm``, broadcast under DDP;
 ``SIGTERMException`` at the next step boundary). The first Ctrl-C calls that handler, so it never leaves a
@@ -29,6 +35,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -38,11 +45,11 @@ from torch.optim import Optimizer
 from ocr.checkpoints.saving import RunCheckpoint, estimate_checkpoint_bytes
 from ocr.machine.checks import CheckResult, fast_checks, format_table, rate_missing_gpu, worst_status
 from ocr.machine.environment import collect_environment, driver_version, free_bytes
+from ocr.machine.sync import sync_allowed
 from ocr.models.loss.checks import LossInputError
 from ocr.run.crash import crash_dir, failed_cpu_batch, write_crash_bundle
-from ocr.run.faults import CudaFault, FaultExit, FaultSite, find_cuda_fault, headline
+from ocr.run.faults import CudaFault, FaultExit, FaultSite, find_cuda_fault, headline, is_cuda_fault
 from ocr.run.folder import clear_sentinels, failure_written, record_failure, write_interrupted, write_success
-from ocr.run.nonfinite import NonFiniteCheck, NonFiniteLossError
 from ocr.run.peers import (
     ACK_WAIT_S,
     announce_fault,
@@ -55,10 +62,18 @@ from ocr.run.peers import (
 from ocr.run.watchdog import StallWatchdog
 from ocr.utils.commands import resume_command
 from ocr.utils.config_types import PositiveInt
-from ocr.utils.errors import UsageError, find_usage_error
+from ocr.utils.errors import NonFiniteLossError, UsageError, find_usage_error
 from ocr.utils.io import atomic_write_json, format_mib
 
-__all__ = ["EXIT_CODES", "Guard", "Interrupts", "PreflightError", "check_checkpoint_space", "is_interruption"]
+__all__ = [
+    "EXIT_CODES",
+    "Guard",
+    "Interrupts",
+    "NonFiniteCheck",
+    "PreflightError",
+    "check_checkpoint_space",
+    "is_interruption",
+]
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +186,119 @@ class Interrupts:
             )
         write_interrupted(self.run_dir, summary, EXIT_CODES["SIGINT" if cause == "Ctrl-C" else "SIGTERM"])
         log.warning("Run %s", summary)
+
+
+NO_BAD_STEP = torch.iinfo(torch.long).max  # stands for "all finite" in the cross-rank minimum
+
+
+class NonFiniteCheck:
+    """Raises :class:`NonFiniteLossError` when a training loss (or, with ``check_grads``, the gradient
+    norm; not under fp16, whose scaler skips inf steps) is NaN/Inf; reads the device flag every
+    ``check_every_n_steps`` steps (1: exact, but a sync every step); ``crash`` gets ``nonfinite.json``."""
+
+    def __init__(self, *, check_every_n_steps: int, check_grads: bool, crash: Path) -> None:
+        self.check_every_n_steps = check_every_n_steps
+        self.check_grads = check_grads
+        self._step: Tensor | None = None  # device-side global step of the batch in flight
+        self._first_bad: dict[str, Tensor] = {}  # what -> device scalar, -1 while all finite
+        self._host_step = 0
+        self.crash = crash
+        self._trainer: L.Trainer | None = None
+
+    def batch_started(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._trainer = trainer
+        self._host_step = trainer.global_step
+        if self._step is None:
+            # One host->device copy at the first step; afterwards the counter advances on the device.
+            self._step = torch.tensor(trainer.global_step, device=pl_module.device, dtype=torch.long)
+
+    def _record(self, what: str, finite: Tensor) -> None:
+        assert self._step is not None
+        first = self._first_bad.get(what)
+        if first is None:
+            first = torch.full_like(self._step, -1)
+        self._first_bad[what] = torch.where(~finite & (first < 0), self._step, first)
+
+    def before_backward(self, loss: Tensor) -> None:
+        if self._step is not None:
+            self._record("loss", torch.isfinite(loss.detach()).all())
+
+    def before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._step is None:
+            return
+        if self.check_grads and not str(trainer.precision).startswith("16"):
+            grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+            if grads:
+                total = torch.nn.utils.get_total_norm(grads, error_if_nonfinite=False)
+                self._record("gradient norm", torch.isfinite(total))
+        # Advance once per optimizer step (not per batch), so steps match trainer.global_step under
+        # gradient accumulation.
+        self._step += 1
+
+    def batch_ended(self) -> None:
+        if (self._host_step + 1) % self.check_every_n_steps == 0:
+            self.check()
+
+    def fit_ended(self) -> None:
+        self._step = None
+        self._first_bad = {}
+
+    def check(self) -> None:
+        """Read the device flags (one sync); a NaN/Inf since the last check, on any rank, writes
+        ``nonfinite.json`` and raises NonFiniteLossError."""
+        with sync_allowed():  # the documented sync every check_every_n_steps
+            bad = self._first_bad_steps(across_ranks=True)
+        if bad:
+            step, what = bad[0]
+            self._write_record(bad, self._host_step)
+            raise NonFiniteLossError(step=step, what=what, checked_at=self._host_step)
+
+    def _first_bad_steps(self, across_ranks: bool) -> list[tuple[int, str]]:
+        """``(first bad step, tensor name)`` pairs, earliest first (one sync); ``across_ranks`` takes the
+        minimum over DDP ranks: every rank must call it at the same step."""
+        if not self._first_bad:
+            return []
+        names = sorted(self._first_bad)
+        firsts = torch.stack([self._first_bad[name] for name in names])
+        trainer = self._trainer
+        if across_ranks and trainer is not None and trainer.world_size > 1:
+            firsts = torch.where(firsts < 0, torch.full_like(firsts, NO_BAD_STEP), firsts)
+            # torch's stub types ReduceOp.MIN as RedOpType, which Strategy.reduce's annotation leaves out.
+            minimum = torch.distributed.ReduceOp.MIN
+            firsts = trainer.strategy.reduce(firsts, reduce_op=minimum)  # type: ignore[arg-type]
+            firsts = torch.where(firsts == NO_BAD_STEP, torch.full_like(firsts, -1), firsts)
+        pairs = zip(firsts.tolist(), names, strict=True)
+        bad = [(int(step), name) for step, name in pairs if step >= 0]
+        return sorted(bad, key=lambda pair: (pair[0], pair[1] != "loss"))  # the loss before its gradients
+
+    def _write_record(self, bad: list[tuple[int, str]], checked_at: int | None) -> Path:
+        path = self.crash / "nonfinite.json"
+        record = {
+            "first_bad": [{"step": step, "what": what} for step, what in bad],
+            "detected_at_step": checked_at,
+            "rank": self._trainer.global_rank if self._trainer is not None else 0,
+            "node": self._trainer.node_rank if self._trainer is not None else 0,
+        }
+        return atomic_write_json(path, record)
+
+    def on_exception(self, exception: BaseException) -> None:
+        # Another error (e.g. an injected fault a step later) may hide an earlier NaN: record it beside
+        # the crash bundle. Never touch the device after a CUDA fault, and no collective here: the other
+        # ranks may not be at this point.
+        if isinstance(exception, NonFiniteLossError) or is_cuda_fault(exception):
+            return
+        try:
+            bad = self._first_bad_steps(across_ranks=False)
+        except RuntimeError:
+            return
+        if bad:
+            path = self._write_record(bad, None)
+            log.error(
+                "Non-finite %s first seen at global step %d, before this exception (%s)",
+                bad[0][1],
+                bad[0][0],
+                path,
+            )
 
 
 class PreflightError(UsageError, RuntimeError):

@@ -12,6 +12,7 @@ __all__ = [
     "CheckpointError",
     "ConfigValueError",
     "InputNotFoundError",
+    "NonFiniteLossError",
     "OutputDirError",
     "RunRefusedError",
     "UsageError",
@@ -37,6 +38,23 @@ class InputNotFoundError(UsageError, FileNotFoundError):
 
 class OutputDirError(UsageError, OSError):
     """An output folder that cannot be created or written (read-only, a file in the way, no permission)."""
+
+
+class NonFiniteLossError(UsageError, FloatingPointError):
+    """A non-finite loss or gradient; ``step`` is the first bad global step, ``what`` names the tensor."""
+
+    def __init__(self, step: int, what: str, checked_at: int) -> None:
+        self.step = step
+        self.what = what
+        self.checked_at = checked_at
+        super().__init__(
+            f"non-finite {what} first seen at global step {step} (detected at step {checked_at}); "
+            "on a GPU this includes non-finite logits and targets outside [0, 1] (rerun with "
+            "loss.strict=true to name the tensor and images). The crash bundle holds the last batch; for "
+            "the exact batch of the first bad step rerun with "
+            "callbacks.guard.check_every_n_steps=1; replay with "
+            "scripts/debug_cuda.sh replay <run dir>/crash"
+        )
 
 
 class RunRefusedError(UsageError):

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from ocr.debug import replay
 from ocr.debug.inject import InjectedFaultError
 from ocr.models.loss.checks import LossInputError
-from ocr.run.nonfinite import NonFiniteLossError
+from ocr.utils.errors import NonFiniteLossError
 
 pytestmark = pytest.mark.slow  # end to end: real runners on tiny runs, a minute or more on 2 cores
 

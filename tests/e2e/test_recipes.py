@@ -14,7 +14,8 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from ocr.lightning_modules.restore import module_from_checkpoint
+from ocr.checkpoints.reading import load_checkpoint
+from ocr.lightning_modules.restore import module_from_loaded
 from ocr.lightning_modules.schedule import warmup_decay_factor
 from tests.helpers.receipt_fixtures import make_root
 from tests.helpers.tiny_budget import tiny_budget
@@ -82,5 +83,5 @@ def test_pretrain_then_finetune_then_test_without_the_pretrain_checkpoint(
     test_cfg = compose_cfg("test", ["data=receipts", *tiny_receipts, f"ckpt={finetuned}"], tmp_path / "test")
     metrics = runner_module("test").evaluate(test_cfg)
     assert 0.0 <= metrics["test/hmean"] <= 1.0
-    exported = module_from_checkpoint(finetuned)  # what export builds from
+    exported = module_from_loaded(load_checkpoint(finetuned), finetuned, None)  # what export builds from
     assert all(torch.equal(exported.state_dict()[k], v) for k, v in saved["state_dict"].items())

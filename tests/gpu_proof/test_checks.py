@@ -108,7 +108,7 @@ def test_proof_run_on_cuda_needs_every_part(tmp_path: Path) -> None:
 
 def test_nan_loss_must_be_an_error_at_the_step_not_a_cuda_fault(tmp_path: Path) -> None:
     _write(tmp_path / "crash" / "nonfinite.json", {"first_bad": [{"step": 3, "what": "loss"}]})
-    state = {"exception_type": "ocr.run.nonfinite.NonFiniteLossError"}
+    state = {"exception_type": "ocr.utils.errors.NonFiniteLossError"}
     _write(tmp_path / "crash" / "state.json", {**state, "cuda_fault": False})
     assert not check_nan_loss(1, tmp_path, inject_step=3)[0]  # no .FAILURE
     _write(tmp_path / ".FAILURE", "NonFiniteLossError")

@@ -15,6 +15,7 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
+from ocr.checkpoints.reading import load_checkpoint
 from ocr.inference.onnx_export import (
     ParityReport,
     ProbabilityMapNet,
@@ -22,7 +23,7 @@ from ocr.inference.onnx_export import (
     parity_batch,
 )
 from ocr.inference.onnx_runtime import OnnxProbabilityMap, sidecar_path
-from ocr.lightning_modules.restore import module_from_checkpoint
+from ocr.lightning_modules.restore import module_from_loaded
 
 Compose = Callable[[str, list[str], Path], DictConfig]
 Runner = Callable[[str], ModuleType]
@@ -50,7 +51,7 @@ def test_export_writes_the_model_and_a_sidecar_with_the_parity_figures(exported:
 
 
 def test_the_exported_model_takes_any_batch_height_and_width(exported: Path, tiny_checkpoint: Path) -> None:
-    net = module_from_checkpoint(tiny_checkpoint).net
+    net = module_from_loaded(load_checkpoint(tiny_checkpoint), tiny_checkpoint, None).net
     images = torch.randn(2, 3, 64, 160)
     with torch.no_grad():
         expected = ProbabilityMapNet(net.eval())(images)
@@ -115,7 +116,7 @@ def test_onnx_matches_pytorch_on_real_receipts(
     postprocess = DBPostProcessor(
         thresh=0.3, box_thresh=0.5, unclip_ratio=1.5, max_candidates=1000, min_size=3, output="box"
     )
-    net = module_from_checkpoint(tiny_checkpoint).net
+    net = module_from_loaded(load_checkpoint(tiny_checkpoint), tiny_checkpoint, None).net
     transform = EvalTransform(
         long_side=256, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), fill=0, pad_multiple=None
     )
@@ -138,7 +139,7 @@ def test_a_parity_check_that_compared_no_polygon_fails(
     postprocess = DBPostProcessor(
         thresh=0.3, box_thresh=1.0, unclip_ratio=1.5, max_candidates=1000, min_size=3, output="box"
     )
-    net = module_from_checkpoint(tiny_checkpoint).net
+    net = module_from_loaded(load_checkpoint(tiny_checkpoint), tiny_checkpoint, None).net
     transform = EvalTransform(
         long_side=96, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), fill=0, pad_multiple=None
     )

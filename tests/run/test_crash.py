@@ -13,7 +13,7 @@ from ocr.debug.inject import FaultInjector, InjectedFaultError
 from ocr.models.loss.checks import LossInputError, device_message
 from ocr.run.crash import write_crash_bundle
 from ocr.run.guard import Guard
-from ocr.run.nonfinite import NonFiniteLossError
+from ocr.utils.errors import NonFiniteLossError
 from tests.helpers.triage_tiny import TinyModule, fit_tiny, tiny_loader
 
 

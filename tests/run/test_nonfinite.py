@@ -14,10 +14,9 @@ from omegaconf import OmegaConf
 from ocr.debug.inject import FaultInjector
 from ocr.models.loss import DBLoss
 from ocr.run.config import check_config
-from ocr.run.guard import Guard
-from ocr.run.nonfinite import NonFiniteCheck, NonFiniteLossError
+from ocr.run.guard import Guard, NonFiniteCheck
 from ocr.types import DBOutput
-from ocr.utils.errors import ConfigValueError
+from ocr.utils.errors import ConfigValueError, NonFiniteLossError
 from tests.helpers.triage_tiny import TinyModule, fit_tiny
 
 

@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks.progress import ProgressBar
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
+from ocr.checkpoints.saving import scalar_metrics
 from ocr.data.stream import LoaderWait
 from ocr.utils.config_types import Bounds, NonNegativeFloat
 from ocr.utils.text import plural
@@ -131,7 +132,7 @@ class _DataWait(ProgressBar):
         if self._elapsed <= 0:
             return
         share = self._waited / self._elapsed
-        # Read by runners/train.py with the other final metrics (metrics.json, the printed summary).
+        # Among the final metrics (metrics.json, the printed summary).
         trainer.callback_metrics["train/data_wait"] = torch.tensor(share)
         if trainer.is_global_zero:
             self._summarise(trainer, wait, share)
@@ -262,12 +263,8 @@ class PlainProgress(_DataWait):
         super().on_validation_end(trainer, pl_module)
         if not self._enabled or trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return
-        scores = {
-            k: float(v)
-            for k, v in trainer.callback_metrics.items()
-            if k.startswith("val/") and isinstance(v, Tensor) and v.numel() == 1
-        }
-        metrics = " ".join(f"{k} {v:.4f}" for k, v in sorted(scores.items())) or "no metrics"
+        scores = sorted((k, v) for k, v in scalar_metrics(trainer).items() if k.startswith("val/"))
+        metrics = " ".join(f"{k} {v:.4f}" for k, v in scores) or "no metrics"
         now = time.monotonic()
         log.info("validation at %s | %s | %s", self._position(trainer), metrics, self._timing(trainer, now))
         # The throughput window restarts: validation time is not training speed.

@@ -17,14 +17,12 @@ import os
 import time
 from collections.abc import Sized
 from dataclasses import asdict, dataclass
-from functools import partial
 from typing import Any, NamedTuple
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from ocr.lightning_modules.callbacks.progress import images_in
-from ocr.lightning_modules.ranks import decided_on_rank_zero
 from ocr.utils.config_types import NonNegativeInt, PositiveFloat, PositiveInt
 from ocr.utils.text import plural
 
@@ -213,8 +211,11 @@ class TimeBudget(Callback):
             self._validation_seconds = time.perf_counter() - self._validation_started
 
     def _decide(self, trainer: L.Trainer, seconds_per_step: float, cap: int) -> None:
-        """Plan (or shorten the plan) on rank 0 for every rank, and apply it."""
-        plan = decided_on_rank_zero(trainer, partial(self._plan, trainer, seconds_per_step, cap))
+        """Plan (or shorten the plan) on rank 0, broadcast (every rank calls this at the same step), apply."""
+        plan = self._plan(trainer, seconds_per_step, cap) if trainer.is_global_zero else None
+        if trainer.world_size > 1:  # no rank acts on a plan its own clock would have made differently
+            plan = trainer.strategy.broadcast(plan, src=0)
+        assert plan is not None  # rank 0's
         if plan != self.plan:
             self._apply(trainer, plan)
         self._timer = None
