@@ -1,4 +1,4 @@
-"""Train a DBNet detector: compose the config, instantiate, fit, then test the best checkpoint.
+"""Train a DBNet detector: compose the config, instantiate, fit, then test the kept checkpoint.
 
 uv run runners/train.py                       # built-in synthetic receipts
 uv run runners/train.py data=receipts data.root=../shared/datasets/sroie-compact trainer.max_steps=20
@@ -22,7 +22,7 @@ quiet_third_party()
 
 @entry("train", training=True)
 def train(cfg: DictConfig, run: TrainingRun) -> dict[str, float]:
-    """Fit (from ``run.resume`` when given), then test with the best checkpoint; the final metrics. The run
+    """Fit (from ``run.resume`` when given), then test with the kept checkpoint; the final metrics. The run
     shell (``ocr.run.entry``) has checked the config, claimed the run folder and made the callbacks."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -41,13 +41,13 @@ def train(cfg: DictConfig, run: TrainingRun) -> dict[str, float]:
         cfg.trainer, callbacks=run.callbacks, logger=run.loggers or False, enable_checkpointing=checkpointing
     )
 
-    allow_checkpoint_types()  # Lightning's weights-only loads of our checkpoints (resume, best for test)
+    allow_checkpoint_types()  # Lightning's weights-only loads of our checkpoints (resume, the kept one for test)
     ckpt_path = str(run.resume.checkpoint) if run.resume is not None else None
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     metrics = scalar_metrics(trainer)
-    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    kept = getattr(trainer.checkpoint_callback, "kept_path", "")  # the best, or last.ckpt (keep=last)
     if cfg.test_after_fit:
-        results = trainer.test(module, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=kept or None, weights_only=True)
         metrics.update(results[0])
     reason = datamodule.no_validation_reason
     budget = next((c for c in run.callbacks if isinstance(c, TimeBudget)), None)

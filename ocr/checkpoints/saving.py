@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from weakref import proxy
 
 import lightning as L
@@ -78,6 +78,7 @@ class RunCheckpoint(ModelCheckpoint):
         save_top_k: int,
         every_n_steps: int | None,
         every_n_minutes: float | None,
+        keep: Literal["best", "last"] = "best",
     ) -> None:
         if every_n_steps is not None and every_n_steps < 1:
             raise ValueError(
@@ -102,10 +103,17 @@ class RunCheckpoint(ModelCheckpoint):
         )
         self.every_n_steps = every_n_steps
         self.every_n_minutes = every_n_minutes
+        self.keep = keep
         self._last_write_time = time.monotonic()
         self._rng_for_next_epoch: dict[str, Any] | None = None
         self._validation_pending = False  # the checkpoint being saved interrupts a validation
         self._git_commit = git_commit(Path(__file__).parent)
+
+    @property
+    def kept_path(self) -> str:
+        """The checkpoint the run keeps (tested, printed, passed on): the best validation's, or with
+        ``keep="last"`` the final ``last.ckpt``; "" when none was written."""
+        return self.last_model_path if self.keep == "last" else self.best_model_path
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)

@@ -184,16 +184,17 @@ class TrainingRun:
         if not trainer.is_global_zero:
             return
         checkpointing = trainer.checkpoint_callback
-        best = checkpointing.best_model_path if checkpointing else ""
+        kept = getattr(checkpointing, "kept_path", "")
+        keep = getattr(checkpointing, "keep", "best")
         directory = self.directory
-        atomic_write_json(directory / "metrics.json", {"metrics": metrics, "best_checkpoint": best or None})
+        atomic_write_json(directory / "metrics.json", {"metrics": metrics, "kept_checkpoint": kept or None})
         print(format_metrics(metrics, "Final metrics"))
-        print(f"Best checkpoint: {best or '(none: no validation ran, or checkpointing is off)'}")
+        print(f"{keep.capitalize()} checkpoint: {kept or '(none: no validation ran, or checkpointing is off)'}")
         for note in notes:
             if note:  # said at the end too: e.g. the time budget's warning is minutes up the log
                 print(note)
         print(f"Run directory: {directory}")
-        checkpoint = best or (checkpointing.last_model_path if checkpointing else "")
+        checkpoint = kept or (checkpointing.last_model_path if checkpointing else "")
         if checkpoint:
             print(f"Next commands:\n{run_next_commands(self.cfg, directory, Path(checkpoint))}")
 

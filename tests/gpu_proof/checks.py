@@ -255,11 +255,11 @@ def check_train(exit_code: int, run: Path) -> tuple[bool, dict[str, Any]]:
     report = _json(run / "metrics.json") or {}
     metrics = report.get("metrics", {})
     details = {
-        "best_checkpoint": report.get("best_checkpoint"),
+        "kept_checkpoint": report.get("kept_checkpoint"),
         "val_hmean": metrics.get("val/hmean"),
         "failure": _first_line(run / ".FAILURE"),
     }
-    validated = details["best_checkpoint"] and details["val_hmean"] is not None
+    validated = details["kept_checkpoint"] and details["val_hmean"] is not None
     return exit_code == 0 and (run / ".SUCCESS").is_file() and bool(validated), details
 
 

@@ -221,7 +221,7 @@ def plan_text(plan: Plan, selected: Sequence[str], budget_minutes: float | None)
 def _trained() -> dict[str, StepResult]:
     """Stand-ins for passed trainings, so the plan shows their tests' commands."""
     return {
-        name: StepResult(name=name, title=name, status="pass", details={"best_checkpoint": f"<{name} best>"})
+        name: StepResult(name=name, title=name, status="pass", details={"kept_checkpoint": f"<{name} best>"})
         for name in ("train_bf16", "train_fp32")
     }
 

@@ -322,7 +322,7 @@ class Plan:
             sys.executable,
             "runners/test.py",
             f"hydra.run.dir={out}",
-            f"ckpt='{trained.details['best_checkpoint']}'",  # quoted: Hydra's grammar, whatever the path
+            f"ckpt='{trained.details['kept_checkpoint']}'",  # quoted: Hydra's grammar, whatever the path
             "split=test",
             f"metric.mode={mode}",
             *self.data(self.out / training),

@@ -150,12 +150,12 @@ def test_bad_index_passes_only_when_the_run_ended_itself_within_ten_seconds(tmp_
 
 
 def test_training_and_test_need_their_figures(tmp_path: Path) -> None:
-    _write(tmp_path / "metrics.json", {"metrics": {"val/hmean": 0.9}, "best_checkpoint": "best.ckpt"})
+    _write(tmp_path / "metrics.json", {"metrics": {"val/hmean": 0.9}, "kept_checkpoint": "best.ckpt"})
     assert not check_train(0, tmp_path)[0]  # no .SUCCESS
     _write(tmp_path / ".SUCCESS", "ok")
     assert check_train(0, tmp_path)[0]
     assert not check_train(1, tmp_path)[0]
-    _write(tmp_path / "metrics.json", {"metrics": {}, "best_checkpoint": "best.ckpt"})
+    _write(tmp_path / "metrics.json", {"metrics": {}, "kept_checkpoint": "best.ckpt"})
     assert not check_train(0, tmp_path)[0]  # no validation figure
     _write(tmp_path / "t" / "metrics.json", {"metrics": {"test/hmean": 0.97, "test/precision": 0.98}})
     passed, details = check_test(0, tmp_path / "t")

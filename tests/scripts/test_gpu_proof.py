@@ -161,7 +161,7 @@ def test_every_gpu_runner_command_composes(tmp_path: Path) -> None:
     """The GPU plan's training and test commands are valid Hydra overrides of their runners' configs."""
     plan = Plan(tmp_path, True, tmp_path / "receipts", MINUTES)
     trained = {
-        name: StepResult(name=name, title=name, status="pass", details={"best_checkpoint": "x.ckpt"})
+        name: StepResult(name=name, title=name, status="pass", details={"kept_checkpoint": "x.ckpt"})
         for name in MINUTES
     }
     for name in [n for phase in PHASES for n in phase]:
