@@ -6,8 +6,8 @@ candidates a run leaves and the peer.
         [--data-root ../shared/datasets/sroie-compact] [--seeds 0 1 2] [--steps N] [--variant NAME] \
         [--override model=dbnetpp_resnet18 ...] [--eval-override postprocess.thresh=0.25] \
         [--label-subset 50] [--extra-train-root <pseudo-labelled dataset> ...] [--proxy-root <dataset>] \
-        [--splits test] [--peer-python /path/to/peer-venv/bin/python] [--jobs 1] [--python python3] \
-        [--hardware cpu|h100_80gb|...] [--out outputs/benchmark_accuracy]
+        [--splits test] [--candidates kept raw best_val] [--peer-python <peer venv>/bin/python] \
+        [--jobs 1] [--python python3] [--hardware cpu|h100_80gb|...] [--out outputs/benchmark_accuracy]
 
 Per seed (its own processes): ``runners/train.py experiment=receipts_finetune data.root=<root>
 model.init_from=<init> seed=<seed>`` (the README's step 2; ``--steps`` and ``--override`` change it), then
@@ -43,6 +43,7 @@ DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
 MODES = ("upstream", "competition")
 FIGURES = "figures.json"
 PEER = "peer"
+CANDIDATES = ("kept", "raw", "best_val")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Protocol:
     proxy_root: Path | None = None
     proxy_split: str = "test"
     splits: tuple[str, ...] = ("test",)
+    candidates: tuple[str, ...] = CANDIDATES
 
     def eval_sets(self, train_root: Path) -> dict[str, tuple[Path, str]]:
         """Evaluation name -> (dataset root, split): the data root's splits, then the proxy's."""
@@ -275,7 +277,8 @@ def run_seed(protocol: Protocol, train_root: Path, seed: int) -> SeedResult:
     _run(command, seed_dir / "train.log")
     result.train_seconds = time.perf_counter() - started
     result.commands.append(command)
-    for candidate, ckpt in candidates(seed_dir / "train").items():
+    found = candidates(seed_dir / "train")
+    for candidate, ckpt in ((c, found[c]) for c in protocol.candidates if c in found):
         for name, (root, split) in protocol.eval_sets(train_root).items():
             work = seed_dir / f"{candidate}_{name}"
             command = predict_command(protocol, ckpt, root, split, work / "predict")
@@ -380,6 +383,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--proxy-root", type=Path, help="photographed copy (dataset root)")
     parser.add_argument("--proxy-split", default="test")
     parser.add_argument("--splits", nargs="+", default=["test"], help="the data root's splits scored")
+    parser.add_argument("--candidates", nargs="+", choices=CANDIDATES, default=list(CANDIDATES))
     parser.add_argument("--peer-python", type=Path, help="the peer's Python (rapidocr in its own venv)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the runners")
     parser.add_argument("--hardware", help="configs/hardware preset (default: the configs')")
@@ -403,6 +407,7 @@ def protocol_from_args(args: argparse.Namespace) -> Protocol:
         proxy_root=None if args.proxy_root is None else args.proxy_root.resolve(),
         proxy_split=args.proxy_split,
         splits=tuple(args.splits),
+        candidates=tuple(args.candidates),
     )
 
 
