@@ -1,17 +1,22 @@
-"""Accuracy of a training variant as mean ± standard error over seeds: a fixed fine-tuning protocol run
-through the real runners, scored on val, test and (optionally) a photographed proxy, in both CLEval modes.
+"""Accuracy of the README recipe's fine-tune over seeds: step 2 run as written from one pretrained network,
+the checkpoint it keeps scored on test and a photographed proxy in both CLEval modes, beside the other
+candidates a run leaves and the peer.
 
     uv run python scripts/benchmark_accuracy.py --init-from <pretrain run>/checkpoints/<best>.ckpt \
-        [--data-root ../shared/datasets/sroie-compact] [--seeds 0 1 2] [--steps 150] [--crop 320] \
-        [--variant NAME] [--override model=dbnetpp_resnet18 ...] [--eval-override postprocess.thresh=0.25] \
+        [--data-root ../shared/datasets/sroie-compact] [--seeds 0 1 2] [--steps N] [--variant NAME] \
+        [--override model=dbnetpp_resnet18 ...] [--eval-override postprocess.thresh=0.25] \
         [--label-subset 50] [--extra-train-root <pseudo-labelled dataset> ...] [--proxy-root <dataset>] \
-        [--splits val test] [--jobs 1] [--python python3] [--hardware cpu|h100_80gb|...] \
-        [--out outputs/benchmark_accuracy]
+        [--splits test] [--candidates kept raw best_val] [--peer-python <peer venv>/bin/python] \
+        [--jobs 1] [--python python3] [--hardware cpu|h100_80gb|...] [--out outputs/benchmark_accuracy]
 
-Per seed (its own processes): ``runners/train.py experiment=receipts_finetune`` for exactly ``--steps``
-steps without validation, then ``runners/predict.py`` of ``last.ckpt`` on each split and
-``runners/evaluate.py`` in both modes. ``--label-subset N``: the first N train images' labels (the others
-under ``unlabelled/``). A seed with a ``figures.json`` is not run again. Writes ``<out>/<variant>/results.*``.
+Per seed (its own processes): ``runners/train.py experiment=receipts_finetune data.root=<root>
+model.init_from=<init> seed=<seed>`` (the README's step 2; ``--steps`` and ``--override`` change it), then
+``runners/predict.py`` and ``runners/evaluate.py`` in both modes for each candidate on each set:
+``kept`` (``last.ckpt``, the checkpoint the recipe keeps: the weight average when the run keeps one),
+``raw`` (the same step's trained weights, when they differ) and ``best_val`` (the best validation's).
+``--peer-python``: the peer (scripts/peer_rapidocr.py in its own environment) on the same sets, once.
+``--label-subset N``: the first N train images' labels (the others under ``unlabelled/``). A seed with a
+``figures.json`` is not run again. Writes ``<out>/<variant>/results.*``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
 MODES = ("upstream", "competition")
 FIGURES = "figures.json"
+PEER = "peer"
+CANDIDATES = ("kept", "raw", "best_val")
 
 
 @dataclass(frozen=True)
@@ -46,8 +53,7 @@ class Protocol:
     init_from: Path
     data_root: Path
     out: Path  # the variant's folder
-    steps: int
-    crop: int | None
+    steps: int | None
     python: str = sys.executable
     hardware: str | None = None
     overrides: tuple[str, ...] = ()
@@ -55,7 +61,8 @@ class Protocol:
     extra_train_roots: tuple[Path, ...] = ()
     proxy_root: Path | None = None
     proxy_split: str = "test"
-    splits: tuple[str, ...] = ("val", "test")
+    splits: tuple[str, ...] = ("test",)
+    candidates: tuple[str, ...] = CANDIDATES
 
     def eval_sets(self, train_root: Path) -> dict[str, tuple[Path, str]]:
         """Evaluation name -> (dataset root, split): the data root's splits, then the proxy's."""
@@ -67,7 +74,8 @@ class Protocol:
 
 @dataclass
 class SeedResult:
-    """One seed's figures: ``hmean[<eval set>][<mode>]`` (also precision and recall), training seconds."""
+    """One seed's figures: ``scores["<candidate> <eval set>"][<mode>]`` (hmean, precision, recall) and the
+    training run's wall seconds."""
 
     seed: int
     train_seconds: float
@@ -80,14 +88,14 @@ def _hardware(protocol: Protocol) -> list[str]:
 
 
 def train_command(protocol: Protocol, train_root: Path, seed: int, run_dir: Path) -> list[str]:
+    """README step 2 for ``seed`` (its own test after the fit is left to the scoring that follows)."""
     command = [
         *(protocol.python, "runners/train.py", "experiment=receipts_finetune", f"data.root={train_root}"),
-        *(f"model.init_from={protocol.init_from}", f"seed={seed}", f"trainer.max_steps={protocol.steps}"),
-        *("trainer.max_epochs=-1", "time_budget_minutes=null", "test_after_fit=false"),
-        *("trainer.limit_val_batches=0", f"hydra.run.dir={run_dir}", *_hardware(protocol)),
+        *(f"model.init_from={protocol.init_from}", f"seed={seed}", "test_after_fit=false"),
+        *(f"hydra.run.dir={run_dir}", *_hardware(protocol)),
     ]
-    if protocol.crop is not None:
-        command.append(f"data.train_transform.crop_size={protocol.crop}")
+    if protocol.steps is not None:
+        command.append(f"trainer.max_steps={protocol.steps}")
     if protocol.extra_train_roots:
         command.append(f"data.extra_train_roots=[{','.join(str(r) for r in protocol.extra_train_roots)}]")
     return command + list(protocol.overrides)
@@ -109,16 +117,49 @@ def evaluate_command(protocol: Protocol, gt: Path, pred: Path, mode: str, run_di
     ]
 
 
+def candidates(run_dir: Path) -> dict[str, Path]:
+    """The checkpoints a fine-tune leaves: ``kept`` (last.ckpt), ``raw`` (its trained weights, written
+    beside it, when last.ckpt holds a weight average) and ``best_val``."""
+    from ocr.checkpoints.reading import load_checkpoint
+    from ocr.utils.io import atomic_write_bytes
+
+    folder = run_dir / "checkpoints"
+    found = {"kept": folder / "last.ckpt"}
+    if not found["kept"].is_file():
+        raise FileNotFoundError(f"{found['kept']}: the training run wrote no last.ckpt")
+    checkpoint = load_checkpoint(found["kept"])
+    if "current_model_state" in checkpoint:  # Lightning's WeightAveraging keeps the trained weights here
+        import io
+
+        import torch
+
+        trained = checkpoint.pop("current_model_state")
+        raw = {**checkpoint, "state_dict": trained}
+        buffer = io.BytesIO()
+        torch.save(raw, buffer)
+        found["raw"] = atomic_write_bytes(run_dir.parent / "raw_last.ckpt", buffer.getvalue())
+    best = sorted(folder.glob("best_*.ckpt"))
+    if best:
+        found["best_val"] = best[-1]
+    return found
+
+
 def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
-    """n, mean, standard error of the mean (sample sd / sqrt(n)) and sample sd; None where undefined."""
+    """n, mean, standard error of the mean (sample sd / sqrt(n)), sample sd and minimum; None where
+    undefined."""
     n = len(values)
     sd = statistics.stdev(values) if n > 1 else None
-    mean = statistics.fmean(values) if n else None
-    return {"n": n, "mean": mean, "se": None if sd is None else sd / math.sqrt(n), "sd": sd}
+    return {
+        "n": n,
+        "mean": statistics.fmean(values) if n else None,
+        "se": None if sd is None else sd / math.sqrt(n),
+        "sd": sd,
+        "min": min(values) if n else None,
+    }
 
 
 def columns(results: Sequence[SeedResult]) -> list[tuple[str, str]]:
-    """(eval set, mode) pairs present in every seed's scores, in first-seen order."""
+    """("<candidate> <eval set>", mode) pairs present in every seed's scores, in first-seen order."""
     if not results:
         return []
     first = [(name, mode) for name, modes in results[0].scores.items() for mode in modes]
@@ -126,7 +167,8 @@ def columns(results: Sequence[SeedResult]) -> list[tuple[str, str]]:
 
 
 def aggregate(results: Sequence[SeedResult]) -> dict[str, dict[str, float | int | None]]:
-    """``"<eval set>/<mode>"`` -> :func:`summarize` of its hmean over the seeds, plus ``train_seconds``."""
+    """``"<candidate> <eval set>/<mode>"`` -> :func:`summarize` of its hmean over the seeds, plus
+    ``train_seconds``."""
     table = {
         f"{name}/{mode}": summarize([r.scores[name][mode]["hmean"] for r in results])
         for name, mode in columns(results)
@@ -135,23 +177,46 @@ def aggregate(results: Sequence[SeedResult]) -> dict[str, dict[str, float | int 
     return table
 
 
-def markdown(variant: str, results: Sequence[SeedResult]) -> str:
-    """One row per seed (hmean per eval set and mode, training seconds), then mean, SE and sd."""
-    cols = columns(results)
+def markdown(variant: str, results: Sequence[SeedResult], peer: dict[str, Any] | None = None) -> str:
+    """One row per candidate, eval set and mode: hmean per seed, then mean ± SE and the minimum; then the
+    peer's rows (one run: no seeds) and the training time."""
     stats = aggregate(results)
-    header = ["seed", *(f"{name} {mode}" for name, mode in cols), "train s"]
+    header = ["candidate", "set", "mode", *(f"seed {r.seed}" for r in results), "mean ± SE", "min"]
     lines = [f"### {variant}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for r in results:
-        cells = [str(r.seed), *(f"{r.scores[n][m]['hmean']:.4f}" for n, m in cols), f"{r.train_seconds:.0f}"]
+
+    def row(cells: list[str]) -> None:
         lines.append("| " + " | ".join(cells) + " |")
-    keys = [f"{n}/{m}" for n, m in cols]
-    for label, stat, fmt in (("mean", "mean", ".4f"), ("SE", "se", ".4f"), ("sd", "sd", ".4f")):
-        cells = [_fmt(stats[k][stat], fmt) for k in keys] + [_fmt(stats["train_seconds"][stat], ".0f")]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    for name, mode in columns(results):
+        stat = stats[f"{name}/{mode}"]
+        seeds = [f"{r.scores[name][mode]['hmean']:.4f}" for r in results]
+        row(
+            [
+                *name.split(" ", 1),
+                mode,
+                *seeds,
+                f"{_fmt(stat['mean'])} ± {_fmt(stat['se'])}",
+                _fmt(stat["min"]),
+            ]
+        )
+    for name, modes in (peer or {}).items():
+        for mode, figures in modes.items():
+            row([PEER, name, mode, *("-" for _ in results), f"{figures['hmean']:.4f}", "-"])
+    seconds = stats["train_seconds"]
+    row(
+        [
+            "training",
+            "-",
+            "wall s",
+            *(f"{r.train_seconds:.0f}" for r in results),
+            _fmt(seconds["mean"], ".0f"),
+            "-",
+        ]
+    )
     return "\n".join(lines) + "\n"
 
 
-def _fmt(value: float | int | None, fmt: str) -> str:
+def _fmt(value: float | int | None, fmt: str = ".4f") -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
@@ -166,14 +231,14 @@ def last_json_line(stdout: str) -> dict[str, Any]:
     raise ValueError(f"no JSON summary line in the output:\n{stdout[-2000:]}")
 
 
-def _run(command: list[str], log_path: Path) -> str:
+def _run(command: list[str], log_path: Path, stdin: str | None = None) -> str:
     """``command``'s stdout, run in the repository and logged to ``log_path``; a failure raises."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
     print("$ " + " ".join(command), flush=True)
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, input=stdin)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
     if result.returncode != 0:
@@ -184,6 +249,17 @@ def _run(command: list[str], log_path: Path) -> str:
     return result.stdout
 
 
+def score(protocol: Protocol, gt: Path, pred: Path, work: Path) -> tuple[dict[str, dict[str, float]], list]:
+    """hmean, precision and recall of the predictions file ``pred`` in both modes; the commands run."""
+    figures, commands = {}, []
+    for mode in MODES:
+        command = evaluate_command(protocol, gt, pred, mode, work / f"eval_{mode}")
+        summary = last_json_line(_run(command, work / f"eval_{mode}.log"))
+        figures[mode] = {k: float(summary[k]) for k in ("hmean", "precision", "recall")}
+        commands.append(command)
+    return figures, commands
+
+
 def run_seed(protocol: Protocol, train_root: Path, seed: int) -> SeedResult:
     """The protocol for ``seed``; its figures are also written to ``<variant>/seed<N>/figures.json``."""
     from ocr.utils.io import atomic_write_json
@@ -191,9 +267,8 @@ def run_seed(protocol: Protocol, train_root: Path, seed: int) -> SeedResult:
     seed_dir = protocol.out / f"seed{seed}"
     done = seed_dir / FIGURES
     if done.is_file():
-        saved = json.loads(done.read_text())
         print(f"seed {seed}: figures from {done}", flush=True)
-        return SeedResult(**saved)
+        return SeedResult(**json.loads(done.read_text()))
     if (seed_dir / "train").exists():  # an interrupted attempt: start the seed afresh
         shutil.rmtree(seed_dir / "train")
     result = SeedResult(seed=seed, train_seconds=0.0)
@@ -202,36 +277,55 @@ def run_seed(protocol: Protocol, train_root: Path, seed: int) -> SeedResult:
     _run(command, seed_dir / "train.log")
     result.train_seconds = time.perf_counter() - started
     result.commands.append(command)
-    ckpt = seed_dir / "train" / "checkpoints" / "last.ckpt"
-    if not ckpt.is_file():
-        raise FileNotFoundError(
-            f"{ckpt}: the training run wrote no last.ckpt (log: {seed_dir / 'train.log'})"
-        )
-    for name, (root, split) in protocol.eval_sets(train_root).items():
-        command = predict_command(protocol, ckpt, root, split, seed_dir / f"predict_{name}")
-        _run(command, seed_dir / f"predict_{name}.log")
-        result.commands.append(command)
-        result.scores[name] = {}
-        for mode in MODES:
-            command = evaluate_command(
-                protocol,
-                root / "jsons" / f"{split}.json",
-                seed_dir / f"predict_{name}" / "predictions.json",
-                mode,
-                seed_dir / f"eval_{name}_{mode}",
+    found = candidates(seed_dir / "train")
+    for candidate, ckpt in ((c, found[c]) for c in protocol.candidates if c in found):
+        for name, (root, split) in protocol.eval_sets(train_root).items():
+            work = seed_dir / f"{candidate}_{name}"
+            command = predict_command(protocol, ckpt, root, split, work / "predict")
+            _run(command, work / "predict.log")
+            gt = root / "jsons" / f"{split}.json"
+            key = f"{candidate} {name}"
+            result.scores[key], evaluations = score(protocol, gt, work / "predict" / "predictions.json", work)
+            result.commands += [command, *evaluations]
+            print(
+                f"seed {seed} {key}: " + ", ".join(f"{m} {result.scores[key][m]['hmean']:.4f}" for m in MODES)
             )
-            summary = last_json_line(_run(command, seed_dir / f"eval_{name}_{mode}.log"))
-            result.commands.append(command)
-            result.scores[name][mode] = {k: float(summary[k]) for k in ("hmean", "precision", "recall")}
-        print(
-            f"seed {seed} {name}: " + ", ".join(f"{m} {result.scores[name][m]['hmean']:.4f}" for m in MODES),
-            flush=True,
-        )
     atomic_write_json(done, result.__dict__)
     return result
 
 
-def write_results(protocol: Protocol, variant: str, results: Sequence[SeedResult]) -> tuple[Path, Path]:
+def run_peer(protocol: Protocol, train_root: Path, python: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """The peer's figures on each eval set: scripts/peer_rapidocr.py (one pass, its defaults) in the peer's
+    own Python, its boxes written as a submission and scored as ours are."""
+    from ocr.utils.io import atomic_write_json
+    from ocr.utils.submission import write_submission_csv
+
+    done = protocol.out / PEER / FIGURES
+    if done.is_file():
+        return json.loads(done.read_text())
+    figures = {}
+    for name, (root, split) in protocol.eval_sets(train_root).items():
+        work = protocol.out / PEER / name
+        work.mkdir(parents=True, exist_ok=True)
+        listing = work / "images.txt"
+        images = sorted(p for p in (root / "images" / split).iterdir() if p.is_file())
+        listing.write_text("".join(f"{p}\n" for p in images))
+        command = [os.fspath(python), os.fspath(REPO / "scripts" / "peer_rapidocr.py"), os.fspath(listing)]
+        answer = last_json_line(_run(command, work / "peer.log", stdin="pass\nquit\n"))
+        polygons = {
+            Path(k).name: [[v[i : i + 2] for i in range(0, len(v), 2)] for v in boxes]
+            for k, boxes in answer["polygons"].items()
+        }
+        csv = write_submission_csv(work / "submission.csv", polygons)
+        figures[name], _ = score(protocol, root / "jsons" / f"{split}.json", csv, work)
+        print(f"peer {name}: " + ", ".join(f"{m} {figures[name][m]['hmean']:.4f}" for m in MODES))
+    atomic_write_json(done, figures)
+    return figures
+
+
+def write_results(
+    protocol: Protocol, variant: str, results: Sequence[SeedResult], peer: dict[str, Any] | None
+) -> tuple[Path, Path]:
     """``results.json`` and ``results.md`` in the variant's folder (atomic)."""
     from ocr.utils.io import atomic_write_json, atomic_write_text
 
@@ -239,10 +333,11 @@ def write_results(protocol: Protocol, variant: str, results: Sequence[SeedResult
         "variant": variant,
         "protocol": protocol_record(protocol),
         "summary": aggregate(results),
+        "peer": peer,
         "seeds": [r.__dict__ for r in results],
     }
     json_path = atomic_write_json(protocol.out / "results.json", payload)
-    md_path = atomic_write_text(protocol.out / "results.md", markdown(variant, results))
+    md_path = atomic_write_text(protocol.out / "results.md", markdown(variant, results, peer))
     return json_path, md_path
 
 
@@ -279,16 +374,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--init-from", type=Path, required=True, help="the pretrained checkpoint")
     parser.add_argument("--data-root", type=Path, default=DEFAULT_ROOT)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=150, help="training steps per seed")
-    parser.add_argument("--crop", type=int, help="training crop (default: the preset's)")
-    parser.add_argument("--variant", default="baseline", help="name of the variant's folder and table")
+    parser.add_argument("--steps", type=int, help="training steps per seed (default: the recipe's)")
+    parser.add_argument("--variant", default="recipe", help="name of the variant's folder and table")
     parser.add_argument("--override", action="append", default=[], help="train override (repeatable)")
     parser.add_argument("--eval-override", action="append", default=[], help="predict override (repeatable)")
     parser.add_argument("--label-subset", type=int, help="keep the first N train labels")
     parser.add_argument("--extra-train-root", type=Path, action="append", default=[])
     parser.add_argument("--proxy-root", type=Path, help="photographed copy (dataset root)")
     parser.add_argument("--proxy-split", default="test")
-    parser.add_argument("--splits", nargs="+", default=["val", "test"], help="the data root's splits scored")
+    parser.add_argument("--splits", nargs="+", default=["test"], help="the data root's splits scored")
+    parser.add_argument("--candidates", nargs="+", choices=CANDIDATES, default=list(CANDIDATES))
+    parser.add_argument("--peer-python", type=Path, help="the peer's Python (rapidocr in its own venv)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the runners")
     parser.add_argument("--hardware", help="configs/hardware preset (default: the configs')")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "benchmark_accuracy")
@@ -303,7 +399,6 @@ def protocol_from_args(args: argparse.Namespace) -> Protocol:
         data_root=args.data_root.resolve(),
         out=(args.out / args.variant).resolve(),
         steps=args.steps,
-        crop=args.crop,
         python=args.python,
         hardware=args.hardware,
         overrides=tuple(args.override),
@@ -312,6 +407,7 @@ def protocol_from_args(args: argparse.Namespace) -> Protocol:
         proxy_root=None if args.proxy_root is None else args.proxy_root.resolve(),
         proxy_split=args.proxy_split,
         splits=tuple(args.splits),
+        candidates=tuple(args.candidates),
     )
 
 
@@ -330,27 +426,31 @@ def train_root(protocol: Protocol, label_subset: int | None) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     protocol = protocol_from_args(args)
-    if not protocol.init_from.is_file():
-        print(f"--init-from {protocol.init_from}: no such checkpoint", file=sys.stderr)
-        return 1
+    for flag, path in (("--init-from", protocol.init_from), ("--peer-python", args.peer_python)):
+        if path is not None and not path.is_file():
+            print(f"{flag} {path}: no such file", file=sys.stderr)
+            return 1
     claim_variant(protocol, args.label_subset)
     root = train_root(protocol, args.label_subset)
+    peer = None if args.peer_python is None else run_peer(protocol, root, args.peer_python)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each seed's work is its own processes
         results = list(pool.map(lambda seed: run_seed(protocol, root, seed), args.seeds))
-    json_path, md_path = write_results(protocol, args.variant, results)
+    json_path, md_path = write_results(protocol, args.variant, results, peer)
     print(md_path.read_text())
     print(f"results: {json_path}, {md_path}")
     if args.record:
-        variant = bool(args.override or args.label_subset or args.extra_train_root)
+        variant = bool(args.override or args.label_subset or args.extra_train_root or args.steps)
         write_result(
             f"accuracy-{args.variant}",
             "The variants: DBNet++, PAN, encoders" if variant else "Recipe accuracy",
-            "`scripts/benchmark_accuracy.py`: from one pretrained network, each seed fine-tunes exactly "
-            f"{args.steps} steps with validation off, and its `last.ckpt` is scored by `runners/predict.py` "
-            "and `runners/evaluate.py` in both CLEval modes; hmean per seed, then mean, standard error "
-            "and sd.",
+            "`scripts/benchmark_accuracy.py`: from one pretrained network, each seed runs the README's "
+            "step 2 as written (`experiment=receipts_finetune`, its own validation, budget and defaults"
+            f"{', with the overrides in the command' if variant else ''}); `runners/predict.py` and "
+            "`runners/evaluate.py` score each checkpoint the run leaves in both CLEval modes: `kept` is "
+            "`last.ckpt`, the one the recipe keeps. hmean per seed, mean ± standard error, minimum; the "
+            "peer once, in its own environment, scored the same way.",
             command_line(__file__, argv),
-            *table_cells(markdown(args.variant, results)),
+            *table_cells(markdown(args.variant, results, peer)),
             device="auto",
             directory=args.record,
         )

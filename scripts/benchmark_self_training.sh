@@ -33,7 +33,7 @@ export WANDB_MODE=offline NO_ALBUMENTATIONS_UPDATE=1 HF_HUB_OFFLINE=1
 common=(--init-from "$INIT_FROM" --data-root "$DATA_ROOT" --steps "$STEPS" --seeds $SEEDS --python "$PYTHON"
         --out "$OUT" --jobs "$JOBS")
 hardware=()
-[[ -n "${CROP:-}" ]] && common+=(--crop "$CROP")
+[[ -n "${CROP:-}" ]] && common+=(--override "data.train_transform.crop_size=$CROP")
 [[ -n "${HARDWARE:-}" ]] && { common+=(--hardware "$HARDWARE"); hardware=("hardware=$HARDWARE"); }
 # shellcheck disable=SC2206  # EXTRA is a list of arguments
 extra=(${EXTRA:-})

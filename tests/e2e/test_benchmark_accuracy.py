@@ -38,7 +38,10 @@ def test_two_seeds_of_a_tiny_protocol_end_to_end(
         "--hardware",
         "cpu",
         "--splits",
-        "test",  # val is the same path: 4 processes per seed, not 7
+        "test",
+        "--candidates",
+        "kept",
+        "raw",
         "--jobs",
         "2",
         "--out",
@@ -55,13 +58,16 @@ def test_two_seeds_of_a_tiny_protocol_end_to_end(
     out = tmp_path / "bench" / "tiny"
     payload = json.loads((out / "results.json").read_text())
     assert [s["seed"] for s in payload["seeds"]] == [0, 1]
-    assert set(payload["summary"]) == {"test/upstream", "test/competition", "train_seconds"}
-    for key in ("test/upstream", "test/competition"):
+    # The recipe keeps last.ckpt, the weight average; "raw" holds that step's trained weights.
+    assert {f"{c} test/{m}" for c in ("kept", "raw") for m in ("upstream", "competition")} <= set(
+        payload["summary"]
+    )
+    for key in ("kept test/upstream", "kept test/competition", "raw test/upstream"):
         stats = payload["summary"][key]
         assert stats["n"] == 2 and 0.0 <= stats["mean"] <= 1.0 and stats["se"] is not None, key
     subset = json.loads((out / "data_subset4" / "jsons" / "train.json").read_text())
     assert len(subset["images"]) == 4
-    assert "| mean |" in (out / "results.md").read_text()
+    assert "| kept | test | upstream |" in (out / "results.md").read_text()
     # Another invocation takes the seeds' saved figures instead of training again.
     again = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "seed 0: figures from" in again.stdout

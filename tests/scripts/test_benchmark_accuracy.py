@@ -20,7 +20,6 @@ def _protocol(tmp_path: Path, **changes: object) -> object:
         "data_root": tmp_path / "data",
         "out": tmp_path / "out" / "v",
         "steps": 120,
-        "crop": 320,
         "python": "python3",
     }
     return bench.Protocol(**{**base, **changes})
@@ -31,34 +30,43 @@ def test_summary_is_mean_standard_error_and_sample_sd() -> None:
     assert stats["n"] == 3 and stats["mean"] == pytest.approx(0.98)
     assert stats["sd"] == pytest.approx(0.01)  # sample sd (n - 1)
     assert stats["se"] == pytest.approx(0.01 / math.sqrt(3))
-    assert bench.summarize([0.5]) == {"n": 1, "mean": 0.5, "se": None, "sd": None}
+    assert stats["min"] == pytest.approx(0.97)
+    assert bench.summarize([0.5]) == {"n": 1, "mean": 0.5, "se": None, "sd": None, "min": 0.5}
     assert bench.summarize([])["mean"] is None
 
 
-def test_the_table_has_a_row_per_seed_and_the_mean_and_se_of_each_column() -> None:
-    def seed(n: int, test: float, val: float) -> object:
+def test_the_table_has_a_row_per_candidate_set_and_mode_with_each_seed_mean_se_and_min() -> None:
+    def seed(n: int, test: float, proxy: float) -> object:
         scores = {
-            "val": {m: {"hmean": val, "precision": 1.0, "recall": val} for m in bench.MODES},
-            "test": {"upstream": {"hmean": test, "precision": 1.0, "recall": test}},  # one mode only
+            "kept test": {m: {"hmean": test, "precision": 1.0, "recall": test} for m in bench.MODES},
+            "kept proxy": {"upstream": {"hmean": proxy, "precision": 1.0, "recall": proxy}},  # one mode only
         }
         return bench.SeedResult(seed=n, train_seconds=100.0 + n, scores=scores)
 
     results = [seed(0, 0.90, 0.80), seed(1, 0.94, 0.84)]
-    assert bench.columns(results) == [("val", "upstream"), ("val", "competition"), ("test", "upstream")]
+    assert bench.columns(results) == [
+        ("kept test", "upstream"),
+        ("kept test", "competition"),
+        ("kept proxy", "upstream"),
+    ]
     stats = bench.aggregate(results)
-    assert stats["test/upstream"]["mean"] == pytest.approx(0.92)
-    assert stats["test/upstream"]["se"] == pytest.approx(0.02)
+    assert stats["kept test/upstream"]["mean"] == pytest.approx(0.92)
+    assert stats["kept test/upstream"]["se"] == pytest.approx(0.02)
+    assert stats["kept test/upstream"]["min"] == pytest.approx(0.90)
     assert stats["train_seconds"]["mean"] == pytest.approx(100.5)
-    table = bench.markdown("baseline", results).splitlines()
-    assert table[2] == "| seed | val upstream | val competition | test upstream | train s |"
-    assert table[4] == "| 0 | 0.8000 | 0.8000 | 0.9000 | 100 |"
-    assert table[6] == "| mean | 0.8200 | 0.8200 | 0.9200 | 100 |"
-    assert table[7] == "| SE | 0.0200 | 0.0200 | 0.0200 | 0 |"
+    peer = {"test": {"upstream": {"hmean": 0.93}}}
+    table = bench.markdown("recipe", results, peer).splitlines()
+    assert table[2] == "| candidate | set | mode | seed 0 | seed 1 | mean ± SE | min |"
+    assert table[4] == "| kept | test | upstream | 0.9000 | 0.9400 | 0.9200 ± 0.0200 | 0.9000 |"
+    assert table[6] == "| kept | proxy | upstream | 0.8000 | 0.8400 | 0.8200 ± 0.0200 | 0.8000 |"
+    assert table[7] == "| peer | test | upstream | - | - | 0.9300 | - |"
+    assert table[8] == "| training | - | wall s | 100 | 101 | 100 | - |"
 
 
 def test_commands_carry_the_protocol_and_put_the_variant_last(tmp_path: Path) -> None:
     protocol = _protocol(
         tmp_path,
+        splits=("val", "test"),
         hardware="h100_80gb",
         overrides=("model=dbnetpp_resnet18", "seed=99"),
         extra_train_roots=(tmp_path / "p1", tmp_path / "p2"),
@@ -72,19 +80,15 @@ def test_commands_carry_the_protocol_and_put_the_variant_last(tmp_path: Path) ->
         f"model.init_from={tmp_path / 'pre.ckpt'}",
         "seed=3",
         "trainer.max_steps=120",
-        "trainer.max_epochs=-1",
-        "time_budget_minutes=null",
-        "trainer.limit_val_batches=0",
-        "data.train_transform.crop_size=320",
+        "test_after_fit=false",
         "hardware=h100_80gb",
         f"data.extra_train_roots=[{tmp_path / 'p1'},{tmp_path / 'p2'}]",
         f"hydra.run.dir={tmp_path / 'run'}",
     ):
         assert expected in train, expected
     assert train[-2:] == ["model=dbnetpp_resnet18", "seed=99"]  # the variant's overrides win
-    assert "data.train_transform.crop_size=320" not in bench.train_command(
-        _protocol(tmp_path, crop=None), tmp_path, 0, tmp_path
-    )
+    as_written = bench.train_command(_protocol(tmp_path, steps=None), tmp_path, 0, tmp_path)
+    assert not [o for o in as_written if o.startswith(("trainer.", "time_budget", "data.train_transform"))]
     predict = bench.predict_command(
         protocol, tmp_path / "last.ckpt", tmp_path / "photo", "test", tmp_path / "p"
     )
@@ -119,3 +123,28 @@ def test_a_variant_folder_refuses_another_protocol(tmp_path: Path) -> None:
     bench.claim_variant(_protocol(tmp_path, python="python3.11"), None)  # the interpreter may change
     with pytest.raises(SystemExit, match=r"another protocol \(differs in label_subset, steps\)"):
         bench.claim_variant(_protocol(tmp_path, steps=10), 50)
+
+
+def test_candidates_are_last_its_trained_weights_and_the_best_validation(tmp_path: Path) -> None:
+    import torch
+
+    folder = tmp_path / "seed0" / "train" / "checkpoints"
+    folder.mkdir(parents=True)
+    averaged, trained = {"w": torch.zeros(2)}, {"w": torch.ones(2)}
+    checkpoint = {"state_dict": averaged, "current_model_state": trained, "ocr_config": {"a": 1}}
+    torch.save(checkpoint, folder / "last.ckpt")
+    torch.save({"state_dict": averaged, "ocr_config": {}}, folder / "best_hmean0.9000_epoch03.ckpt")
+    found = bench.candidates(folder.parent)
+    assert found == {
+        "kept": folder / "last.ckpt",
+        "raw": tmp_path / "seed0" / "raw_last.ckpt",
+        "best_val": folder / "best_hmean0.9000_epoch03.ckpt",
+    }
+    raw = torch.load(found["raw"], weights_only=True)
+    assert torch.equal(raw["state_dict"]["w"], trained["w"]) and "current_model_state" not in raw
+    assert raw["ocr_config"] == {"a": 1}
+    torch.save({"state_dict": trained, "ocr_config": {}}, folder / "last.ckpt")  # no weight average
+    assert set(bench.candidates(folder.parent)) == {"kept", "best_val"}
+    (folder / "last.ckpt").unlink()
+    with pytest.raises(FileNotFoundError, match="no last.ckpt"):
+        bench.candidates(folder.parent)
