@@ -46,11 +46,8 @@ class Line:
 
     def with_amounts(self, amounts: Mapping[str, str]) -> Line:
         """Fill ``{name}`` placeholders in the tokens from ``amounts``."""
-        return replace(
-            self,
-            left=[t.format_map(amounts) for t in self.left],
-            right=[t.format_map(amounts) for t in self.right],
-        )
+        left, right = ([t.format_map(amounts) for t in tokens] for tokens in (self.left, self.right))
+        return replace(self, left=left, right=right)
 
 
 T = TypeVar("T")
@@ -94,13 +91,10 @@ def _header(rng: np.random.Generator) -> list[Line]:
     date = f"{rng.integers(1, 29):02d}{_pick(rng, ('/', '-', '.'))}{rng.integers(1, 13):02d}"
     date += f"{date[2]}{rng.integers(2015, 2027)}"
     time = f"{rng.integers(0, 24):02d}:{rng.integers(0, 60):02d}"
-    lines = [
+    return [
         Line([_pick(rng, _SHOP_A), _pick(rng, _SHOP_B)], align="center", size=size, bold=True),
         Line(_pick(rng, _COMPANY).split(), align="center", optional=True),
-        Line(
-            [str(rng.integers(1, 999)), _pick(rng, _STREET), _pick(rng, _STREET_TYPE)],
-            align="center",
-        ),
+        Line([str(rng.integers(1, 999)), _pick(rng, _STREET), _pick(rng, _STREET_TYPE)], align="center"),
         Line([f"{rng.integers(10000, 99999)}", *_pick(rng, _CITY).split()], align="center", optional=True),
         Line(
             ["TEL:", f"0{rng.integers(1, 9)}-{rng.integers(1000, 9999)}", f"{rng.integers(1000, 9999)}"],
@@ -115,15 +109,9 @@ def _header(rng: np.random.Generator) -> list[Line]:
         ),
         Line([], align="rule"),
         Line(["DATE:", date], [time], align="lr", keep_end=True),
-        Line(
-            ["CASHIER:", _pick(rng, _NAMES)],
-            ["NO:", f"{rng.integers(1, 99999):06d}"],
-            "lr",
-            optional=True,
-        ),
+        Line(["CASHIER:", _pick(rng, _NAMES)], ["NO:", f"{rng.integers(1, 99999):06d}"], "lr", optional=True),
         Line([], align="rule", optional=True),
     ]
-    return lines
 
 
 def _items(rng: np.random.Generator, n_lines: int, chars: int) -> tuple[list[Line], float, int]:

@@ -20,7 +20,7 @@ import numpy.typing as npt
 from PIL import Image, ImageDraw, ImageFont
 
 from ocr.data.synthetic.content import Line, receipt_lines
-from ocr.data.synthetic.marks import draw_barcode, draw_rule
+from ocr.data.synthetic.marks import draw_barcode, draw_rule, stamp_patch
 
 __all__ = [
     "FONT_PACKAGE",
@@ -309,11 +309,7 @@ def place_words(
         x += bx1 - bx0 + gap
         if ox + bx0 < 0 or oy + by0 < 0 or ox + bx1 > width or oy + by1 > height:
             continue  # a word must lie wholly on the paper to be annotated
-        ph, pw = ink.alpha.shape
-        ys = slice(max(oy, 0), min(oy + ph, height))
-        xs = slice(max(ox, 0), min(ox + pw, width))
-        patch = ink.alpha[ys.start - oy : ys.stop - oy, xs.start - ox : xs.stop - ox]
-        np.maximum(alpha[ys, xs], patch, out=alpha[ys, xs])
+        stamp_patch(alpha, ink.alpha, ox, oy)
         pts = np.array([[bx0, by0], [bx1, by0], [bx1, by1], [bx0, by1]], np.float32) + (ox, oy)
         style.words.append(PaperWord(pts, "###" if ignore else text, ignore, style.groups))
     style.groups += 1
