@@ -102,7 +102,9 @@ def _render_basic(rng: np.random.Generator, long_side: int) -> tuple[np.ndarray,
     paper_h = int(long_side * rng.uniform(0.72, 0.9))
     paper_w = int(paper_h / rng.uniform(1.3, 2.5))
     width = min(long_side, int(round(paper_w / rng.uniform(0.62, 0.88))))
-    alpha, words = layout_receipt(rng, paper_w, paper_h, _body_height(rng, scale))
+    # body cap height 9.5-13.5 px at long side 512, on a 0.25 px grid so glyph renders get reused
+    body_h = round(float(rng.uniform(9.5, 13.5)) * scale * 4.0) / 4.0
+    alpha, words = layout_receipt(rng, paper_w, paper_h, body_h)
     paper = _paper(rng, alpha)
     matrix = _placement(rng, paper_w, paper_h, width, long_side)
     planes = _composite(rng, paper, matrix, width, long_side)
@@ -211,11 +213,6 @@ def _cast_shadow(rng: np.random.Generator, planes: list[np.ndarray]) -> list[np.
     side = xs[None, :] * float(np.cos(angle)) + ys[:, None] * float(np.sin(angle)) - _uniform(rng, 0.1, 0.45)
     dark = 1.0 - _uniform(rng, 0.2, 0.5) / (1.0 + np.exp(-side / _uniform(rng, 0.01, 0.08)))
     return [p * dark for p in planes]
-
-
-def _body_height(rng: np.random.Generator, scale: float) -> float:
-    """Body cap height: 9.5-13.5 px at long side 512, on a 0.25 px grid so glyph renders get reused."""
-    return round(float(rng.uniform(9.5, 13.5)) * scale * 4.0) / 4.0
 
 
 def _uniform(rng: np.random.Generator, low: float, high: float) -> float:
@@ -503,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ocr.data.synthetic", description="Generate the synthetic receipt dataset."
     )
-    parser.add_argument("--out", required=True, type=Path, help="dataset root to create")
+    parser.add_argument("--out", dest="out_dir", required=True, type=Path, help="dataset root to create")
     parser.add_argument("--num-train", required=True, type=int)
     parser.add_argument("--num-val", required=True, type=int)
     parser.add_argument("--num-test", default=0, type=int)
@@ -516,17 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", default=1, type=int, help="processes; the output does not depend on it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    generate_dataset(
-        args.out,
-        args.num_train,
-        args.num_val,
-        args.num_test,
-        args.seed,
-        args.long_side,
-        args.style,
-        args.granularity,
-        args.workers,
-    )
+    generate_dataset(**vars(args))
     return 0
 
 

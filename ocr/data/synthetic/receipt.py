@@ -7,13 +7,12 @@ over the finished page in a second ink.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from ocr.data.synthetic.content import pick
 from ocr.data.synthetic.layout import (
     Font,
     InkWord,
@@ -64,8 +63,6 @@ _WIDE = (
     "Πληρωμή με κάρτα", "Добро пожаловать!", "ΑΠΟΔΕΙΞΗ ΛΙΑΝΙΚΗΣ",
 )  # fmt: skip
 
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class Cell:
@@ -96,10 +93,6 @@ class DensePage:
     words: list[PaperWord] = field(default_factory=list)
 
 
-def _pick(rng: np.random.Generator, options: Sequence[T]) -> T:
-    return options[int(rng.integers(len(options)))]
-
-
 def _money(rng: np.random.Generator, low: float, high: float) -> str:
     value = float(rng.uniform(low, high))
     return f"{value:,.2f}" if value >= 1000 and rng.random() < 0.5 else f"{value:.2f}"
@@ -124,19 +117,19 @@ def _centre(text: str) -> Cell:
 def _header(rng: np.random.Generator, centred: bool) -> list[Row]:
     place = _centre if centred else _left
     rows = [Row(mark="logo")] if rng.random() < 0.3 else []
-    rows.append(Row((place(_pick(rng, _SHOP)),), size=float(rng.uniform(1.2, 2.0)), bold=rng.random() < 0.7))
+    rows.append(Row((place(pick(rng, _SHOP)),), size=float(rng.uniform(1.2, 2.0)), bold=rng.random() < 0.7))
     if rng.random() < 0.7:
-        rows.append(Row((place(f"{_pick(rng, _SHOP).upper()} {_pick(rng, _SUFFIX)}"),)))
+        rows.append(Row((place(f"{pick(rng, _SHOP).upper()} {pick(rng, _SUFFIX)}"),)))
     if rng.random() < 0.6:
-        rows.append(Row((place(f"(CO.REG : {rng.integers(10**5, 10**7)}-{_pick(rng, 'XVKPW')})"),)))
+        rows.append(Row((place(f"(CO.REG : {rng.integers(10**5, 10**7)}-{pick(rng, 'XVKPW')})"),)))
     for _ in range(int(rng.integers(1, 5))):
         street = (
-            f"{rng.integers(1, 300)}{_pick(rng, ('', '-A', ',', '-1-2'))} {_pick(rng, _STREET)} "
-            f"{_pick(rng, _PLACE)} {rng.integers(1, 30)}{_pick(rng, (',', '', '.', '/5'))}"
+            f"{rng.integers(1, 300)}{pick(rng, ('', '-A', ',', '-1-2'))} {pick(rng, _STREET)} "
+            f"{pick(rng, _PLACE)} {rng.integers(1, 30)}{pick(rng, (',', '', '.', '/5'))}"
         )
         rows.append(Row((place(street),)))
     if rng.random() < 0.8:
-        town = f"{rng.integers(40000, 81999)} {_pick(rng, _PLACE)}, {_pick(rng, _PLACE)}."
+        town = f"{rng.integers(40000, 81999)} {pick(rng, _PLACE)}, {pick(rng, _PLACE)}."
         rows.append(Row((place(town),)))
     phone = f"TEL:0{rng.integers(3, 9)}-{rng.integers(1000, 9999)} {rng.integers(1000, 9999)}"
     if rng.random() < 0.5:
@@ -147,19 +140,19 @@ def _header(rng: np.random.Generator, centred: bool) -> list[Row]:
     if rng.random() < 0.6:
         rows.append(Row((place(f"GST ID No : {rng.integers(10**11, 10**12):012d}"),)))
     if rng.random() < 0.4:
-        title = _pick(rng, ("TAX INVOICE", "Cash Sales", "RECEIPT", "Official Receipt"))
+        title = pick(rng, ("TAX INVOICE", "Cash Sales", "RECEIPT", "Official Receipt"))
         rows.append(Row((place(title),), bold=True))
     return rows
 
 
 def _meta(rng: np.random.Generator) -> list[Row]:
-    date = f"{rng.integers(1, 29):02d}{_pick(rng, '/-.')}{rng.integers(1, 13):02d}"
+    date = f"{rng.integers(1, 29):02d}{pick(rng, '/-.')}{rng.integers(1, 13):02d}"
     date += f"{date[2]}{rng.integers(2015, 2027)}"
     time = f"{rng.integers(0, 24):02d}:{rng.integers(0, 60):02d}:{rng.integers(0, 60):02d}"
-    number = f"{_pick(rng, ('CS', 'INV', 'T', ''))}{rng.integers(10**4, 10**9)}"
+    number = f"{pick(rng, ('CS', 'INV', 'T', ''))}{rng.integers(10**4, 10**9)}"
     rows = [
-        Row((_left(f"{_pick(rng, _LABEL)}: {number}"), _right(f"Date: {date}"))),
-        Row((_left(f"{_pick(rng, _PERSON)}: {_pick(rng, _NAMES)}"), _right(f"{time}"))),
+        Row((_left(f"{pick(rng, _LABEL)}: {number}"), _right(f"Date: {date}"))),
+        Row((_left(f"{pick(rng, _PERSON)}: {pick(rng, _NAMES)}"), _right(f"{time}"))),
     ]
     if rng.random() < 0.4:
         rows.append(Row((_left(f"Table: {rng.integers(1, 40)}"), _right(f"Pax: {rng.integers(1, 9)}"))))
@@ -172,14 +165,14 @@ def _items(rng: np.random.Generator, count: int, layout: int) -> list[Row]:
     rows: list[Row] = []
     code_suffix = rng.random() < 0.4
     for _ in range(count):
-        name = f"{_pick(rng, _ITEM)}"
+        name = f"{pick(rng, _ITEM)}"
         if rng.random() < 0.6:
-            name += f" {_pick(rng, _ITEM_EXTRA)}"
+            name += f" {pick(rng, _ITEM_EXTRA)}"
         if rng.random() < 0.4:
             name = name.upper()
         qty = int(rng.integers(1, 6)) if rng.random() < 0.5 else 1
         unit = float(rng.uniform(0.5, 90.0))
-        amount = f"{qty * unit:.2f}" + (f" {_pick(rng, ('SR', 'ZR', 'T', 'S'))}" if code_suffix else "")
+        amount = f"{qty * unit:.2f}" + (f" {pick(rng, ('SR', 'ZR', 'T', 'S'))}" if code_suffix else "")
         if layout == 0:  # name, qty, price and amount on one row
             price = Cell((f"{unit:.2f}",), 0.78, "r")
             rows.append(Row((_left(name), Cell((str(qty),), 0.58, "r"), price, _right(amount))))
@@ -196,17 +189,17 @@ def _totals(rng: np.random.Generator, currency: str) -> list[Row]:
     def money_row(label: str, low: float, high: float, bold: bool = False) -> Row:
         return Row((_left(label), _right(f"{currency}{_money(rng, low, high)}".strip())), bold=bold)
 
-    rows = [money_row(_pick(rng, ("Sub Total", "SUBTOTAL", "Total Excl. GST", "Sub-Total")), 5, 900)]
+    rows = [money_row(pick(rng, ("Sub Total", "SUBTOTAL", "Total Excl. GST", "Sub-Total")), 5, 900)]
     if rng.random() < 0.6:
-        rows.append(money_row(_pick(rng, ("GST 6%", "SST @ 6%", "Service Tax 10%", "Tax")), 0.1, 60))
+        rows.append(money_row(pick(rng, ("GST 6%", "SST @ 6%", "Service Tax 10%", "Tax")), 0.1, 60))
     if rng.random() < 0.5:
-        rows.append(money_row(_pick(rng, ("Rounding Adj", "ROUNDING ADJUSTMENT", "Discount")), -0.04, 0.04))
-    label = _left(_pick(rng, ("TOTAL", "Total Amount", "TOTAL INCL. GST", "NETT TOTAL")))
+        rows.append(money_row(pick(rng, ("Rounding Adj", "ROUNDING ADJUSTMENT", "Discount")), -0.04, 0.04))
+    label = _left(pick(rng, ("TOTAL", "Total Amount", "TOTAL INCL. GST", "NETT TOTAL")))
     total = (label, _right(_money(rng, 5, 950)))
     rows.append(Row(total, size=float(rng.uniform(1.0, 1.5)), bold=rng.random() < 0.6))
-    rows.append(money_row(_pick(rng, _PAY), 5, 1000))
+    rows.append(money_row(pick(rng, _PAY), 5, 1000))
     if rng.random() < 0.7:
-        rows.append(money_row(_pick(rng, ("Change", "CHANGE DUE", "Balance")), 0, 50))
+        rows.append(money_row(pick(rng, ("Change", "CHANGE DUE", "Balance")), 0, 50))
     if rng.random() < 0.4:
         rows += [
             Row((_left("GST Summary"), Cell(("Amount(RM)",), 0.72, "r"), _right("Tax(RM)"))),
@@ -219,27 +212,27 @@ def _totals(rng: np.random.Generator, currency: str) -> list[Row]:
 
 
 def _footer(rng: np.random.Generator, wide: bool) -> list[Row]:
-    rows = [Row((_centre(_pick(rng, _FOOTER)),)) for _ in range(int(rng.integers(1, 4)))]
+    rows = [Row((_centre(pick(rng, _FOOTER)),)) for _ in range(int(rng.integers(1, 4)))]
     if wide:
-        rows.insert(int(rng.integers(len(rows) + 1)), Row((_centre(_pick(rng, _WIDE)),), wide=True))
+        rows.insert(int(rng.integers(len(rows) + 1)), Row((_centre(pick(rng, _WIDE)),), wide=True))
     if rng.random() < 0.5:
         stamp = f"{rng.integers(10**5, 10**6)} {rng.integers(0, 24):02d}:{rng.integers(0, 60):02d}"
         rows.append(Row((_left(stamp), _right(f"T{rng.integers(1, 9)} R{rng.integers(10**8, 10**9)}"))))
-    code = _pick(rng, ("barcode", "qr", "")) if rng.random() < 0.6 else ""
+    code = pick(rng, ("barcode", "qr", "")) if rng.random() < 0.6 else ""
     return [*rows, Row(mark=code)] if code else rows
 
 
 def receipt_rows(rng: np.random.Generator, count: int) -> list[Row]:
     """About ``count`` rows of one receipt: header, meta, item table, totals, footer (items fill the rest)."""
     centred = rng.random() < 0.8
-    currency = _pick(rng, ("RM", "RM ", "$", "")) if rng.random() < 0.5 else ""
+    currency = pick(rng, ("RM", "RM ", "$", "")) if rng.random() < 0.5 else ""
     rule = Row(mark="rule")
     head = [*_header(rng, centred), rule, *_meta(rng), rule]
     table_head: list[Row] = []
     layout = int(rng.integers(3))
     if rng.random() < 0.6:
         labels = ("Qty", "Price", "Amount") if rng.random() < 0.5 else ("QTY", "U.P", "Total (RM)")
-        name = _left(_pick(rng, ("Description", "ITEM", "Desc/Item", "Product")))
+        name = _left(pick(rng, ("Description", "ITEM", "Desc/Item", "Product")))
         columns = (Cell((labels[0],), 0.58, "r"), Cell(_text(labels[1]), 0.78, "r"), _right(labels[2]))
         table_head = [Row((name, *columns)), rule]
     tail = [rule, *_totals(rng, currency), rule, *_footer(rng, rng.random() < 0.35)]
@@ -270,7 +263,7 @@ def layout_dense(
     page = DensePage(np.zeros((height, width), np.float32), np.zeros((height, width), np.float32))
     y = margin_top
     for row, pitch in zip(rows, pitches, strict=True):
-        font = _pick(rng, wide) if row.wide and not style.font.wide else style.font_for(row.size)
+        font = pick(rng, wide) if row.wide and not style.font.wide else style.font_for(row.size)
         _draw_row(rng, page.ink, row, style, font, y, margin_x, width - margin_x, squeeze)
         y += pitch
     _draw_pen(rng, page.pen, body_h)
@@ -306,7 +299,7 @@ def _draw_row(
         draw_barcode(rng, ink, int(y), int(h * 3.2), x0, x1)
     elif row.mark == "qr":
         side = int(h * 6.5)
-        draw_qr(rng, ink, int(x0 + (x1 - x0 - side) * _pick(rng, (0.0, 0.5, 1.0))), int(y), side)
+        draw_qr(rng, ink, int(x0 + (x1 - x0 - side) * pick(rng, (0.0, 0.5, 1.0))), int(y), side)
     elif row.mark == "logo":
         draw_logo(rng, ink, (x0 + x1) // 2, int(y + h * 2.3), int(h * 4.5))
     else:
