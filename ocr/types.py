@@ -51,17 +51,9 @@ RENDER_ON = ("worker", "device")
 
 @dataclass(frozen=True)
 class Geometry:
-    """How network-input pixels map back to original-image pixels.
+    """How network-input pixels map back to original-image pixels (sizes: original after EXIF, input)."""
 
-    Attributes:
-        matrix: (3, 3) float64 homogeneous transform, input px -> original px.
-        orig_width: original image width after EXIF orientation.
-        orig_height: original image height after EXIF orientation.
-        input_width: network input width the matrix starts from.
-        input_height: network input height the matrix starts from.
-    """
-
-    matrix: npt.NDArray[np.float64] = field(repr=False)
+    matrix: npt.NDArray[np.float64] = field(repr=False)  # (3, 3) homogeneous, input px -> original px
     orig_width: int
     orig_height: int
     input_width: int
@@ -70,27 +62,16 @@ class Geometry:
 
 @dataclass(frozen=True)
 class TargetParams:
-    """How ``ocr.data.targets.db.make_db_targets`` draws the DB maps (config ``data.targets``).
+    """How ``ocr.data.targets.db.make_db_targets`` draws the DB maps (config ``data.targets``)."""
 
-    Attributes:
-        shrink_ratio: ``r`` in the DB offset ``D = A (1 - r^2) / L``.
-        thresh_min: threshold-map value away from text borders.
-        thresh_max: threshold-map value on text borders.
-        min_text_size: polygons whose minimum-area-rectangle short side (px) is below this are masked.
-    """
-
-    shrink_ratio: float = 0.4
-    thresh_min: float = 0.3
-    thresh_max: float = 0.7
-    min_text_size: float = 8.0
+    shrink_ratio: float = 0.4  # r in the DB offset D = A (1 - r^2) / L
+    thresh_min: float = 0.3  # threshold-map value away from text borders
+    thresh_max: float = 0.7  # ... and on them
+    min_text_size: float = 8.0  # polygons whose min-area-rectangle short side (px) is below are masked
 
     @classmethod
     def from_config(cls, targets: Mapping[str, float]) -> TargetParams:
-        """Build from a config mapping that names every field exactly once.
-
-        Raises:
-            ValueError: naming the expected keys, the keys given and the unknown and missing ones.
-        """
+        """Build from a config mapping that names every field exactly once (else ValueError naming them)."""
         expected = tuple(f.name for f in fields(cls))
         unknown = sorted(set(targets) - set(expected))
         missing = [key for key in expected if key not in targets]
@@ -104,40 +85,25 @@ class TargetParams:
 
 @dataclass(frozen=True)
 class BatchCoding:
-    """How the compact tensors of a Sample/Batch decode on the device (``ocr.data.coding.decode_batch``).
+    """How the compact tensors of a Sample/Batch decode on the device (``ocr.data.coding.decode_batch``)."""
 
-    Attributes:
-        mean: per-channel normalisation mean (RGB, in [0, 1] units) of the data config's transform.
-        std: per-channel normalisation std.
-        thresh_min: threshold-map value of uint8 code 0.
-        thresh_max: threshold-map value of uint8 code 255.
-        targets: how the device draws the DB maps from ``Batch["target_polygons"]``; None when the
-            maps travel drawn (``data.render_on=worker``, predict).
-    """
-
-    mean: tuple[float, ...]
+    mean: tuple[float, ...]  # per-channel RGB normalisation of the data config's transform, [0, 1] units
     std: tuple[float, ...]
-    thresh_min: float
-    thresh_max: float
+    thresh_min: float  # threshold-map value of uint8 code 0
+    thresh_max: float  # ... of code 255
+    # How the device draws the DB maps from Batch["target_polygons"]; None when the maps travel drawn.
     targets: TargetParams | None = None
 
 
 @dataclass(frozen=True)
 class CropWarp:
     """How the device turns one sample's source region into its crop (``data.render_on=device``): the
-    region's ``pool`` x ``pool`` blocks are averaged, then ``matrix`` resamples it bilinearly.
+    region's ``pool`` x ``pool`` blocks are averaged, then ``matrix`` resamples it bilinearly."""
 
-    Attributes:
-        pool: integer area-averaging factor (1: none); the region's sides are multiples of it.
-        matrix: (3, 3) float64, pooled-region px -> crop px (continuous coordinates, ``ocr.data.transforms``).
-        out_size: (height, width) of the crop.
-        fill: value (0..255) of the crop where it leaves the image.
-    """
-
-    pool: int
-    matrix: npt.NDArray[np.float64] = field(repr=False)
-    out_size: tuple[int, int]
-    fill: float
+    pool: int  # area-averaging factor (1: none); the region's sides are multiples of it
+    matrix: npt.NDArray[np.float64] = field(repr=False)  # (3, 3) pooled-region px -> crop px, continuous
+    out_size: tuple[int, int]  # (height, width) of the crop
+    fill: float  # value (0..255) of the crop where it leaves the image
 
 
 class RegionWarps(NamedTuple):

@@ -47,11 +47,7 @@ class ReplayResult:
 
 
 def find_bundle(path: Path) -> Path:
-    """``path`` itself when it holds ``state.json``, else ``path/crash``.
-
-    Raises:
-        FileNotFoundError: neither holds a crash bundle.
-    """
+    """``path`` itself when it holds ``state.json``, else ``path/crash`` (FileNotFoundError: neither)."""
     for candidate in (path, path / "crash"):
         if (candidate / "state.json").is_file():
             return candidate
@@ -79,11 +75,8 @@ WEIGHT_SOURCES = ("auto", "bundle", "checkpoint", "fresh")
 
 def _weights_source(bundle: Bundle, wanted: str) -> tuple[str, Path | None]:
     """(source, file) of the weights to replay with: ``bundle`` (``weights.pt``, the network at a
-    divergence), ``checkpoint`` (the last good one) or ``fresh``; ``auto`` takes the first available.
-
-    Raises:
-        FileNotFoundError: the source asked for is not there.
-    """
+    divergence), ``checkpoint`` (the last good one) or ``fresh``; ``auto`` takes the first available
+    (FileNotFoundError: the source asked for is not there)."""
     saved = bundle.state.get("weights_file")
     files = {
         "bundle": bundle.path / saved if saved else None,
@@ -141,21 +134,12 @@ def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
     return decode_batch(moved)  # type: ignore[arg-type,return-value]
 
 
-def _injected_fault(bundle: Bundle) -> str | None:
-    from ocr.debug.inject import injection
-
-    kind, step = injection(bundle.config)
-    failed_at = bundle.state.get("first_bad_step")
-    failed_at = bundle.state.get("global_step") if failed_at is None else failed_at
-    return kind if failed_at == step else None
-
-
 def replay_step(bundle: Bundle, device: str, weights: str = "auto") -> ReplayResult:
     """Forward + loss + backward of the bundle's batch on ``device``, from the ``weights`` source
     (:data:`WEIGHT_SOURCES`)."""
     import torch
 
-    from ocr.debug.inject import apply_fault, poison_loss
+    from ocr.debug.inject import apply_fault, injection, poison_loss
     from ocr.debug.run_flags import run_flags
     from ocr.machine.hardware import autocast_dtype
 
@@ -165,19 +149,17 @@ def replay_step(bundle: Bundle, device: str, weights: str = "auto") -> ReplayRes
     sys.stdout.write(f"model: {source}; device: {device}; {flags.describe()}\n")
     batch = _to_device(bundle.batch, device)
     batch["images"] = flags.images(batch["images"])
-    precision = str(bundle.config.trainer.get("precision", "32-true"))
-    dtype = autocast_dtype(precision)
-    fault = _injected_fault(bundle)
+    dtype = autocast_dtype(str(bundle.config.trainer.get("precision", "32-true")))
+    use_autocast = device == "cuda" and dtype is not None
+    kind, step = injection(bundle.config)  # a fault the config injects at the failed step is applied again
+    failed_at = bundle.state.get("first_bad_step")
+    fault = kind if step == (bundle.state.get("global_step") if failed_at is None else failed_at) else None
     try:
         if fault is not None:
             sys.stdout.write(f"config injects {fault!r} at the failed step: applying it again\n")
             if fault in ("exception", "bad_index"):
                 apply_fault(fault, batch, int(bundle.state["global_step"]))
-        with torch.autocast(
-            device,
-            dtype=dtype or torch.float32,
-            enabled=device == "cuda" and dtype is not None,
-        ):
+        with torch.autocast(device, dtype=dtype or torch.float32, enabled=use_autocast):
             output = forward(batch["images"])
         losses = loss_fn(output, batch)
         if fault == "nan_loss":

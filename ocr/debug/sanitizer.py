@@ -26,12 +26,11 @@ EXIT_NOT_FOUND = 127
 SANITIZER_ERROR_EXITCODE = 86
 HOW_TO_GET = (
     "compute-sanitizer was not found (looked at $COMPUTE_SANITIZER, PATH, $CUDA_HOME/bin, "
-    "/usr/local/cuda*/bin "
-    "and the nvidia wheels in this environment). It ships with the CUDA toolkit, not with the torch wheels: "
-    "install the toolkit (https://developer.nvidia.com/cuda-downloads; under WSL2 use the 'WSL-Ubuntu' "
-    "installer, which has no driver), or the pip wheel matching torch's CUDA major version: "
-    "`uv pip install nvidia-cuda-sanitizer-api` (CUDA 13) / `nvidia-cuda-sanitizer-api-cu12` (CUDA 12), "
-    "or point COMPUTE_SANITIZER at the binary."
+    "/usr/local/cuda*/bin and the nvidia wheels in this environment). It ships with the CUDA toolkit, not "
+    "with the torch wheels: install the toolkit (https://developer.nvidia.com/cuda-downloads; under WSL2 use "
+    "the 'WSL-Ubuntu' installer, which has no driver), or the pip wheel matching torch's CUDA major version: "
+    "`uv pip install nvidia-cuda-sanitizer-api` (CUDA 13) / `nvidia-cuda-sanitizer-api-cu12` (CUDA 12), or "
+    "point COMPUTE_SANITIZER at the binary."
 )
 _ERROR_LINE = re.compile(
     r"^=========\s(?!\s)(?!COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY)(\S.*)$"
@@ -108,18 +107,8 @@ def run_sanitizer(tool: str, command: list[str], report: Path) -> int:
     if binary is None:
         sys.stderr.write(HOW_TO_GET + "\n")
         return EXIT_NOT_FOUND
-    full = [
-        str(binary),
-        "--tool",
-        tool,
-        "--error-exitcode",
-        str(SANITIZER_ERROR_EXITCODE),
-        "--show-backtrace",
-        "yes",
-        "--print-limit",
-        "100",
-        *command,
-    ]
+    full = [str(binary), "--tool", tool, "--error-exitcode", str(SANITIZER_ERROR_EXITCODE)]
+    full += ["--show-backtrace", "yes", "--print-limit", "100", *command]
     sys.stdout.write(f"running: {' '.join(full)}\nreport: {report}\n")
     sys.stdout.flush()
     captured: list[str] = []

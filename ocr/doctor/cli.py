@@ -13,10 +13,10 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-from ocr.doctor.distributed import check_distributed, launch_report
+from ocr.doctor.distributed import check_distributed
 from ocr.machine.checks import (
     CheckResult,
     SquaresDataset,
@@ -27,6 +27,7 @@ from ocr.machine.checks import (
     run_checks,
     worst_status,
 )
+from ocr.machine.distributed import launch_info
 from ocr.machine.environment import collect_environment, driver_version
 from ocr.utils.io import atomic_write_json, atomic_write_text
 
@@ -38,22 +39,17 @@ WANDB_IMPORT_WARN_S = 10.0
 DATALOADER_TIMEOUT_S = 60
 
 
-def _child_env() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
 def check_smoke_conv() -> CheckResult:
     """Conv forward+backward in fp32/bf16, cuDNN on/off, in a child process that may crash safely."""
+    root, path = str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "ocr.doctor.smoke"],
             capture_output=True,
             text=True,
             timeout=SMOKE_TIMEOUT_S,
-            env=_child_env(),
+            env=env,
             check=False,
         )
     except subprocess.TimeoutExpired:
@@ -177,15 +173,6 @@ def run_doctor(
     return results
 
 
-def _report(results: list[CheckResult]) -> dict[str, Any]:
-    return {
-        "verdict": worst_status(results),
-        "checks": [r.to_dict() for r in results],
-        "environment": collect_environment(),
-        "distributed": launch_report(),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m ocr.doctor", description=__doc__.splitlines()[0])
@@ -212,7 +199,13 @@ def main(argv: list[str] | None = None) -> int:
     results = run_doctor(
         args.out, fast=args.fast, num_nodes=args.num_nodes, devices=args.devices, data_root=args.data_root
     )
-    report, table = _report(results), format_table(results)
+    report = {
+        "verdict": worst_status(results),
+        "checks": [r.to_dict() for r in results],
+        "environment": collect_environment(),
+        "distributed": asdict(launch_info()),  # the parsed fields and the launcher variables seen
+    }
+    table = format_table(results)
     atomic_write_json(args.out / "doctor.json", report)
     atomic_write_text(args.out / "doctor.txt", table + "\n")
     sys.stdout.write((json.dumps(report, indent=2, default=str) if args.json else table) + "\n")

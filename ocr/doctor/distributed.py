@@ -5,14 +5,12 @@ data that this node cannot see)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from ocr.machine.checks import CheckResult
 from ocr.machine.distributed import LaunchInfo, launch_info
 
-__all__ = ["check_distributed", "describe_launch", "launch_report"]
+__all__ = ["check_distributed", "describe_launch"]
 
 HW_PRESET = "hardware=multi_node reads both from the launcher"
 
@@ -33,11 +31,6 @@ def describe_launch(info: LaunchInfo) -> str:
     return ", ".join(parts)
 
 
-def launch_report(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The launch as JSON for ``doctor.json``: the parsed fields and the launcher variables seen."""
-    return asdict(launch_info(env))
-
-
 def _known(value: int | None) -> str:
     return "?" if value is None else str(value)
 
@@ -46,38 +39,22 @@ def _mistakes(
     info: LaunchInfo, num_nodes: int | None, devices: int | None, gpus: int, data_root: Path | None
 ) -> list[tuple[str, str]]:
     """(problem, fix) pairs."""
-    found = []
     launched = info.launcher in ("torchelastic", "slurm")
-    if launched and num_nodes is not None and info.num_nodes is not None and num_nodes != info.num_nodes:
-        found.append(
-            (
-                f"trainer.num_nodes={num_nodes}, but {info.launcher} started {info.num_nodes} nodes",
-                f"pass trainer.num_nodes={info.num_nodes} ({HW_PRESET})",
-            )
-        )
     per_node = info.local_world_size if launched else None
+    found = []
+    if launched and num_nodes is not None and info.num_nodes is not None and num_nodes != info.num_nodes:
+        problem = f"trainer.num_nodes={num_nodes}, but {info.launcher} started {info.num_nodes} nodes"
+        found.append((problem, f"pass trainer.num_nodes={info.num_nodes} ({HW_PRESET})"))
     if per_node is not None and devices is not None and devices > 0 and devices != per_node:
-        found.append(
-            (
-                f"trainer.devices={devices}, but {info.launcher} started {per_node} processes on this node",
-                f"pass trainer.devices={per_node}: one process per GPU ({HW_PRESET})",
-            )
-        )
+        problem = f"trainer.devices={devices}, but {info.launcher} started {per_node} processes on this node"
+        found.append((problem, f"pass trainer.devices={per_node}: one process per GPU ({HW_PRESET})"))
     if gpus and devices is not None and devices > gpus:
-        found.append(
-            (
-                f"trainer.devices={devices}, but this node has {gpus} GPUs",
-                f"use at most {gpus} devices per node (SLURM: --gres=gpu:{gpus} --ntasks-per-node={gpus})",
-            )
-        )
+        fix = f"use at most {gpus} devices per node (SLURM: --gres=gpu:{gpus} --ntasks-per-node={gpus})"
+        found.append((f"trainer.devices={devices}, but this node has {gpus} GPUs", fix))
     if data_root is not None and not data_root.is_dir():
-        found.append(
-            (
-                f"data root {data_root} is not visible on this node",
-                "put the data on a file system that every node mounts at the same path, and pass that "
-                "path as data.root",
-            )
-        )
+        fix = "put the data on a file system that every node mounts at the same path, and pass that "
+        fix += "path as data.root"
+        found.append((f"data root {data_root} is not visible on this node", fix))
     return found
 
 

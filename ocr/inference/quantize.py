@@ -237,18 +237,12 @@ def accuracy_parity(
         found["fp32"].append(postprocess(expected, batch["geometry"])[0][0])
         found["int8"].append(postprocess(model(batch["images"]), batch["geometry"])[0][0])
     truth = [sanitized_ground_truth(records[name], min_polygon_size) for name in names]
+    polygons, ignore, texts = [t[0] for t in truth], [t[1] for t in truth], [t[2] for t in truth]
     hmeans: dict[str, dict[str, float]] = {"fp32": {}, "int8": {}}
     for mode in MODES:
         scoring = replace(options, mode=cast(Mode, mode))
         for kind in hmeans:
-            result = evaluate_dataset(
-                found[kind],
-                [polygons for polygons, _, _ in truth],
-                [ignore for _, ignore, _ in truth],
-                [texts for _, _, texts in truth],
-                scoring,
-                names=names,
-            )
+            result = evaluate_dataset(found[kind], polygons, ignore, texts, scoring, names=names)
             hmeans[kind][mode] = float(result.hmean)
     return AccuracyReport(
         split=split,

@@ -1,8 +1,6 @@
 """Preflight checks: each returns :class:`CheckResult` (ok / warn / fail, a detail and a one-line fix).
-
 The fast checks (no subprocess, no GPU work) also run at the start of every training run; the slow ones
-(smoke convolutions in a child process, DataLoader workers, the wandb import) run in the doctor.
-"""
+(smoke convolutions in a child process, DataLoader workers, the wandb import) run in the doctor."""
 
 from __future__ import annotations
 

@@ -32,19 +32,12 @@ RANK_KEYS = {  # global rank, local rank, node rank
     "torchelastic": ("RANK", "LOCAL_RANK", "GROUP_RANK"),
     "slurm": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"),
 }
-# What the doctor reports, when set.
 log = logging.getLogger(__name__)
+# What the doctor reports, when set.
 REPORTED_PREFIXES = ("SLURM_", "TORCHELASTIC_")
-REPORTED_KEYS = (
-    "RANK",
-    "LOCAL_RANK",
-    "GROUP_RANK",
-    "NODE_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
+REPORTED_KEYS = tuple(
+    "RANK LOCAL_RANK GROUP_RANK NODE_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_WORLD_SIZE MASTER_ADDR "
+    "MASTER_PORT".split()
 )
 SLURM_INTERACTIVE_NAMES = ("bash", "interactive")  # Lightning treats these jobs as not launched by srun
 STAMP_FORMAT = "%Y-%m-%d_%H-%M-%S"  # the run directory's time stamp (configs/hydra/default.yaml)
@@ -89,10 +82,6 @@ def _tasks_per_node(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _slurm_launched(env: Mapping[str, str]) -> bool:
-    return "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in SLURM_INTERACTIVE_NAMES
-
-
 def _slurm_job(env: Mapping[str, str]) -> str | None:
     array_job = env.get("SLURM_ARRAY_JOB_ID")
     if array_job is not None:
@@ -135,7 +124,7 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
         nodes = _int(env, "GROUP_WORLD_SIZE") or max(1, world // per_node)
         run_id = env.get("TORCHELASTIC_RUN_ID")
         return _launched("torchelastic", env, (world, nodes, per_node), _master(env), run_id, variables)
-    if _slurm_launched(env):
+    if "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in SLURM_INTERACTIVE_NAMES:
         tasks, nodes = _int(env, "SLURM_NTASKS") or 1, _int(env, "SLURM_NNODES") or 1
         per_node = _tasks_per_node(env.get("SLURM_NTASKS_PER_NODE", "")) or max(1, tasks // nodes)
         master = _master(env) or env.get("SLURM_NODELIST")
@@ -147,18 +136,9 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
         rank = _int(env, "RANK")
         if rank is None and not node and "LOCAL_RANK" not in env:
             rank = 0
-        return LaunchInfo(
-            launcher="lightning",
-            world_size=_int(env, "WORLD_SIZE") or 1,
-            rank=rank,
-            local_rank=_int(env, "LOCAL_RANK") or 0,
-            node_rank=node or 0,
-            num_nodes=None,
-            local_world_size=None,
-            master=_master(env),
-            run_id=None,
-            variables=variables,
-        )
+        world, local = _int(env, "WORLD_SIZE") or 1, _int(env, "LOCAL_RANK") or 0
+        master = _master(env)
+        return LaunchInfo("lightning", world, rank, local, node or 0, None, None, master, None, variables)
     return LaunchInfo("none", 1, 0, 0, 0, 1, 1, None, None, variables)
 
 

@@ -1,11 +1,10 @@
-"""Environment report for the doctor and crash bundles: versions, GPU, CPU flags, WSL2.
-
-Every probe is guarded: a missing package, a driver that does not answer or a CUDA context that an
-earlier fault has poisoned gives an ``"error: ..."`` string, never an exception.
-"""
+"""Environment report for the doctor and crash bundles: versions, GPU, CPU flags, WSL2. Every probe is
+guarded: a missing package, a driver that does not answer or a CUDA context that an earlier fault has
+poisoned gives an ``"error: ..."`` string, never an exception."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import os
@@ -28,33 +27,17 @@ __all__ = [
     "wsl_info",
 ]
 
-PACKAGES = (
-    "torch",
-    "torchvision",
-    "lightning",
-    "torchmetrics",
-    "hydra-core",
-    "omegaconf",
-    "timm",
-    "albumentations",
-    "opencv-python-headless",
-    "numpy",
-    "shapely",
-    "pyclipper",
-    "wandb",
+PACKAGES = tuple(
+    "torch torchvision lightning torchmetrics hydra-core omegaconf timm albumentations "
+    "opencv-python-headless numpy shapely pyclipper wandb".split()
 )
-ENV_VARS = (
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_LAUNCH_BLOCKING",
-    "TORCH_USE_CUDA_DSA",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "CUBLAS_WORKSPACE_CONFIG",
-    "ATEN_CPU_CAPABILITY",
-    "OMP_NUM_THREADS",
-    "WANDB_MODE",
-    "NCCL_P2P_DISABLE",
-    "LD_LIBRARY_PATH",
+ENV_VARS = tuple(
+    "CUDA_VISIBLE_DEVICES CUDA_LAUNCH_BLOCKING TORCH_USE_CUDA_DSA PYTORCH_CUDA_ALLOC_CONF "
+    "CUBLAS_WORKSPACE_CONFIG ATEN_CPU_CAPABILITY OMP_NUM_THREADS WANDB_MODE NCCL_P2P_DISABLE "
+    "LD_LIBRARY_PATH".split()
 )
+# The SIMD flags the CPU report shows.
+CPU_FLAGS = tuple("sse4_2 avx avx2 fma f16c avx512f avx512bw avx512vl avx512dq avx512_bf16 amx_tile".split())
 # CPU flags each ATen dispatch level needs (aten/src/ATen/native/DispatchStub.cpp).
 CAPABILITY_FLAGS = {
     "AVX512": ("avx512f", "avx512bw", "avx512vl", "avx512dq"),
@@ -73,12 +56,10 @@ WSL_CAVEATS = (
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
     """Installed distribution versions (``None`` when not installed); never imports the packages."""
-    versions: dict[str, str | None] = {}
+    versions: dict[str, str | None] = dict.fromkeys(names)
     for name in names:
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
     return versions
 
 
@@ -86,9 +67,7 @@ def wsl_info() -> dict[str, Any]:
     """Whether this is WSL (1 or 2), from the kernel release string, with the known caveats."""
     release = (_read_text("/proc/sys/kernel/osrelease") or platform.release()).strip()
     is_wsl = "microsoft" in release.lower() or "WSL_DISTRO_NAME" in os.environ
-    version = (
-        2 if is_wsl and ("wsl2" in release.lower() or Path("/run/WSL").exists()) else (1 if is_wsl else 0)
-    )
+    version = 0 if not is_wsl else 2 if "wsl2" in release.lower() or Path("/run/WSL").exists() else 1
     return {
         "is_wsl": is_wsl,
         "wsl_version": version,
@@ -107,25 +86,12 @@ def cpu_info() -> dict[str, Any]:
     """CPU model, the SIMD flags that matter, and the capability level torch dispatches to."""
     model = re.search(r"^model name\s*:\s*(.*)$", _read_text("/proc/cpuinfo") or "", re.MULTILINE)
     flags = cpu_flags()
-    interesting = (
-        "sse4_2",
-        "avx",
-        "avx2",
-        "fma",
-        "f16c",
-        "avx512f",
-        "avx512bw",
-        "avx512vl",
-        "avx512dq",
-        "avx512_bf16",
-        "amx_tile",
-    )
     info: dict[str, Any] = {
         "model": model.group(1).strip() if model else platform.processor(),
         "machine": platform.machine(),
         "logical_cpus": os.cpu_count(),
         "flags_known": bool(flags),
-        "flags": {flag: flag in flags for flag in interesting},
+        "flags": {flag: flag in flags for flag in CPU_FLAGS},
     }
     try:
         import torch

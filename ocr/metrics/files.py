@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 from collections.abc import Sequence
@@ -17,7 +15,7 @@ from ocr.data.sanitize import sanitize_words
 from ocr.metrics.cleval.evaluate import DatasetResult, ImageResult, evaluate_dataset
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.utils.errors import ConfigValueError, InputNotFoundError
-from ocr.utils.io import atomic_write_text
+from ocr.utils.io import atomic_write_csv
 from ocr.utils.submission import SubmissionError, read_submission_csv
 
 __all__ = [
@@ -102,16 +100,10 @@ def evaluate_files(
         log.warning(
             "%d predicted images are not in %s and are ignored, e.g. %s", len(extra), gt_path, extra[:3]
         )
-    ground_truth = [sanitized_ground_truth(records[n], min_polygon_size) for n in names]
-    result = evaluate_dataset(
-        [preds[matched[n]] if n in matched else [] for n in names],
-        [polygons for polygons, _, _ in ground_truth],
-        [ignore for _, ignore, _ in ground_truth],
-        [texts for _, _, texts in ground_truth],
-        options,
-        names=names,
-    )
-    return names, result
+    truth = [sanitized_ground_truth(records[n], min_polygon_size) for n in names]
+    polygons, ignore, texts = [t[0] for t in truth], [t[1] for t in truth], [t[2] for t in truth]
+    found = [preds[matched[n]] if n in matched else [] for n in names]
+    return names, evaluate_dataset(found, polygons, ignore, texts, options, names=names)
 
 
 def match_prediction_names(
@@ -172,13 +164,11 @@ def _by_base_name(names: Sequence[str]) -> dict[str, list[str]]:
 def write_image_results(path: str | Path, names: Sequence[str], images: Sequence[ImageResult]) -> Path:
     """Per-image CSV (file name + every :class:`ImageResult` field), written atomically."""
     columns = [f.name for f in fields(ImageResult)]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["filename", *columns])
-    for name, result in zip(names, images, strict=True):
-        row = asdict(result)
-        writer.writerow([name, *(f"{row[c]:.6f}" if isinstance(row[c], float) else row[c] for c in columns)])
-    return atomic_write_text(path, buffer.getvalue())
+    rows = [
+        [name, *(f"{v:.6f}" if isinstance(v, float) else v for v in asdict(result).values())]
+        for name, result in zip(names, images, strict=True)
+    ]
+    return atomic_write_csv(path, [["filename", *columns], *rows])
 
 
 def worst_images(

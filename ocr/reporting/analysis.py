@@ -13,8 +13,6 @@ does; over all buckets together they give the upstream-mode P/R/H.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,10 +22,10 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocr.metrics.cleval.evaluate import ImageMatch, match_image, scores_from_counts, summarise
+from ocr.metrics.cleval.evaluate import SCORE_FIELDS, ImageMatch, match_image, scores_from_counts, summarise
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.cleval.outcomes import box_outcomes, count_outcomes
-from ocr.utils.io import atomic_write_json, atomic_write_text
+from ocr.utils.io import atomic_write_csv, atomic_write_json
 
 __all__ = ["ScoreAnalysis", "analyse_records", "bucket_labels", "box_heights", "write_analysis"]
 
@@ -152,34 +150,22 @@ def analyse_records(
         np.add.at(sums[:, 4], det_bucket, chars.det_chars)
         np.add.at(sums[:, 5], det_bucket, chars.det_precision_penalty)
     buckets = []
-    for label, (words, gt_chars, tp, recall_penalty, det_chars, precision_penalty) in zip(
-        labels, sums, strict=True
-    ):
-        precision, recall, hmean = scores_from_counts(
-            tp, recall_penalty, precision_penalty, gt_chars, det_chars
-        )
-        buckets.append(
-            BucketScore(label, int(words), int(gt_chars), int(tp), int(det_chars), precision, recall, hmean)
-        )
+    for label, (words, gt_chars, tp, r_penalty, det_chars, p_penalty) in zip(labels, sums, strict=True):
+        scores = scores_from_counts(tp, r_penalty, p_penalty, gt_chars, det_chars)
+        buckets.append(BucketScore(label, int(words), int(gt_chars), int(tp), int(det_chars), *scores))
     dataset = summarise(results, options.mode)
-    totals = {"precision": dataset.precision, "recall": dataset.recall, "hmean": dataset.hmean}
-    for field in _SUMMED:
-        totals[field] = sum(getattr(i, field) for i in images)
+    totals = {k: getattr(dataset, k) for k in SCORE_FIELDS}
+    totals |= {k: sum(getattr(i, k) for i in images) for k in _SUMMED}
     ranked = sorted(images, key=lambda i: (i.hmean, i.image_id))
     return ScoreAnalysis(options.mode, totals, buckets, [i.image_id for i in ranked[:worst]], images)
 
 
-def _csv(rows: Sequence[Any]) -> str:
-    buffer = io.StringIO()
-    fields = list(asdict(rows[0])) if rows else []
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(asdict(r) for r in rows)
-    return buffer.getvalue()
+def _csv_rows(rows: Sequence[Any]) -> list[list[Any]]:
+    return [list(asdict(rows[0])) if rows else [], *(list(asdict(r).values()) for r in rows)]
 
 
 def write_analysis(directory: Path, analysis: ScoreAnalysis) -> Path:
     """Write ``errors.json``, ``errors_images.csv`` and ``errors_buckets.csv``; returns the JSON's path."""
-    atomic_write_text(directory / "errors_images.csv", _csv(analysis.images))
-    atomic_write_text(directory / "errors_buckets.csv", _csv(analysis.buckets))
+    atomic_write_csv(directory / "errors_images.csv", _csv_rows(analysis.images))
+    atomic_write_csv(directory / "errors_buckets.csv", _csv_rows(analysis.buckets))
     return atomic_write_json(directory / ANALYSIS_NAME, analysis.to_dict())

@@ -5,17 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ocr.evaluation.host_work import GroundTruth, ImageOutcome, prob_map_in_original_frame
+from ocr.evaluation.host_work import GroundTruth, ImageOutcome
 from ocr.evaluation.pipeline import EvalPipeline
 from ocr.lightning_modules.prediction_io import gather_predictions
 
-__all__ = [
-    "ReportCollector",
-    "attach_report_collector",
-    "outcome_record",
-    "prob_map_in_original_frame",
-    "report_record",
-]
+__all__ = ["ReportCollector", "attach_report_collector", "outcome_record", "report_record"]
 
 log = logging.getLogger(__name__)
 

@@ -24,15 +24,11 @@ VAL_KEYS = ("val/hmean", "val/precision", "val/recall")
 
 
 class TrainingCurves(Callback):
-    """Collects train loss (and its parts), learning rate and val P/R/H itself, so it works without a
-    logger, and draws them (:func:`ocr.reporting.curves.write_curves`) on rank 0.
+    """Collects train loss (and its parts), learning rate and val P/R/H every ``every_n_steps`` itself, so
+    it works without a logger, and draws them to the PNG ``path`` on rank 0.
 
     Loss values stay on the device until the next validation or the end: one host read per validation,
     none per step. The series are kept in checkpoints, so a resumed run's curves start at step 0.
-
-    Args:
-        path: the PNG to write.
-        every_n_steps: training steps between two recorded points.
     """
 
     def __init__(self, *, path: str, every_n_steps: int) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ocr.data.images import ImageReadError, read_image
-from ocr.metrics.cleval.evaluate import ImageResult, match_image, summarise
+from ocr.metrics.cleval.evaluate import SCORE_FIELDS, ImageResult, match_image, summarise
 from ocr.metrics.cleval.options import CLEvalOptions
 from ocr.metrics.cleval.outcomes import OUTCOMES, BoxOutcomes, box_outcomes, count_outcomes
 from ocr.reporting.analysis import ScoreAnalysis
@@ -51,20 +51,11 @@ def write_report(
     analysis: ScoreAnalysis | None = None,
     inline_max_bytes: int = 24 * 1024,
 ) -> Path:
-    """Write ``directory/report.html`` (and ``directory/report_files/``); returns the page's path.
-
-    Args:
-        records: per image, ``image_id`` (path under ``image_dir``), ``polygons`` (list of (K, 2) in
-            original px) and ``scores``; labelled ones add ``gt_polygons``, ``gt_ignore``, ``gt_texts``;
-            ``prob_map`` (uint8 (h, w), original frame) when kept.
-        options: CLEval options the page scores labelled images with (None for unlabelled records).
-        analysis: where the score goes (:func:`ocr.reporting.analysis.analyse_records`), shown above
-            the cards: character counts, the text-height buckets and links to the worst images.
-        inline_max_bytes: thumbnails up to this size are inlined, larger ones referenced.
-
-    Raises:
-        ValueError: labelled records without ``options``.
-    """
+    """Write ``directory/report.html`` (and ``report_files/``); returns the page's path. ``records``: per
+    image ``image_id`` (under ``image_dir``), ``polygons`` ((K, 2) original px) and ``scores``; labelled ones
+    add ``gt_polygons``, ``gt_ignore``, ``gt_texts`` (scored with ``options``: ValueError without), and
+    ``prob_map`` (uint8 (h, w), original frame) when kept. ``analysis`` (``analyse_records``) is shown
+    above the cards."""
     labelled = bool(records) and "gt_polygons" in records[0]
     if labelled and options is None:
         raise ValueError(f"{directory / REPORT_NAME}: labelled records need CLEval options, got None")
@@ -76,9 +67,11 @@ def write_report(
             unreadable.append(record["image_id"])
         else:
             card["src"] = _source(directory, f"img{index:05d}.jpg", image, "image/jpeg", inline_max_bytes)
-        card["size"] = size or _size_from_prob(record)
-        if record.get("prob_map") is not None:
-            card["prob"] = _source(directory, f"prob{index:05d}.png", _png(record["prob_map"]), "", 0)
+        # An unreadable image is framed by its probability map, else by a unit square.
+        prob = record.get("prob_map")
+        card["size"] = size or ([int(prob.shape[1]), int(prob.shape[0])] if prob is not None else [1, 1])
+        if prob is not None:
+            card["prob"] = _source(directory, f"prob{index:05d}.png", _png(prob), "", 0)
         cards.append(card)
         if result is not None:
             results.append(result)
@@ -86,13 +79,8 @@ def write_report(
         log.warning("report: %d images could not be read: %s", len(unreadable), ", ".join(unreadable[:10]))
     data = {"title": title, "labelled": labelled, "outcomes": OUTCOMES, "cards": cards}
     if labelled and options is not None:
-        dataset = summarise(results, options.mode)
-        data["totals"] = {
-            "mode": options.mode,
-            "precision": dataset.precision,
-            "recall": dataset.recall,
-            "hmean": dataset.hmean,
-        }
+        scores = summarise(results, options.mode)
+        data["totals"] = {"mode": options.mode} | {k: getattr(scores, k) for k in SCORE_FIELDS}
     if analysis is not None:
         data["analysis"] = {k: v for k, v in analysis.to_dict().items() if k != "images"}
     template = with_overlay_script(
@@ -169,11 +157,8 @@ def _flat(polygon: npt.NDArray[np.float64]) -> list[float]:
 
 
 def thumbnail(path: Path, long_side: int) -> tuple[npt.NDArray[np.uint8], int, int]:
-    """The upright RGB image at long side <= ``long_side`` and its original width and height.
-
-    Raises:
-        ImageReadError, OSError: the image cannot be read.
-    """
+    """The upright RGB image at long side <= ``long_side`` and its original width and height
+    (ImageReadError, OSError: the image cannot be read)."""
     decoded = read_image(path, min_long_side=long_side)
     image = decoded.image
     scale = long_side / max(image.shape[:2])
@@ -189,18 +174,8 @@ def _thumbnail(path: Path) -> tuple[bytes | None, list[int] | None]:
         image, width, height = thumbnail(path, THUMB_LONG_SIDE)
     except (ImageReadError, OSError):
         return None, None
-    ok, jpeg = cv2.imencode(
-        ".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY]
-    )
-    if not ok:
-        raise ValueError(f"{path}: OpenCV could not encode its report thumbnail as JPEG")
-    return jpeg.tobytes(), [int(width), int(height)]
-
-
-def _size_from_prob(record: Mapping[str, Any]) -> list[int]:
-    """A frame for an unreadable image: the probability map's shape, else a unit square."""
-    prob = record.get("prob_map")
-    return [int(prob.shape[1]), int(prob.shape[0])] if prob is not None else [1, 1]
+    jpeg = encode_image(image, ".jpg", f"{path}: report thumbnail", [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+    return jpeg, [int(width), int(height)]
 
 
 def _png(prob: npt.NDArray[np.uint8]) -> bytes:

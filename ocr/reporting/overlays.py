@@ -30,17 +30,11 @@ log = logging.getLogger(__name__)
 class ValOverlays(Callback):
     """A sink of the module's evaluation pipeline during validation: it keeps each image's predictions and
     the CLEval outcomes the workers already computed (no second network pass, no second matching), and
-    at the end of each validation draws the fixed images and the worst ones on rank 0.
-
-    Tags ``val_overlays/fixed_<i>`` and ``val_overlays/worst_<i>``; each image carries its name and hmean.
-
-    Args:
-        enabled: false keeps and draws nothing.
-        num_fixed: images chosen at the first validation (the first in name order), drawn at every one.
-        num_worst: the current validation's lowest-hmean images besides those (ties by name).
-        long_side: long side in px of the drawn images (smaller images stay as they are).
-        png_dir: where ``<step>/<tag>-<image>.png`` go when no logger takes images.
-    """
+    at the end of each validation draws on rank 0 (unless not ``enabled``) the ``num_fixed`` images first
+    in name order at the first validation, and this validation's ``num_worst`` lowest-hmean others (ties
+    by name), at ``long_side`` px at most: tags ``val_overlays/fixed_<i>`` and ``val_overlays/worst_<i>``,
+    each captioned with its name and hmean, as PNGs ``png_dir/<step>/<tag>-<image>.png`` when no logger
+    takes images."""
 
     def __init__(
         self, *, enabled: bool, num_fixed: int, num_worst: int, long_side: int, png_dir: str

@@ -7,8 +7,6 @@ and rewrites the summary from the job folders, so a sweep stopped by a failed jo
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import shlex
@@ -21,7 +19,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from ocr.utils.io import atomic_write_json, atomic_write_text
+from ocr.utils.io import atomic_write_csv, atomic_write_json, atomic_write_text
 
 __all__ = ["JOB_FILE", "SweepRow", "SweepSummary", "best_command", "read_sweep", "write_sweep_summary"]
 
@@ -77,12 +75,6 @@ def _settings(row: SweepRow) -> dict[str, str]:
     return dict(item.partition("=")[::2] for item in row.overrides)
 
 
-def _varying(rows: list[SweepRow]) -> list[str]:
-    """The override keys whose values differ between jobs (the swept ones), in first-seen order."""
-    keys = dict.fromkeys(key for row in rows for key in _settings(row))
-    return [key for key in keys if len({_settings(row).get(key) for row in rows}) > 1]
-
-
 def best_command(rows: list[SweepRow]) -> str | None:
     """The best completed job's command line on the test split, without ``SWEEP_ONLY_KEYS`` (None: none)."""
     best = next((r for r in rows if r.status == "completed"), None)
@@ -109,29 +101,27 @@ def _markdown(rows: list[SweepRow], keys: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _csv(rows: list[SweepRow], keys: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["rank", "job", *keys, "precision", "recall", "hmean", "status", "error"])
+def _csv_rows(rows: list[SweepRow], keys: list[str]) -> list[list[Any]]:
+    table: list[list[Any]] = [["rank", "job", *keys, "precision", "recall", "hmean", "status", "error"]]
     for rank, row in enumerate(rows, start=1):
         settings = _settings(row)
-        writer.writerow(
-            [rank, row.job, *(settings.get(k, "") for k in keys)]
-            + [row.precision, row.recall, row.hmean, row.status, row.error or ""]
-        )
-    return buffer.getvalue()
+        table.append([rank, row.job, *(settings.get(k, "") for k in keys)])
+        table[-1] += [row.precision, row.recall, row.hmean, row.status, row.error or ""]
+    return table
 
 
 def write_sweep_summary(sweep_dir: Path) -> tuple[str, str | None]:
     """Write ``sweep_summary.{md,csv,json}`` into ``sweep_dir``; returns the Markdown table and the best
     command line (None when no job completed)."""
     rows = read_sweep(sweep_dir)
-    keys = _varying(rows)
+    # The swept keys: those whose values differ between jobs, in first-seen order.
+    settings = [_settings(r) for r in rows]
+    keys = [k for k in dict.fromkeys(k for s in settings for k in s) if len({s.get(k) for s in settings}) > 1]
     table = _markdown(rows, keys)
     best = best_command(rows)
     failed = [r.job for r in rows if r.status != "completed"]
     atomic_write_text(sweep_dir / f"{SUMMARY_NAME}.md", table + (f"\nBest: `{best}`\n" if best else ""))
-    atomic_write_text(sweep_dir / f"{SUMMARY_NAME}.csv", _csv(rows, keys))
+    atomic_write_csv(sweep_dir / f"{SUMMARY_NAME}.csv", _csv_rows(rows, keys))
     atomic_write_json(
         sweep_dir / f"{SUMMARY_NAME}.json",
         {"swept": keys, "best_command": best, "failed_jobs": failed, "rows": [asdict(r) for r in rows]},

@@ -28,6 +28,7 @@ from ocr.serve.models import CONTROL_KEYS, ServedModel
 from ocr.serve.split import SplitBrowser
 from ocr.serve.state import ServeState
 from ocr.utils.errors import CheckpointError, UsageError
+from ocr.utils.visualize import encode_image
 
 __all__ = ["VIEW_LONG_SIDE", "create_app"]
 
@@ -175,12 +176,8 @@ def create_app(
     def image(key: str) -> Response:
         served = state.images[key]
         source = load_source(served.path, VIEW_LONG_SIDE)
-        ok, jpeg = cv2.imencode(
-            ".jpg", cv2.cvtColor(source.image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY]
-        )
-        if not ok:
-            raise ValueError(f"{served.name}: OpenCV could not encode it as JPEG")
-        return Response(jpeg.tobytes(), media_type="image/jpeg")
+        jpeg = encode_image(source.image, ".jpg", served.name, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+        return Response(jpeg, media_type="image/jpeg")
 
     @app.get("/api/prob/{slot}/{key:path}")
     def probability(slot: str, key: str) -> Response:

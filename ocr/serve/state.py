@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import numpy.typing as npt
 
@@ -26,7 +25,7 @@ from ocr.reporting.html import image_card
 from ocr.serve.images import ServedImage, UploadError, UploadSpool, store_upload
 from ocr.serve.models import CONTROL_KEYS, ServedModel
 from ocr.types import Geometry
-from ocr.utils.visualize import colorize_map
+from ocr.utils.visualize import colorize_map, encode_image
 
 __all__ = ["CACHED_MAPS", "ServeState"]
 
@@ -125,10 +124,7 @@ class ServeState:
         height = min(prob_map.shape[0], int(np.ceil(geometry.orig_height / scale)))
         width = min(prob_map.shape[1], int(np.ceil(geometry.orig_width / scale)))
         heat = colorize_map(prob_map[:height, :width])
-        ok, png = cv2.imencode(".png", cv2.cvtColor(heat, cv2.COLOR_RGB2BGR))
-        if not ok:
-            raise ValueError(f"{self.images[key].name}: OpenCV could not encode its probability map")
-        return png.tobytes()
+        return encode_image(heat, ".png", f"{self.images[key].name}: probability map")
 
 
 def postprocess(

@@ -25,16 +25,13 @@ RUNNERS = Path(__file__).resolve().parents[2] / "runners"
 _PLAIN = re.compile(r"[\w/.:+-]*")
 
 
-def _hydra_quoted(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def override(key: str, value: object) -> str:
     """``key=value`` as one shell word that Hydra reads back as the string ``value``."""
     text = str(value)
     if _PLAIN.fullmatch(text):
         return f"{key}={text}"
-    return shlex.quote(f"{key}={_hydra_quoted(text)}")
+    quoted = text.replace("\\", "\\\\").replace("'", "\\'")  # in Hydra's single-quoted string
+    return shlex.quote(f"{key}='{quoted}'")
 
 
 def run_overrides(run_dir: Path) -> list[str]:
@@ -101,12 +98,8 @@ def run_next_commands(cfg: Any, run_dir: Path, checkpoint: Path) -> str:
     """:func:`next_commands` for a finished training run of config ``cfg`` (a DictConfig): its test or
     val images, its data overrides, and twice its step (or epoch) budget to train on."""
     images = next((p for s in ("test", "val") if (p := Path(cfg.data.root) / "images" / s).is_dir()), None)
-    budget = cfg.trainer.max_steps
-    more = (
-        f"trainer.max_steps={2 * budget}"
-        if budget > 0
-        else f"trainer.max_epochs={2 * cfg.trainer.max_epochs}"
-    )
+    steps, epochs = cfg.trainer.max_steps, cfg.trainer.max_epochs
+    more = f"trainer.max_steps={2 * steps}" if steps > 0 else f"trainer.max_epochs={2 * epochs}"
     return next_commands(
         runners=RUNNERS,
         checkpoint=checkpoint,

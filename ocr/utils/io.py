@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import errno
+import io
 import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from ocr.utils.errors import UsageError
 __all__ = [
     "DiskFullError",
     "atomic_write_bytes",
+    "atomic_write_csv",
     "atomic_write_json",
     "atomic_write_text",
     "disk_full_error",
@@ -61,9 +65,17 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def atomic_write_csv(path: str | os.PathLike[str], rows: Iterable[Iterable[Any]]) -> Path:
+    """Write CSV rows (``\\n`` line ends) atomically."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return atomic_write_text(path, buffer.getvalue())
+
+
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> Path:
     """Write JSON atomically; non-JSON values (paths, numpy scalars) are stringified."""
-    return atomic_write_text(path, json.dumps(obj, indent=indent, default=_json_default) + "\n")
+    text = json.dumps(obj, indent=indent, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v))
+    return atomic_write_text(path, text + "\n")
 
 
 def is_out_of_space(exc: BaseException) -> bool:
@@ -98,9 +110,3 @@ def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[Path]:
 def format_mib(num_bytes: int) -> str:
     """``num_bytes`` as ``"12.3 MiB"``."""
     return f"{num_bytes / 2**20:.1f} MiB"
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)

@@ -7,7 +7,6 @@ without detections has an empty ``polygons`` field.
 from __future__ import annotations
 
 import csv
-import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ocr.utils.errors import UsageError
-from ocr.utils.io import atomic_write_text
+from ocr.utils.io import atomic_write_csv
 
 __all__ = ["HEADER", "SubmissionError", "read_submission_csv", "submission_points", "write_submission_csv"]
 
@@ -45,12 +44,11 @@ def _format_polygon(polygon: npt.ArrayLike, name: str, index: int) -> str:
 def write_submission_csv(path: str | Path, predictions: Mapping[str, Sequence[npt.ArrayLike]]) -> Path:
     """Write the submission atomically (rows in mapping order; coordinates rounded to integers);
     ValueError names a polygon that is not finite (K >= 3, 2)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(HEADER)
-    for name, polygons in predictions.items():
-        writer.writerow([name, "|".join(_format_polygon(p, name, i) for i, p in enumerate(polygons))])
-    return atomic_write_text(path, buffer.getvalue())
+    rows = [
+        [name, "|".join(_format_polygon(p, name, i) for i, p in enumerate(polygons))]
+        for name, polygons in predictions.items()
+    ]
+    return atomic_write_csv(path, [HEADER, *rows])
 
 
 def _parse_polygons(field: str, where: str) -> list[npt.NDArray[np.float32]]:

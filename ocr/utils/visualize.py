@@ -96,10 +96,10 @@ def colorize_map(
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
-def encode_image(image_rgb: npt.NDArray[np.uint8], ext: str, what: str) -> bytes:
-    """An (H, W, 3) RGB image as ``.png`` or ``.jpg`` bytes; ``what`` names it when OpenCV cannot encode
-    it."""
-    ok, data = cv2.imencode(ext, cv2.cvtColor(image_rgb, cv2.COLOR_RGB2BGR))
+def encode_image(image_rgb: npt.NDArray[np.uint8], ext: str, what: str, params: Sequence[int] = ()) -> bytes:
+    """An (H, W, 3) RGB image as ``.png`` or ``.jpg`` bytes (OpenCV ``params``); ``what`` names it when
+    OpenCV cannot encode it."""
+    ok, data = cv2.imencode(ext, cv2.cvtColor(image_rgb, cv2.COLOR_RGB2BGR), list(params))
     if not ok:
         raise ValueError(f"{what}: OpenCV could not encode {image_rgb.shape} {image_rgb.dtype} as {ext}")
     return data.tobytes()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ocr.evaluation.host_work import prob_map_in_original_frame
 from ocr.geometry import letterbox_geometry
-from ocr.reporting.collect import prob_map_in_original_frame
 
 
 def test_a_blob_in_input_px_lands_at_its_original_position() -> None:

@@ -86,46 +86,6 @@ def _initial_simplex(pts: F64) -> tuple[IntArr, IntArr, IntArr]:
     return minx, maxx, np.where(big.any(axis=1), big.argmax(axis=1), pick)
 
 
-def _quad_cycles(quads: F64) -> tuple[F64, IntArr]:
-    """(n, 4, 2) hull of (n, 4, 2) quads with no three collinear points as qhull lists it, counter-clockwise
-    from qhull's first vertex and padded with it, and (n,) vertex counts (3 or 4)."""
-    n = len(quads)
-    rows = np.arange(n)
-    minx, maxx, third = _initial_simplex(quads)
-    last = 6 - minx - maxx - third
-    simplex = np.stack([minx, maxx, third], axis=1)
-    tri = quads[rows[:, None], simplex]  # (n, 3, 2)
-    d = quads[rows, last]
-    flipped = _cross(tri[:, 1], tri[:, 0], tri[:, 2]) < 0
-    # Facet (a, b) opposite vertex c is visible from the fourth point when it lies across the line ab.
-    facets = ((1, 0, 2), (2, 0, 1), (2, 1, 0))
-    visible = np.stack(
-        [
-            np.sign(_cross(tri[:, a], tri[:, b], d)) != np.sign(_cross(tri[:, a], tri[:, b], tri[:, c]))
-            for a, b, c in facets
-        ],
-        axis=1,
-    )
-    head = np.argmax(~visible, axis=1)  # the fourth point sees at most two of the three edges
-    start = simplex[rows, _START_SLOT[head, flipped.astype(int)]]
-    # A triangle vertex leaves the hull when both its edges are visible; the fourth point joins when any is.
-    on_hull = np.ones((n, 4), dtype=bool)
-    slot_facets = ((0, 1), (0, 2), (1, 2))
-    for slot, (f, g) in enumerate(slot_facets):
-        on_hull[rows, simplex[:, slot]] = ~(visible[:, f] & visible[:, g])
-    on_hull[rows, last] = visible.any(axis=1)
-    count = on_hull.sum(axis=1)
-    centre = (quads * on_hull[..., None]).sum(axis=1) / count[:, None]
-    angle = np.where(
-        on_hull, np.arctan2(quads[..., 1] - centre[:, None, 1], quads[..., 0] - centre[:, None, 0]), np.inf
-    )
-    order = np.argsort(angle, axis=1)
-    shift = np.argmax(order == start[:, None], axis=1)
-    slots = (shift[:, None] + np.arange(4)[None, :]) % count[:, None]
-    cycle = quads[rows[:, None], np.take_along_axis(order, slots, axis=1)]
-    return cycle, count
-
-
 def _hull_ccw(points: F64) -> F64:
     """Convex hull vertices counter-clockwise (positive shoelace area), collinear points left out."""
     pts = np.unique(points, axis=0)  # sorted by x, then y
@@ -236,15 +196,10 @@ def min_area_aspect_ratios(verts: F64, counts: IntArr) -> F32:
     idx = np.flatnonzero(convex)
     if idx.size:
         ar[idx] = _convex_quad_ratios(quads[idx], turns[idx, 0] > 0)
-    generic = is_quad & ~convex
-    for a, b, c in ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)):
-        generic &= _cross(quads[:, a], quads[:, b], quads[:, c]) != 0
-    idx = np.flatnonzero(generic)  # concave quads, or corners not listed around the quad
-    if idx.size:
-        ar[idx] = _hull_ratios(*_quad_cycles(quads[idx]))
-    # Everything else (more points, collinear or repeated points) one polygon at a time: rare.
+    # Everything else (concave or crossed quads, more points, collinear or repeated points) one polygon
+    # at a time: rare.
     rest, cycles = [], []
-    for i in np.flatnonzero(~convex & ~generic & ~flat):
+    for i in np.flatnonzero(~convex & ~flat):
         cycle = _polygon_cycle(verts[i, : counts[i]])
         if cycle is not None:
             rest.append(i)

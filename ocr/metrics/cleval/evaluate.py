@@ -15,7 +15,7 @@ import numpy.typing as npt
 from ocr.metrics.cleval.boxes import pad_polygons
 from ocr.metrics.cleval.competition import COMPETITION_MIN_POINTS
 from ocr.metrics.cleval.geometry import ImageGeometry, measure_image
-from ocr.metrics.cleval.match import PairTables, count_chars, dont_care_detections, match_matrix
+from ocr.metrics.cleval.match import PairTables, dont_care_detections, match_matrix
 from ocr.metrics.cleval.options import MODES, CLEvalOptions, Mode
 
 __all__ = [
@@ -29,14 +29,19 @@ __all__ = [
     "evaluate_dataset",
     "summarise",
     "scores_from_counts",
-    "warn_dropped_detections",
-    "warn_skipped_polygons",
+    "warn_unscored",
     "DONT_CARE_TEXT",
+    "COUNT_FIELDS",
+    "SCORE_FIELDS",
 ]
 
 log = logging.getLogger(__name__)
 
 DONT_CARE_TEXT = "###"
+# The ImageResult fields a dataset score is made of: character counts in the order scores_from_counts
+# takes them (upstream mode sums them), and the per-image scores (competition mode averages them).
+COUNT_FIELDS = ("tp_chars", "recall_penalty", "precision_penalty", "num_gt_chars", "num_det_chars")
+SCORE_FIELDS = ("precision", "recall", "hmean")
 
 
 @dataclass(frozen=True)
@@ -140,10 +145,9 @@ def match_image(
             f"CLEval: expected one ignore flag (and text) per GT polygon, got {len(gt_polygons)} polygons, "
             f"{len(gt_ignore)} flags, {None if gt_texts is None else len(gt_texts)} texts"
         )
-    dropped = 0
-    if options.max_detections is not None and len(pred_polygons) > options.max_detections:
-        dropped = len(pred_polygons) - options.max_detections
-        pred_polygons = pred_polygons[: options.max_detections]
+    limit = options.max_detections
+    dropped = 0 if limit is None else max(0, len(pred_polygons) - limit)
+    pred_polygons = pred_polygons[:limit]
     texts = list(gt_texts) if gt_texts is not None else [None] * len(gt_polygons)
     gt_dc = np.array(
         [bool(f) or t == DONT_CARE_TEXT for f, t in zip(gt_ignore, texts, strict=True)], dtype=bool
@@ -156,21 +160,53 @@ def match_image(
     det_index = np.arange(len(det_counts), dtype=np.intp)
     if competition:
         keep_gt, keep_det = gt_counts >= COMPETITION_MIN_POINTS, det_counts >= COMPETITION_MIN_POINTS
-        if not keep_gt.all():
-            gt_verts, gt_counts, gt_dc = gt_verts[keep_gt], gt_counts[keep_gt], gt_dc[keep_gt]
-            texts = [t for t, keep in zip(texts, keep_gt, strict=True) if keep]
-            gt_index = gt_index[keep_gt]
-        if not keep_det.all():
-            det_verts, det_counts = det_verts[keep_det], det_counts[keep_det]
-            det_index = det_index[keep_det]
+        gt_verts, gt_counts, gt_dc = gt_verts[keep_gt], gt_counts[keep_gt], gt_dc[keep_gt]
+        gt_index, texts = gt_index[keep_gt], [t for t, keep in zip(texts, keep_gt, strict=True) if keep]
+        det_verts, det_counts, det_index = det_verts[keep_det], det_counts[keep_det], det_index[keep_det]
         skipped = len(keep_gt) + len(keep_det) - len(gt_counts) - len(det_counts)
         gt_verts = gt_verts.astype(np.float32).astype(np.float64)
         det_verts = det_verts.astype(np.float32).astype(np.float64)
     geo = measure_image(det_verts, det_counts, gt_verts, gt_counts, gt_dc, texts, options)
-    result, match, det_dc = _score(geo, gt_dc, options, dropped, skipped)
-    return ImageMatch(
-        result, match, gt_dc, det_dc, gt_index, det_index, _box_chars(geo, match, gt_dc, det_dc, options)
+    result, match, det_dc, chars = _score(geo, gt_dc, options, dropped, skipped)
+    return ImageMatch(result, match, gt_dc, det_dc, gt_index, det_index, chars)
+
+
+def _score(
+    geo: ImageGeometry, gt_dc: npt.NDArray[np.bool_], options: CLEvalOptions, dropped: int, skipped: int
+) -> tuple[ImageResult, npt.NDArray[np.bool_], npt.NDArray[np.bool_], BoxChars]:
+    """The image's result, its (G, D) match matrix, its (D,) don't-care detections and per-box counts."""
+    tables = PairTables(geo.area_precision, geo.pcc_count, gt_dc, options.area_precision_threshold)
+    det_dc = dont_care_detections(tables)
+    match = match_matrix(tables, ~det_dc)
+    chars = _box_chars(geo, match, gt_dc, det_dc, options)
+    dets_per_gt, gts_per_det = match.sum(axis=1), match.sum(axis=0)
+    tp, fp_chars = int(chars.gt_tp_chars.sum()), int(chars.det_fp_chars.sum())
+    recall_penalty = float(np.maximum(dets_per_gt - 1, 0).sum()) * options.recall_granularity_weight
+    precision_penalty = float(np.maximum(gts_per_det - 1, 0).sum()) * options.precision_granularity_weight
+    num_gt_chars, num_det_chars = int(chars.gt_chars.sum()), int(chars.det_chars.sum())
+    precision, recall, hmean = scores_from_counts(
+        tp, recall_penalty, precision_penalty, num_gt_chars, num_det_chars
     )
+    result = ImageResult(
+        num_gt_chars=num_gt_chars,
+        num_det_chars=num_det_chars,
+        tp_chars=tp,
+        fp_chars=fp_chars,
+        recall_penalty=recall_penalty,
+        precision_penalty=precision_penalty,
+        num_gt=int(np.count_nonzero(~gt_dc)),
+        num_det=int(np.count_nonzero(~det_dc)),
+        num_gt_ignored=int(np.count_nonzero(gt_dc)),
+        num_det_ignored=int(np.count_nonzero(det_dc)),
+        num_split=int(np.count_nonzero(dets_per_gt > 1)),
+        num_merged=int(np.count_nonzero(gts_per_det > 1)),
+        num_dropped_detections=dropped,
+        num_skipped_polygons=skipped,
+        precision=precision,
+        recall=recall,
+        hmean=hmean,
+    )
+    return result, match, det_dc, chars
 
 
 def _box_chars(
@@ -180,7 +216,7 @@ def _box_chars(
     det_dc: npt.NDArray[np.bool_],
     options: CLEvalOptions,
 ) -> BoxChars:
-    """Per-box character counts, split the way :func:`count_chars` and :func:`_score` sum them."""
+    """Per-box character counts of one image's (G, D) ``match``; the image's totals are their sums."""
     num_gt, num_det = match.shape
     kept = match[geo.hit_gt, geo.hit_det]
     # A centre covered by several matched detections counts once, for the GT that owns it.
@@ -202,67 +238,18 @@ def _box_chars(
     )
 
 
-def _score(
-    geo: ImageGeometry, gt_dc: npt.NDArray[np.bool_], options: CLEvalOptions, dropped: int, skipped: int
-) -> tuple[ImageResult, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """The image's result, its (G, D) match matrix and its (D,) don't-care detections."""
-    tables = PairTables(geo.area_precision, geo.pcc_count, gt_dc, options.area_precision_threshold)
-    det_dc = dont_care_detections(tables)
-    det_valid = ~det_dc
-    match = match_matrix(tables, det_valid)
-    counts, det_side = count_chars(
-        match,
-        geo.hit_gt,
-        geo.hit_pcc,
-        geo.hit_det,
-        options.recall_granularity_weight,
-        options.precision_granularity_weight,
-    )
-    unmatched = det_valid & ~match.any(axis=0)
-    fp_chars = int(geo.det_fp_chars[unmatched].sum())
-    num_gt_chars = int(geo.gt_chars[~gt_dc].sum())
-    num_det_chars = det_side + fp_chars
-    precision, recall, hmean = scores_from_counts(
-        counts.tp, counts.recall_penalty, counts.precision_penalty, num_gt_chars, num_det_chars
-    )
-    result = ImageResult(
-        num_gt_chars=num_gt_chars,
-        num_det_chars=num_det_chars,
-        tp_chars=counts.tp,
-        fp_chars=fp_chars,
-        recall_penalty=counts.recall_penalty,
-        precision_penalty=counts.precision_penalty,
-        num_gt=int(np.count_nonzero(~gt_dc)),
-        num_det=int(np.count_nonzero(det_valid)),
-        num_gt_ignored=int(np.count_nonzero(gt_dc)),
-        num_det_ignored=int(np.count_nonzero(det_dc)),
-        num_split=counts.num_split,
-        num_merged=counts.num_merged,
-        num_dropped_detections=dropped,
-        num_skipped_polygons=skipped,
-        precision=precision,
-        recall=recall,
-        hmean=hmean,
-    )
-    return result, match, det_dc
-
-
 def summarise(images: Sequence[ImageResult], mode: Mode) -> DatasetResult:
     """Dataset scores: summed character counts (upstream) or the mean of per-image scores (competition)."""
     if mode not in MODES:
         raise ValueError(f"CLEval mode: expected one of {MODES}, got {mode!r}")
     if mode == "competition":
         n = len(images)
-        precision = sum(r.precision for r in images) / n if n else 0.0
-        recall = sum(r.recall for r in images) / n if n else 0.0
-        hmean = sum(r.hmean for r in images) / n if n else 0.0
+        precision, recall, hmean = (
+            sum(getattr(r, k) for r in images) / n if n else 0.0 for k in SCORE_FIELDS
+        )
     else:
         precision, recall, hmean = scores_from_counts(
-            sum(r.tp_chars for r in images),
-            sum(r.recall_penalty for r in images),
-            sum(r.precision_penalty for r in images),
-            sum(r.num_gt_chars for r in images),
-            sum(r.num_det_chars for r in images),
+            *(sum(getattr(r, k) for r in images) for k in COUNT_FIELDS)
         )
     return DatasetResult(list(images), precision, recall, hmean)
 
@@ -293,16 +280,13 @@ def evaluate_images(
     return results
 
 
-def warn_dropped_detections(dropped: int, options: CLEvalOptions) -> None:
-    """Say how many detections ``max_detections`` left unscored (nothing when none)."""
+def warn_unscored(dropped: int, skipped: int, options: CLEvalOptions) -> None:
+    """Say how many detections ``max_detections`` left unscored and how many polygons competition mode
+    left out for having fewer than 4 points (nothing when none)."""
     if dropped:
         log.warning(
             "CLEval: %d detections beyond max_detections=%s were not scored", dropped, options.max_detections
         )
-
-
-def warn_skipped_polygons(skipped: int) -> None:
-    """Say how many polygons competition mode left out for having fewer than 4 points."""
     if skipped:
         log.warning(
             "CLEval (competition mode): %d polygons with fewer than %d points were not scored, as the "
@@ -324,6 +308,6 @@ def evaluate_dataset(
     :func:`summarise`; ``names`` label error messages."""
     labels = None if names is None else [f"image {name}" for name in names]
     results = evaluate_images(pred_polygons, gt_polygons, gt_ignore, gt_texts, options, labels)
-    warn_dropped_detections(sum(r.num_dropped_detections for r in results), options)
-    warn_skipped_polygons(sum(r.num_skipped_polygons for r in results))
+    dropped = sum(r.num_dropped_detections for r in results)
+    warn_unscored(dropped, sum(r.num_skipped_polygons for r in results), options)
     return summarise(results, options.mode)

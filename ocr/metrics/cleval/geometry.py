@@ -113,11 +113,6 @@ def _upstream_chars(
     return chars, xy, owner
 
 
-def _upstream_fp_chars(verts: F64, counts: IntArr) -> npt.NDArray[np.int64]:
-    quads, chain = reading_quads(verts, counts, is_gt=False)
-    return fp_char_counts(aspect_ratios(*box_sides(verts, counts, quads, chain)))
-
-
 def measure_image(
     det_verts: F64,
     det_counts: IntArr,
@@ -141,7 +136,8 @@ def measure_image(
         det_fp_chars = competition.fp_char_counts(ar[len(gt_counts) :])
     else:
         chars, xy, owner = _upstream_chars(gt_verts, gt_counts, gt_dc, gt_texts, options)
-        det_fp_chars = _upstream_fp_chars(det_verts, det_counts)
+        quads, chain = reading_quads(det_verts, det_counts, is_gt=False)
+        det_fp_chars = fp_char_counts(aspect_ratios(*box_sides(det_verts, det_counts, quads, chain)))
 
     gt, det = QuadSet(np.trunc(gt_verts), gt_counts), QuadSet(np.trunc(det_verts), det_counts)
     num_gt, num_det = len(gt_counts), len(det_counts)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PairTables", "CharCounts", "dont_care_detections", "match_matrix", "count_chars"]
+__all__ = ["PairTables", "dont_care_detections", "match_matrix"]
 
 BoolMat = npt.NDArray[np.bool_]
 
@@ -27,17 +27,6 @@ class PairTables:
     def ap_ok(self) -> BoolMat:
         """(G, D) area precision meets the constraint, compared in float32 like the reference."""
         return self.area_precision >= np.float32(self.threshold)
-
-
-@dataclass(frozen=True)
-class CharCounts:
-    """Character totals of one image before the P/R/H division."""
-
-    tp: int  # GT character centres covered by a matched detection, each counted once
-    recall_penalty: float
-    precision_penalty: float
-    num_split: int  # GTs matched to >= 2 detections
-    num_merged: int  # detections matched to >= 2 GTs
 
 
 def _ap_sum(tables: PairTables, rows: BoolMat) -> npt.NDArray[np.float64]:
@@ -71,30 +60,3 @@ def match_matrix(tables: PairTables, det_valid: BoolMat) -> BoolMat:
     merge_ok = (merge_cand.sum(axis=0) >= 2) & (_ap_sum(tables, merge_cand) >= tables.threshold)
     merge = merge_cand & merge_ok[None, :]
     return one | split | merge
-
-
-def count_chars(
-    match: BoolMat,
-    hit_gt: npt.NDArray[np.intp],
-    hit_pcc: npt.NDArray[np.intp],
-    hit_det: npt.NDArray[np.intp],
-    recall_weight: float,
-    precision_weight: float,
-) -> tuple[CharCounts, int]:
-    """Character counts from the (G, D) ``match`` and the (H,) (GT, centre, detection) inclusion hits, with
-    the split and merge penalty weights; also returns the hits inside matched pairs."""
-    kept = match[hit_gt, hit_det]
-    covered = np.zeros(int(hit_pcc.max(initial=-1)) + 1, dtype=bool)
-    covered[hit_pcc[kept]] = True
-    tp = int(np.count_nonzero(covered))
-    det_side = int(np.count_nonzero(kept))
-    dets_per_gt = match.sum(axis=1)
-    gts_per_det = match.sum(axis=0)
-    counts = CharCounts(
-        tp=tp,
-        recall_penalty=float(np.maximum(dets_per_gt - 1, 0).sum()) * recall_weight,
-        precision_penalty=float(np.maximum(gts_per_det - 1, 0).sum()) * precision_weight,
-        num_split=int(np.count_nonzero(dets_per_gt > 1)),
-        num_merged=int(np.count_nonzero(gts_per_det > 1)),
-    )
-    return counts, det_side

@@ -10,29 +10,20 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from ocr.metrics.cleval.evaluate import (
+    COUNT_FIELDS,
+    SCORE_FIELDS,
     ImageResult,
     evaluate_images,
     scores_from_counts,
-    warn_dropped_detections,
-    warn_skipped_polygons,
+    warn_unscored,
 )
 from ocr.metrics.cleval.options import CLEvalOptions
 
 __all__ = ["CLEvalMetric"]
 
 # Each state sums one ImageResult field over the images seen; num_images counts them.
-_SUMMED_FIELDS = {
-    "tp_chars": "tp_chars",
-    "recall_penalty": "recall_penalty",
-    "precision_penalty": "precision_penalty",
-    "num_gt_chars": "num_gt_chars",
-    "num_det_chars": "num_det_chars",
-    "sum_precision": "precision",
-    "sum_recall": "recall",
-    "sum_hmean": "hmean",
-    "num_dropped": "num_dropped_detections",
-    "num_skipped": "num_skipped_polygons",
-}
+_SUMMED_FIELDS = {name: name for name in COUNT_FIELDS} | {f"sum_{s}": s for s in SCORE_FIELDS}
+_SUMMED_FIELDS |= {"num_dropped": "num_dropped_detections", "num_skipped": "num_skipped_polygons"}
 
 
 class CLEvalMetric(Metric):
@@ -90,20 +81,13 @@ class CLEvalMetric(Metric):
 
     def compute(self) -> dict[str, Tensor]:
         """``{"precision", "recall", "hmean"}`` as float32 scalars (0 before any image)."""
-        warn_dropped_detections(int(self.num_dropped), self.options)
-        warn_skipped_polygons(int(self.num_skipped))
+        warn_unscored(int(self.num_dropped), int(self.num_skipped), self.options)
         if self.options.mode == "competition":
             n = max(float(self.num_images), 1.0)
-            values = (float(self.sum_precision) / n, float(self.sum_recall) / n, float(self.sum_hmean) / n)
+            values = tuple(float(getattr(self, f"sum_{s}")) / n for s in SCORE_FIELDS)
         else:
-            values = scores_from_counts(
-                float(self.tp_chars),
-                float(self.recall_penalty),
-                float(self.precision_penalty),
-                float(self.num_gt_chars),
-                float(self.num_det_chars),
-            )
+            values = scores_from_counts(*(float(getattr(self, name)) for name in COUNT_FIELDS))
         return {
             name: torch.tensor(v, dtype=torch.float32, device=self.device)
-            for name, v in zip(("precision", "recall", "hmean"), values, strict=True)
+            for name, v in zip(SCORE_FIELDS, values, strict=True)
         }
