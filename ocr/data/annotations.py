@@ -49,21 +49,13 @@ class AnnotationError(UsageError, ValueError):
 
 @dataclass
 class Word:
-    """One annotated word (or line).
+    """One annotated word (or line)."""
 
-    Attributes:
-        key: the word's key in the file ("0001").
-        points: (K, 2) float32 polygon in the frame stored in the file; K may be < 3 (sanitation's job).
-        text: transcription, None when absent.
-        ignore: don't-care region (``"ignore": true`` or text ``"###"``).
-        extra: unknown keys of the word object, kept for round trips.
-    """
-
-    key: str
-    points: Polygon
-    text: str | None = None
-    ignore: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    key: str  # the word's key in the file ("0001")
+    points: Polygon  # (K, 2) float32 in the frame stored in the file; K may be < 3 (sanitation's job)
+    text: str | None = None  # transcription, None when absent
+    ignore: bool = False  # don't-care region (``"ignore": true`` or text ``"###"``)
+    extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for round trips
 
 
 @dataclass
@@ -87,13 +79,8 @@ class AnnotationSet(dict[str, ImageRecord]):
 
 
 def load_annotations(path: str | Path) -> AnnotationSet:
-    """Read and validate an annotation file.
-
-    Raises:
-        AnnotationError: invalid JSON (with line and column) or a wrong type/shape (with the JSON path).
-        InputNotFoundError: there is no such file.
-        OSError: the file cannot be read.
-    """
+    """Read and validate an annotation file: AnnotationError for invalid JSON (with line and column) or a
+    wrong type/shape (with the JSON path), InputNotFoundError when there is none, OSError when unreadable."""
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8-sig")
@@ -111,14 +98,9 @@ def load_annotations(path: str | Path) -> AnnotationSet:
 
 
 def parse_annotations(obj: Any, source: str) -> AnnotationSet:
-    """Validate a decoded JSON object; ``source`` names it in error messages.
-
-    Raises:
-        AnnotationError: a wrong type or shape, naming ``source`` and the JSON path; or two names of one
-            file (``X.jpg`` and ``sub/../X.jpg``), which would be trained on and scored twice.
-    """
-    _expect(isinstance(obj, dict), source, "", 'a JSON object with key "images"', obj)
-    _expect("images" in obj, source, "", 'a JSON object with key "images"', obj)
+    """Validate a decoded JSON object; AnnotationError names ``source`` and the JSON path of a wrong type or
+    shape, or two names of one file (``X.jpg`` and ``sub/../X.jpg``: trained on and scored twice)."""
+    _expect(isinstance(obj, dict) and "images" in obj, source, "", 'a JSON object with key "images"', obj)
     images = obj["images"]
     _expect(isinstance(images, dict), source, "images", "an object {file name: image}", images)
     first_names: dict[str, str] = {}
@@ -155,8 +137,7 @@ def save_annotations(path: str | Path, records: Mapping[str, ImageRecord]) -> Pa
 
 
 def _parse_image(entry: Any, source: str, where: str, name: str) -> ImageRecord:
-    _expect(isinstance(entry, dict), source, where, 'an object with key "words"', entry)
-    _expect("words" in entry, source, where, 'an object with key "words"', entry)
+    _expect(isinstance(entry, dict) and "words" in entry, source, where, 'an object with key "words"', entry)
     words = entry["words"]
     _expect(isinstance(words, dict), source, f"{where}.words", "an object {key: word}", words)
     parsed = [_parse_word(w, source, f"{where}.words[{_q(k)}]", k) for k, w in words.items()]
@@ -166,8 +147,7 @@ def _parse_image(entry: Any, source: str, where: str, name: str) -> ImageRecord:
 
 
 def _parse_word(word: Any, source: str, where: str, key: str) -> Word:
-    _expect(isinstance(word, dict), source, where, 'an object with key "points"', word)
-    _expect("points" in word, source, where, 'an object with key "points"', word)
+    _expect(isinstance(word, dict) and "points" in word, source, where, 'an object with key "points"', word)
     points = _parse_points(word["points"], source, f"{where}.points")
     text = word.get("text")
     _expect(text is None or isinstance(text, str), source, f"{where}.text", "a string or null", text)
@@ -228,16 +208,11 @@ def _expect(ok: bool, source: str, where: str, expected: str, got: Any) -> None:
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value) if _json_safe(value) else repr(value)
-    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
-
-
-def _json_safe(value: Any) -> bool:
     try:
-        json.dumps(value)
+        text = json.dumps(value)
     except (TypeError, ValueError):
-        return False
-    return True
+        text = repr(value)
+    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
 
 
 def _q(key: str) -> str:

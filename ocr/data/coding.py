@@ -102,7 +102,6 @@ def decode_batch(batch: Batch) -> Batch:
         return decoded
     step = (coding.thresh_max - coding.thresh_min) / THRESH_LEVELS
     decoded["thresh_map"] = batch["thresh_map"].float() * step + coding.thresh_min
-    decoded["prob_map"] = batch["prob_map"].float()
-    decoded["prob_mask"] = batch["prob_mask"].float()
-    decoded["thresh_mask"] = batch["thresh_mask"].float()
+    for key in ("prob_map", "prob_mask", "thresh_mask"):
+        decoded[key] = batch[key].float()  # type: ignore[literal-required]
     return decoded

@@ -35,7 +35,9 @@ def collate_batch(samples: Sequence[Sample]) -> Batch:
         )
     first, coding = samples[0], samples[0]["coding"]
     if first["warp"] is None:
-        _check_one_shape(samples)
+        shapes = [(s["image_id"], tuple(s["image"].shape)) for s in samples]
+        if len({shape for _, shape in shapes}) != 1:
+            raise ValueError(f"collate_batch: images must share one (3, H, W) shape to stack, got {shapes}")
         images, warp = _stack([s["image"] for s in samples]), None  # (B, 3, H, W)
     else:
         regions = [s["image"] for s in samples]
@@ -73,13 +75,6 @@ def collate_batch(samples: Sequence[Sample]) -> Batch:
             "target_polygons": target_polygons,
         },
     )
-
-
-def _check_one_shape(samples: Sequence[Sample]) -> None:
-    shapes = {tuple(s["image"].shape) for s in samples}
-    if len(shapes) != 1:
-        ids = [(s["image_id"], tuple(s["image"].shape)) for s in samples]
-        raise ValueError(f"collate_batch: images must share one (3, H, W) shape to stack, got {ids}")
 
 
 def _stack(tensors: Sequence[Tensor]) -> Tensor:

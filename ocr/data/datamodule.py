@@ -198,7 +198,8 @@ class ReceiptDataModule(L.LightningDataModule):
         dataset = self.datasets[name]
         if not isinstance(dataset, ReceiptDataset):
             return
-        if name == "train" and len(dataset) > 0 and not _has_labelled_word(dataset):
+        labelled = any(not all(entry.ignore) for entry in dataset.entries if entry.polygons)
+        if name == "train" and len(dataset) > 0 and not labelled:
             raise InputNotFoundError(
                 f"{self._split_name(name)} has no labelled words: {len(dataset)} usable images, none with a "
                 "word to learn (every word list empty, marked ignore/###, or removed by sanitation: "
@@ -348,10 +349,6 @@ class ReceiptDataModule(L.LightningDataModule):
         """Stop the train stream's workers when fitting ends."""
         if stage == "fit" and self._train_stream is not None:
             self._train_stream.close()
-
-
-def _has_labelled_word(dataset: ReceiptDataset) -> bool:
-    return any(not all(entry.ignore) for entry in dataset.entries if entry.polygons)
 
 
 def _sanitation(dataset: ReceiptDataset) -> str:

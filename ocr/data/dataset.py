@@ -63,12 +63,9 @@ class ReceiptDataset(Dataset[Sample]):
         if render_on not in RENDER_ON:
             raise ValueError(f"render_on: expected one of {RENDER_ON}, got {render_on!r} <data.render_on>")
         self.targets = TargetParams.from_config(targets)
+        drawn_there = self.targets if render_on == "device" else None  # the targets the device draws
         self.coding = BatchCoding(
-            transform.mean,
-            transform.std,
-            self.targets.thresh_min,
-            self.targets.thresh_max,
-            self.targets if render_on == "device" else None,
+            transform.mean, transform.std, self.targets.thresh_min, self.targets.thresh_max, drawn_there
         )
         # Only the train transform warps; an eval letterbox is a plain resize, rendered here either way.
         self.warp_on_device = render_on == "device" and isinstance(transform, TrainTransform)
@@ -83,16 +80,11 @@ class ReceiptDataset(Dataset[Sample]):
         self.transform = transform
         self.min_polygon_size = float(min_polygon_size)
         self.source_long_side = int(transform.source_long_side)
-        self.cache = (
-            None
-            if cache_dir is None
-            else ImageCache(
-                cache_dir,
-                cache_fingerprint(
-                    self.annotation_path, {"source_long_side": self.source_long_side, "exif_mode": exif_mode}
-                ),
-            )
-        )
+        # what the cached pixels depend on, besides the annotation file and the code
+        pixels = {"source_long_side": self.source_long_side, "exif_mode": exif_mode}
+        self.cache: ImageCache | None = None
+        if cache_dir is not None:
+            self.cache = ImageCache(cache_dir, cache_fingerprint(self.annotation_path, pixels))
         # One process at a time fills a cache folder (the ranks of a node); the others then read it.
         with self.cache.filling() if self.cache is not None else nullcontext():
             self.entries, self.report = scan_split(
@@ -108,7 +100,6 @@ class ReceiptDataset(Dataset[Sample]):
             )
 
     def __len__(self) -> int:
-        """Number of usable images."""
         return len(self.entries)
 
     def input_size(self, index: int) -> tuple[int, int]:
@@ -203,7 +194,6 @@ class ImageFolderDataset(Dataset[Sample]):
         self.coding = BatchCoding(transform.mean, transform.std, 0.0, 1.0)
 
     def __len__(self) -> int:
-        """Number of image files found."""
         return len(self.files)
 
     @functools.cached_property

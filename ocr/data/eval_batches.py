@@ -26,13 +26,9 @@ log = logging.getLogger(__name__)
 class SizedEvalDataset(Protocol):
     """An evaluation dataset that can tell each image's input size before decoding it."""
 
-    def __len__(self) -> int:
-        """Number of images."""
-        ...
+    def __len__(self) -> int: ...
 
-    def __getitem__(self, index: int) -> Sample:
-        """One transformed image."""
-        ...
+    def __getitem__(self, index: int) -> Sample: ...
 
     def input_size(self, index: int) -> tuple[int, int]:
         """(height, width) of image ``index`` as the network will see it."""
@@ -65,11 +61,9 @@ class BatchList(Dataset[list[Sample]]):
         self.batches = batches
 
     def __len__(self) -> int:
-        """Number of batches."""
         return len(self.batches)
 
     def __getitem__(self, index: int) -> list[Sample]:
-        """The samples of batch ``index``."""
         return [self.dataset[i] for i in self.batches[index]]
 
 

@@ -37,14 +37,7 @@ def place_images(names: Sequence[str], src_dir: str | Path, dst_dir: str | Path,
             raise InputNotFoundError(f"{src}: image not found (to {how} into {dst_root})")
         if dst.exists() and os.path.samefile(src, dst):
             continue  # already there: replacing the image by a link to itself would lose it
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        temp = dst.with_name(f".{dst.name}.tmp")
-        temp.unlink(missing_ok=True)
-        if how == "link":
-            os.symlink(src, temp)
-        else:
-            shutil.copyfile(src, temp)
-        os.replace(temp, dst)
+        _place(src, dst, how)
     return len(names)
 
 
@@ -64,9 +57,9 @@ def write_label_subset(root: str | Path, split: str, count: int, out: str | Path
     place_images(names[:count], root / "images" / split, out / "images" / split, how)
     place_images(names[count:], root / "images" / split, out / UNLABELLED_DIR, how)
     for other in sorted(p.stem for p in (root / "jsons").glob("*.json") if p.stem != split):
-        _link(root / "jsons" / f"{other}.json", out / "jsons" / f"{other}.json")
+        _place(root / "jsons" / f"{other}.json", out / "jsons" / f"{other}.json")
         if (root / "images" / other).is_dir():
-            _link(root / "images" / other, out / "images" / other)
+            _place(root / "images" / other, out / "images" / other)
     log.info(
         "label subset: %s split %r keeps the labels of %d of %d images; %d unlabelled in %s",
         out,
@@ -79,10 +72,10 @@ def write_label_subset(root: str | Path, split: str, count: int, out: str | Path
     return out
 
 
-def _link(src: Path, dst: Path) -> None:
-    """A symbolic link ``dst`` -> ``src`` (replacing an earlier link)."""
+def _place(src: Path, dst: Path, how: str = "link") -> None:
+    """``dst`` a symbolic link to ``src`` or (``how="copy"``) a copy, replacing what was there atomically."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     temp = dst.with_name(f".{dst.name}.tmp")
     temp.unlink(missing_ok=True)
-    os.symlink(src, temp)
+    (os.symlink if how == "link" else shutil.copyfile)(src, temp)
     os.replace(temp, dst)

@@ -102,12 +102,9 @@ class PhotoAugment:
         scene: SceneParams,
         camera: CameraParams,
     ) -> None:
-        for key, params in {
-            "perspective": perspective,
-            "bend": bend,
-            "scene": scene,
-            "camera": camera,
-        }.items():
+        for key, params in zip(
+            ("perspective", "bend", "scene", "camera"), (perspective, bend, scene, camera), strict=True
+        ):
             _check_ranges(key, params)
         if not scene.backgrounds or set(scene.backgrounds) - set(BACKGROUNDS):
             raise ValueError(

@@ -81,7 +81,7 @@ def sanitize_words(
             kept.append(poly)
             flags.append(bool(is_ignored))
             kept_texts.append(text)
-    return kept, flags, kept_texts, _counts(results)
+    return kept, flags, kept_texts, dict(Counter(reason for _, reason in results if reason is not None))
 
 
 def _sanitize_each(
@@ -109,7 +109,7 @@ def _sanitize_each(
             read_at.append(i)
     ready, ready_at = [], []
     for rows, stack in group_by_point_count(read):
-        for row, pts, reason in zip(rows.tolist(), *_prepare_group(stack), strict=True):
+        for row, (pts, reason) in zip(rows.tolist(), _prepare_group(stack), strict=True):
             if pts is None:
                 results[read_at[row]] = (None, reason)
             else:
@@ -137,18 +137,12 @@ def _plain_stack(polygons: Sequence[Any]) -> npt.NDArray[np.float64] | None:
     return stack
 
 
-def _counts(results: Sequence[tuple[Polygon | None, str | None]]) -> dict[str, int]:
-    return dict(Counter(reason for _, reason in results if reason is not None))
-
-
 def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
     """Sum per-reason counts; only non-zero entries are kept."""
     return dict(sum(map(Counter, counts), Counter()))  # Counter's + keeps the positive counts
 
 
-def _prepare_group(
-    stack: npt.NDArray[np.float64],
-) -> tuple[list[npt.NDArray[np.float64] | None], list[str | None]]:
+def _prepare_group(stack: npt.NDArray[np.float64]) -> list[tuple[npt.NDArray[np.float64] | None, str | None]]:
     """Checks that need no geometry, on (N, K, 2) polygons of one point count: per polygon (K >= 3, 2)
     distinct points or None, and the removal reason or None."""
     # numpy's stubs type all/any(axis=...) as bool | array; these are (N,) arrays.
@@ -157,22 +151,14 @@ def _prepare_group(
     huge: npt.NDArray[np.bool_] = (  # type: ignore[assignment]
         np.abs(np.where(np.isfinite(stack), stack, 0.0)) > _COORD_LIMIT
     ).any(axis=(1, 2))
-    kept: list[npt.NDArray[np.float64] | None] = []
-    reasons: list[str | None] = []
+    out: list[tuple[npt.NDArray[np.float64] | None, str | None]] = []
     for k, pts in enumerate(stack):
         if not finite[k] or huge[k]:
-            kept.append(None)
-            reasons.append("non_finite" if not finite[k] else "out_of_range")
+            out.append((None, "non_finite" if not finite[k] else "out_of_range"))
             continue
-        if repeats[k]:
-            pts = _drop_repeats(pts)
-        if len(pts) < 3:
-            kept.append(None)
-            reasons.append("too_few_points")
-        else:
-            kept.append(pts)
-            reasons.append(None)
-    return kept, reasons
+        pts = _drop_repeats(pts) if repeats[k] else pts
+        out.append((pts, None) if len(pts) >= 3 else (None, "too_few_points"))
+    return out
 
 
 def _clean_group(

@@ -170,7 +170,7 @@ def scan_split(
             len(mismatches),
             _names(mismatches),
         )
-    report.unannotated = _unannotated(image_dir, records)
+    report.unannotated = sorted(set(list_images(image_dir)) - set(records))
     if report.unannotated:
         log.warning(
             "%s: %d image files under %s have no entry in the annotation file and are not used: %s",
@@ -226,10 +226,6 @@ def _size_disagrees(record: ImageRecord, header: DecodedImage) -> bool:
         return False
     frames = ((header.orig_width, header.orig_height), (header.raw_width, header.raw_height))
     return not any(record.img_w in (None, w) and record.img_h in (None, h) for w, h in frames)
-
-
-def _unannotated(image_dir: Path, records: Mapping[str, ImageRecord]) -> list[str]:
-    return sorted(set(list_images(image_dir)) - set(records))
 
 
 def _raise_unusable(

@@ -43,24 +43,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SourceImage:
-    """An upright image that is the original image scaled by exactly ``scale``.
+    """An upright image that is the original image scaled by exactly ``scale``."""
 
-    Attributes:
-        image: (h, w, 3) uint8 RGB; ``h ~= orig_height * scale`` (sizes are rounded, the scale is exact).
-        scale: source px per original px (<= 1 when decoded/resized down).
-        orig_width: original width (px after EXIF orientation).
-        orig_height: original height.
-    """
-
-    image: npt.NDArray[np.uint8]
-    scale: float
-    orig_width: int
+    image: npt.NDArray[np.uint8]  # (h, w, 3) uint8 RGB, h ~= orig_height * scale (sizes rounded, scale exact)
+    scale: float  # source px per original px (<= 1 when decoded/resized down)
+    orig_width: int  # original px after EXIF orientation
     orig_height: int
 
 
 class TransformResult(NamedTuple):
-    """Output of a transform call."""
-
     image: Tensor  # (3, H, W) uint8 RGB; normalised on the device (ocr.data.coding)
     polygons: list[Polygon]  # input px, same count/order/points as given; not clipped
     geometry: Geometry  # input px -> original px
@@ -95,10 +86,15 @@ RESIZE_RULES = ("long", "short")
 
 
 class EvalTransform:
-    """Letterbox: aspect-preserving resize of the original to ``long_side``, padded bottom/right to a
-    square, or (``pad_multiple``) only to the next multiple of ``pad_multiple`` px on each side. With
-    ``resize="short"`` the input follows the image: its short side is scaled to ``short_side``, its long
-    side to at most ``long_side``."""
+    """Letterbox: aspect-preserving resize of the original to ``long_side``, padded bottom/right (with
+    ``fill``) to a square, or (``pad_multiple``) only to the next multiple of ``pad_multiple`` px on each
+    side: a receipt at 1024 x 450 computes 1024 x 480 instead of 1024 x 1024, and eval batches group
+    images of one input size (``ocr.data.eval_batches``). With ``resize="short"`` the input follows the
+    image: its short side is scaled to ``short_side`` (up or down), its long side then capped at
+    ``long_side`` (a 3000 x 4000 photo at ``short_side=736`` is scaled to 736 x 981 and computed at
+    768 x 992 with ``pad_multiple=32`` and the one-pixel decode margin); use it with ``pad_multiple``, as
+    without every input is still the square. ``mean``/``std`` (RGB, [0, 1] units) normalise on the device.
+    """
 
     def __init__(
         self,
@@ -111,39 +107,16 @@ class EvalTransform:
         resize: str = "long",
         short_side: PositiveInt | None = None,
     ) -> None:
-        """Build the eval transform.
-
-        Args:
-            long_side: long side of the network input (px): the side of the square, or the long side.
-            mean: per-channel normalisation mean (RGB, in [0, 1] units), applied on the device.
-            std: per-channel normalisation std.
-            fill: padding value (0..255).
-            pad_multiple: None pads to the ``long_side`` square; an int pads each side only up to its next
-                multiple (a receipt at 1024 x 450 computes 1024 x 480 instead of 1024 x 1024). Eval
-                batches then group images of one input size (``ocr.data.eval_batches``).
-            resize: ``long``: the long side is scaled to ``long_side``; ``short``: the short side to
-                ``short_side`` (up or down), the long side then capped at ``long_side`` (a photo of 3000 x
-                4000 px at ``short_side=736`` is scaled to 736 x 981, computed at 768 x 992 with
-                ``pad_multiple=32`` and the one-pixel decode margin; a long receipt
-                keeps its text height as long as ``long_side`` allows). Use it with ``pad_multiple``: without,
-                every input is still the ``long_side`` square.
-            short_side: the short side's target with ``resize="short"``.
-        """
         if resize not in RESIZE_RULES:
             raise ValueError(f"resize: expected one of {RESIZE_RULES}, got {resize!r}")
         if resize == "short" and short_side is None:  # the sizes' ranges: the config check (PositiveInt)
             raise ValueError(f"short_side: expected a positive int with resize=short, got {short_side!r}")
-        self.resize = resize
-        self.short_side = short_side
-        self.long_side = int(long_side)
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
-        self.fill = int(fill)
-        self.pad_multiple = pad_multiple
+        self.resize, self.short_side, self.pad_multiple = resize, short_side, pad_multiple
+        self.long_side, self.fill = int(long_side), int(fill)
+        self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
     @property
     def source_long_side(self) -> int:
-        """Long side the source image needs (decode/cache at this size when the original is larger)."""
         return self.long_side
 
     def image_long_side(self, orig_width: int, orig_height: int) -> int:
@@ -187,7 +160,14 @@ class EvalTransform:
 
 class TrainTransform:
     """Random scale + flip + rotation + text-keeping crop in one warp; photometric jitter parameters drawn
-    here, applied on the device."""
+    here, applied on the device.
+
+    The original is scaled so its long side is ``train_long_side``, then by a factor from ``scale_range``,
+    flipped with ``p_flip``, rotated within +-``rotate_limit`` deg with ``p_rotate``, and cropped to a
+    ``crop_size`` square, around a random non-ignored polygon with ``p_text_crop`` (else anywhere), ``fill``
+    where the crop leaves the image. ``photo`` (``ocr.data.photo``), when set, first makes the source a
+    phone photo of it with its own probability.
+    """
 
     def __init__(
         self,
@@ -205,43 +185,14 @@ class TrainTransform:
         fill: int,
         photo: PhotoAugment | None = None,
     ) -> None:
-        """Build the train transform.
-
-        Args:
-            crop_size: side of the square crop fed to the network (px).
-            train_long_side: the original is first scaled so its long side is this (px) ...
-            scale_range: ... then by a factor drawn uniformly from this (min, max) range.
-            rotate_limit: rotation angle drawn from [-limit, limit] degrees with probability ``p_rotate``.
-            p_rotate: probability of a rotation.
-            p_flip: probability of a horizontal flip.
-            p_text_crop: probability that the crop window is placed around a random non-ignored polygon
-                (otherwise uniformly over the image).
-            photometric: draws each sample's colour jitter, blur and noise (config
-                ``train_transform.photometric``), applied on the device.
-            mean: per-channel normalisation mean, applied on the device.
-            std: per-channel normalisation std.
-            fill: border value (0..255) where the crop leaves the image.
-            photo: with its probability, makes the source a phone photo of it (bent page, tilted camera,
-                background, light) before the crop is drawn (config ``train_transform.photo``,
-                ``ocr.data.photo``); None: never.
-        """
         lo, hi = (float(s) for s in scale_range)
         if not 0 < lo <= hi:
             raise ValueError(f"scale_range: expected 0 < min <= max, got {tuple(scale_range)}")
-        if crop_size <= 0 or train_long_side <= 0:
-            raise ValueError(
-                f"crop_size/train_long_side: expected positive ints, got {crop_size}/{train_long_side}"
-            )
-        self.crop_size = int(crop_size)
-        self.train_long_side = int(train_long_side)
-        self.scale_range = (lo, hi)
-        self.rotate_limit = float(rotate_limit)
+        self.crop_size, self.train_long_side, self.fill = int(crop_size), int(train_long_side), int(fill)
+        self.scale_range, self.rotate_limit = (lo, hi), float(rotate_limit)
         self.p_rotate, self.p_flip, self.p_text_crop = float(p_rotate), float(p_flip), float(p_text_crop)
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
-        self.fill = int(fill)
-        self.photometric = photometric
-        self.photo = photo
+        self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+        self.photometric, self.photo = photometric, photo
         # Seeded from numpy's global RNG so that seed_everything() before instantiation is reproducible;
         # DataLoader workers re-seed through ReceiptDataModule's worker_init_fn.
         self.set_random_seed(int(np.random.randint(0, 2**31 - 1)))
@@ -261,11 +212,8 @@ class TrainTransform:
     def __call__(
         self, source: SourceImage, polygons_orig_px: Sequence[Polygon], ignore: Sequence[bool]
     ) -> TransformResult:
-        """Augment ``source``; ``ignore`` keeps don't-care polygons from being chosen as crop centres.
-
-        The crop is rendered here (``render_crop``, the CPU reference of the device warp): the sample as
-        ``data.render_on=worker`` trains on it.
-        """
+        """Augment ``source`` and render the crop here (``render_crop``, the CPU reference of the device
+        warp), as ``data.render_on=worker`` trains on it; ``ignore``d polygons are never crop centres."""
         region, result = self.crop_region(source, polygons_orig_px, ignore)
         assert result.warp is not None  # crop_region always leaves the warp to its caller
         crop = render_crop(region, result.warp)
@@ -274,14 +222,10 @@ class TrainTransform:
     def crop_region(
         self, source: SourceImage, polygons_orig_px: Sequence[Polygon], ignore: Sequence[bool]
     ) -> tuple[npt.NDArray[np.uint8], TransformResult]:
-        """Draw the augmentation and find the part of ``source`` the crop reads, without warping it.
-
-        Returns:
-            The source region (h, w, 3) uint8, a view of ``source.image`` with sides that are multiples
-            of ``warp.pool``, and the result whose ``image`` is that region as a (3, h, w) tensor view and
-            whose ``warp`` turns it into the crop (``render_crop`` on the CPU, ``warp_regions`` on a
-            device).
-        """
+        """Draw the augmentation and find the part of ``source`` the crop reads, without warping it: the
+        region (h, w, 3) uint8, a view of ``source.image`` with sides that are multiples of ``warp.pool``,
+        and the result whose ``image`` is that region as a (3, h, w) tensor view and whose ``warp`` turns it
+        into the crop (``render_crop`` on the CPU, ``warp_regions`` on a device)."""
         source, polygons_orig_px = self._photograph(source, polygons_orig_px)
         rng = self._rng
         scale = (
@@ -381,10 +325,8 @@ def resize_by(image: npt.NDArray[np.uint8], factor: float) -> npt.NDArray[np.uin
 def _scale_flip_rotate(
     factor: float, flip: bool, angle: float, width: float, height: float
 ) -> npt.NDArray[np.float64]:
-    """(3, 3) image px -> scaled px: scale by ``factor``, mirror in x, rotate ``angle`` deg about the centre.
-
-    ``width``/``height`` are the scaled image size (continuous).
-    """
+    """(3, 3) image px -> scaled px: scale by ``factor``, mirror in x, rotate ``angle`` deg about the centre
+    of the scaled image (``width`` x ``height``, continuous)."""
     matrix = np.diag([factor, factor, 1.0])
     if flip:
         matrix = np.array([[-1.0, 0.0, width], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]) @ matrix
@@ -409,10 +351,8 @@ def _text_box(
     matrix: npt.NDArray[np.float64],
     rng: np.random.Generator,
 ) -> tuple[float, float, float, float] | None:
-    """Box of one random usable (finite, non-ignored) polygon after ``matrix``; None when there is none.
-
-    ``groups`` are the polygons as ``_group_polygons`` gives them.
-    """
+    """Box of one random usable (finite, non-ignored) polygon of ``groups`` (``_group_polygons``) after
+    ``matrix``; None when there is none."""
     usable = ~np.asarray(ignore, dtype=bool).reshape(-1)
     for rows, stacked in groups:
         usable[rows] &= np.isfinite(stacked).all(axis=(1, 2)) & (stacked.shape[1] > 0)

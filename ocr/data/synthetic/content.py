@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["Line", "receipt_lines"]
+__all__ = ["Line", "pick", "receipt_lines"]
 
 _SHOP_A = ("FRESH", "GOLDEN", "SUNNY", "CITY", "GREEN", "ROYAL", "HAPPY", "LUCKY", "MEGA", "STAR", "MAPLE")
 _SHOP_B = ("MART", "CAFE", "BAKERY", "STORE", "MARKET", "KITCHEN", "PHARMACY", "GROCER", "DELI", "BOOKS")
@@ -46,18 +46,16 @@ class Line:
 
     def with_amounts(self, amounts: Mapping[str, str]) -> Line:
         """Fill ``{name}`` placeholders in the tokens from ``amounts``."""
-        return replace(
-            self,
-            left=[t.format_map(amounts) for t in self.left],
-            right=[t.format_map(amounts) for t in self.right],
-        )
+        left, right = ([t.format_map(amounts) for t in tokens] for tokens in (self.left, self.right))
+        return replace(self, left=left, right=right)
 
 
 T = TypeVar("T")
 ItemFn = Callable[[int], tuple[list[Line], dict[str, str]]]
 
 
-def _pick(rng: np.random.Generator, options: Sequence[T]) -> T:
+def pick(rng: np.random.Generator, options: Sequence[T]) -> T:
+    """One of ``options``, uniformly."""
     return options[int(rng.integers(len(options)))]
 
 
@@ -70,7 +68,7 @@ def receipt_lines(rng: np.random.Generator, chars: int) -> tuple[list[Line], Ite
     ``n`` item lines and their amounts, which fill ``tail``'s ``{subtotal}``-style placeholders
     (:meth:`Line.with_amounts`)."""
     case = str.title if rng.random() < 0.25 else str.upper
-    currency = [str(_pick(rng, ("RM", "$", "EUR")))] if rng.random() < 0.5 else []
+    currency = [str(pick(rng, ("RM", "$", "EUR")))] if rng.random() < 0.5 else []
     head = _header(rng)
     tail = _tail(rng, currency)
 
@@ -91,17 +89,14 @@ def _cased(line: Line, case: Callable[[str], str]) -> Line:
 
 def _header(rng: np.random.Generator) -> list[Line]:
     size = float(rng.uniform(1.2, 1.45))
-    date = f"{rng.integers(1, 29):02d}{_pick(rng, ('/', '-', '.'))}{rng.integers(1, 13):02d}"
+    date = f"{rng.integers(1, 29):02d}{pick(rng, ('/', '-', '.'))}{rng.integers(1, 13):02d}"
     date += f"{date[2]}{rng.integers(2015, 2027)}"
     time = f"{rng.integers(0, 24):02d}:{rng.integers(0, 60):02d}"
-    lines = [
-        Line([_pick(rng, _SHOP_A), _pick(rng, _SHOP_B)], align="center", size=size, bold=True),
-        Line(_pick(rng, _COMPANY).split(), align="center", optional=True),
-        Line(
-            [str(rng.integers(1, 999)), _pick(rng, _STREET), _pick(rng, _STREET_TYPE)],
-            align="center",
-        ),
-        Line([f"{rng.integers(10000, 99999)}", *_pick(rng, _CITY).split()], align="center", optional=True),
+    return [
+        Line([pick(rng, _SHOP_A), pick(rng, _SHOP_B)], align="center", size=size, bold=True),
+        Line(pick(rng, _COMPANY).split(), align="center", optional=True),
+        Line([str(rng.integers(1, 999)), pick(rng, _STREET), pick(rng, _STREET_TYPE)], align="center"),
+        Line([f"{rng.integers(10000, 99999)}", *pick(rng, _CITY).split()], align="center", optional=True),
         Line(
             ["TEL:", f"0{rng.integers(1, 9)}-{rng.integers(1000, 9999)}", f"{rng.integers(1000, 9999)}"],
             align="center",
@@ -115,15 +110,9 @@ def _header(rng: np.random.Generator) -> list[Line]:
         ),
         Line([], align="rule"),
         Line(["DATE:", date], [time], align="lr", keep_end=True),
-        Line(
-            ["CASHIER:", _pick(rng, _NAMES)],
-            ["NO:", f"{rng.integers(1, 99999):06d}"],
-            "lr",
-            optional=True,
-        ),
+        Line(["CASHIER:", pick(rng, _NAMES)], ["NO:", f"{rng.integers(1, 99999):06d}"], "lr", optional=True),
         Line([], align="rule", optional=True),
     ]
-    return lines
 
 
 def _items(rng: np.random.Generator, n_lines: int, chars: int) -> tuple[list[Line], float, int]:
@@ -133,9 +122,9 @@ def _items(rng: np.random.Generator, n_lines: int, chars: int) -> tuple[list[Lin
     while len(lines) < n_lines:
         qty = int(rng.integers(1, 6)) if rng.random() < 0.6 else 1
         unit = round(float(rng.uniform(0.5, 40.0)), 1 if rng.random() < 0.5 else 2)
-        name = [_pick(rng, _ITEM)]
+        name = [pick(rng, _ITEM)]
         if chars >= 16 and rng.random() < 0.5:
-            name.append(_pick(rng, _ITEM_EXTRA))
+            name.append(pick(rng, _ITEM_EXTRA))
         total = qty * unit
         subtotal += total
         count += 1
@@ -149,7 +138,7 @@ def _items(rng: np.random.Generator, n_lines: int, chars: int) -> tuple[list[Lin
 
 
 def _amounts(rng: np.random.Generator, subtotal: float, count: int) -> dict[str, str]:
-    rate = int(_pick(rng, (5, 6, 8, 10)))
+    rate = int(pick(rng, (5, 6, 8, 10)))
     tax = subtotal * rate / 100
     total = subtotal + tax
     cash = float(np.ceil(total / 10.0) * 10.0 + (10.0 if rng.random() < 0.3 else 0.0))
@@ -166,13 +155,13 @@ def _amounts(rng: np.random.Generator, subtotal: float, count: int) -> dict[str,
 
 def _tail(rng: np.random.Generator, currency: list[str]) -> list[Line]:
     footer = [
-        Line(_pick(rng, _FOOTER).split(), align="center", optional=i > 0)
+        Line(pick(rng, _FOOTER).split(), align="center", optional=i > 0)
         for i in range(1 + int(rng.integers(3)))
     ]
     lines = [
         Line([], align="rule"),
         Line(["SUBTOTAL"], ["{subtotal}"], align="lr"),
-        Line([str(_pick(rng, ("GST", "SST", "TAX", "VAT"))), "{rate}"], ["{tax}"], align="lr", optional=True),
+        Line([str(pick(rng, ("GST", "SST", "TAX", "VAT"))), "{rate}"], ["{tax}"], align="lr", optional=True),
         Line(["TOTAL"], [*currency, "{total}"], align="lr", size=float(rng.uniform(1.1, 1.3)), bold=True),
         Line(["CASH"], ["{cash}"], align="lr", optional=True),
         Line(["CHANGE"], ["{change}"], align="lr", optional=True),

@@ -10,6 +10,7 @@ the pixels' homography (``line`` joins each cell's words). Image ``i`` of a spli
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -101,7 +102,9 @@ def _render_basic(rng: np.random.Generator, long_side: int) -> tuple[np.ndarray,
     paper_h = int(long_side * rng.uniform(0.72, 0.9))
     paper_w = int(paper_h / rng.uniform(1.3, 2.5))
     width = min(long_side, int(round(paper_w / rng.uniform(0.62, 0.88))))
-    alpha, words = layout_receipt(rng, paper_w, paper_h, _body_height(rng, scale))
+    # body cap height 9.5-13.5 px at long side 512, on a 0.25 px grid so glyph renders get reused
+    body_h = round(float(rng.uniform(9.5, 13.5)) * scale * 4.0) / 4.0
+    alpha, words = layout_receipt(rng, paper_w, paper_h, body_h)
     paper = _paper(rng, alpha)
     matrix = _placement(rng, paper_w, paper_h, width, long_side)
     planes = _composite(rng, paper, matrix, width, long_side)
@@ -173,38 +176,26 @@ def _scan_placement(
     rng: np.random.Generator, paper_w: int, paper_h: int, long_side: int
 ) -> tuple[np.ndarray, int]:
     """Flatbed scan: paper px -> image px (rotation within +-1.2 deg, scaled to fit), and the image width."""
-    theta = np.deg2rad(rng.uniform(-1.2, 1.2))
-    rot = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
-    src = np.array([[0, 0], [paper_w, 0], [paper_w, paper_h], [0, paper_h]], np.float64)
-    corners = src @ rot.T
+    src = _corners(paper_w, paper_h)
+    corners = src @ _rotation(rng.uniform(-1.2, 1.2)).T
     extent = corners.max(axis=0) - corners.min(axis=0)
     corners *= min(1.0, (long_side - 2.0) / float(extent.max()))
     lo, hi = corners.min(axis=0), corners.max(axis=0)
     width = min(long_side, int(np.ceil((hi - lo)[0] * rng.uniform(1.0, 1.12))) + 2)
     room = np.array([width - 2.0, long_side - 2.0]) - (hi - lo)
     offset = 1.0 - lo + room * (rng.uniform(0.2, 0.8), rng.uniform(0.0, 0.3))
-    return cv2.getPerspectiveTransform(src.astype(np.float32), (corners + offset).astype(np.float32)), width
+    return cv2.getPerspectiveTransform(src, (corners + offset).astype(np.float32)), width
 
 
 def _scan(
     rng: np.random.Generator, paper: list[np.ndarray], matrix: np.ndarray, width: int, height: int
 ) -> npt.NDArray[np.uint8]:
     """Paper on a flat white scanner lid, mild blur and noise: (height, width, 3) uint8 RGB."""
-    ones = np.ones(paper[0].shape, np.float32)
-    mask = cv2.warpPerspective(ones, matrix, (width, height), flags=cv2.INTER_LINEAR)
+    mask = _warp(np.ones(paper[0].shape, np.float32), matrix, width, height)
     white = _uniform(rng, 245, 255)
     gain, offset = _uniform(rng, 0.95, 1.04), _uniform(rng, -6, 4)
-    planes = [
-        (cv2.warpPerspective(p, matrix, (width, height), flags=cv2.INTER_LINEAR) + (1.0 - mask) * white)
-        * gain
-        for p in paper
-    ]
-    image = cv2.merge(planes)
-    if rng.random() < 0.5:
-        image = cv2.GaussianBlur(image, (0, 0), _uniform(rng, 0.3, 0.7))
-    sigma = _uniform(rng, 0.5, 2.5)
-    # cv2's stubs type images as MatLike, without a dtype.
-    image += cv2.merge([_noise(rng, height, width) * sigma + offset for _ in range(3)])  # type: ignore[arg-type]
+    image = cv2.merge([(_warp(p, matrix, width, height) + (1.0 - mask) * white) * gain for p in paper])
+    image = _blur_and_noise(rng, image, (0.3, 0.7), (0.5, 2.5), offset)
     if rng.random() < 0.15:  # a binarised scan with speckle, as in part of SROIE; faded print stays black
         grey = image.mean(axis=2) + _noise(rng, height, width) * _uniform(rng, 8, 25)
         level = np.where(grey < _uniform(rng, 200, 215), _uniform(rng, 0, 40), 255.0).astype(np.float32)
@@ -222,11 +213,6 @@ def _cast_shadow(rng: np.random.Generator, planes: list[np.ndarray]) -> list[np.
     side = xs[None, :] * float(np.cos(angle)) + ys[:, None] * float(np.sin(angle)) - _uniform(rng, 0.1, 0.45)
     dark = 1.0 - _uniform(rng, 0.2, 0.5) / (1.0 + np.exp(-side / _uniform(rng, 0.01, 0.08)))
     return [p * dark for p in planes]
-
-
-def _body_height(rng: np.random.Generator, scale: float) -> float:
-    """Body cap height: 9.5-13.5 px at long side 512, on a 0.25 px grid so glyph renders get reused."""
-    return round(float(rng.uniform(9.5, 13.5)) * scale * 4.0) / 4.0
 
 
 def _uniform(rng: np.random.Generator, low: float, high: float) -> float:
@@ -283,17 +269,23 @@ def _placement(rng: np.random.Generator, paper_w: int, paper_h: int, width: int,
     """Paper px -> image px homography: rotation within +-4 deg, mild perspective, kept inside the image."""
     half = np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]], np.float64) * (paper_w / 2, paper_h / 2)
     corners = half + rng.uniform(-1, 1, (4, 2)) * rng.uniform(0, 0.03) * (paper_w, paper_h)
-    theta = np.deg2rad(rng.uniform(-4, 4))
-    rot = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
-    corners = corners @ rot.T
+    corners = corners @ _rotation(rng.uniform(-4, 4)).T
     size = np.array([width - 2.0, height - 2.0])
     extent = corners.max(axis=0) - corners.min(axis=0)
     corners *= min(1.0, float(np.min(size / extent)))
     lo, hi = corners.min(axis=0), corners.max(axis=0)
     room = size - (hi - lo)
     offset = 1.0 - lo + room * rng.uniform(0.2, 0.8, 2)
-    src = np.array([[0, 0], [paper_w, 0], [paper_w, paper_h], [0, paper_h]], np.float32)
-    return cv2.getPerspectiveTransform(src, (corners + offset).astype(np.float32))
+    return cv2.getPerspectiveTransform(_corners(paper_w, paper_h), (corners + offset).astype(np.float32))
+
+
+def _corners(width: int, height: int) -> npt.NDArray[np.float32]:
+    return np.array([[0, 0], [width, 0], [width, height], [0, height]], np.float32)
+
+
+def _rotation(degrees: float) -> np.ndarray:
+    theta = np.deg2rad(degrees)
+    return np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
 
 
 def _composite(
@@ -304,15 +296,15 @@ def _composite(
     colour = _colour(rng, 170, 235, 15) if light else _colour(rng, 25, 170, 60)
     texture = _low_freq(rng, height, width, int(rng.integers(2, 6))) * _uniform(rng, 5, 25)
     texture += _noise(rng, height, width) * _uniform(rng, 1, 5)
-    ones = np.ones(paper[0].shape, np.float32)
-    mask = cv2.warpPerspective(ones, matrix, (width, height), flags=cv2.INTER_LINEAR)
+    mask = _warp(np.ones(paper[0].shape, np.float32), matrix, width, height)
     keep = (1.0 - _uniform(rng, 0.1, 0.45) * _shadow(rng, mask)) * (1.0 - mask)
     texture *= keep
     # a warped plane is already premultiplied by the mask at the paper border (zeros interpolated in)
-    return [
-        cv2.warpPerspective(p, matrix, (width, height), flags=cv2.INTER_LINEAR) + texture + keep * c
-        for p, c in zip(paper, colour, strict=True)
-    ]
+    return [_warp(p, matrix, width, height) + texture + keep * c for p, c in zip(paper, colour, strict=True)]
+
+
+def _warp(plane: np.ndarray, matrix: np.ndarray, width: int, height: int) -> np.ndarray:
+    return cv2.warpPerspective(plane, matrix, (width, height), flags=cv2.INTER_LINEAR)
 
 
 def _shadow(rng: np.random.Generator, mask: np.ndarray) -> np.ndarray:
@@ -334,36 +326,34 @@ def _camera_effects(rng: np.random.Generator, planes: list[np.ndarray]) -> npt.N
         1.0 + _uniform(rng, -0.15, 0.15) * ys[:, None] + _uniform(rng, -0.15, 0.15) * xs[None, :]
     )
     offset = 128.0 * (1.0 - contrast) + _uniform(rng, -20, 15)
-    image = cv2.merge([p * gain for p in planes])
-    if rng.random() < 0.5:
-        image = cv2.GaussianBlur(image, (0, 0), _uniform(rng, 0.3, 0.8))
-    sigma = _uniform(rng, 1.0, 5.0)
-    # cv2's stubs type images as MatLike, without a dtype.
-    image += cv2.merge([_noise(rng, h, w) * sigma + offset for _ in range(3)])  # type: ignore[arg-type]
+    image = _blur_and_noise(rng, cv2.merge([p * gain for p in planes]), (0.3, 0.8), (1.0, 5.0), offset)
     return np.clip(image, 0, 255, out=image).astype(np.uint8)
 
 
-def _image_seed(seed: int, split: str, index: int) -> list[int]:
-    return [seed % 2**63, SPLITS.index(split), index]
+def _blur_and_noise(
+    rng: np.random.Generator,
+    image: np.ndarray,
+    blur: tuple[float, float],
+    noise: tuple[float, float],
+    offset: float,
+) -> np.ndarray:
+    """Half the time a Gaussian blur (sigma in ``blur``), then noise (std in ``noise``) plus ``offset``."""
+    if rng.random() < 0.5:
+        image = cv2.GaussianBlur(image, (0, 0), _uniform(rng, *blur))
+    sigma = _uniform(rng, *noise)
+    h, w = image.shape[:2]
+    # cv2's stubs type images as MatLike, without a dtype.
+    image += cv2.merge([_noise(rng, h, w) * sigma + offset for _ in range(3)])  # type: ignore[arg-type]
+    return image
 
 
-@dataclass(frozen=True)
-class _Job:
-    """What one image needs; a picklable record, so worker processes can render it."""
-
-    seed: list[int]
-    long_side: int
-    style: str
-    granularity: str
-
-
-def _encode(job: _Job) -> tuple[bytes, dict[str, Any]]:
+def _encode(seed: list[int], long_side: int, style: str, granularity: str) -> tuple[bytes, dict[str, Any]]:
     """Render one image: its JPEG bytes and its annotation entry."""
-    receipt = render_receipt(job.seed, job.long_side, job.style, job.granularity)
+    receipt = render_receipt(seed, long_side, style, granularity)
     bgr = cv2.cvtColor(receipt.image, cv2.COLOR_RGB2BGR)
     ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, receipt.jpeg_quality])
     if not ok:
-        raise OSError(f"image seed {job.seed}: JPEG encoding failed")
+        raise OSError(f"image seed {seed}: JPEG encoding failed")
     words = {
         f"{k + 1:04d}": {
             "points": np.round(w.points.astype(np.float64), 2).tolist(),
@@ -376,39 +366,22 @@ def _encode(job: _Job) -> tuple[bytes, dict[str, Any]]:
 
 
 def _write_split(root: Path, split: str, count: int, settings: dict[str, Any], workers: int) -> None:
-    jobs = [
-        _Job(
-            _image_seed(settings["seed"], split, i),
-            settings["long_side"],
-            settings["style"],
-            settings["granularity"],
-        )
-        for i in range(count)
-    ]
-    images: dict[str, Any] = {}
     # every image has its own seed, so the files do not depend on the worker count
+    seeds = [[settings["seed"] % 2**63, SPLITS.index(split), i] for i in range(count)]
+    # a partial of a module function pickles, so worker processes can render it
+    encode = functools.partial(_encode, **{k: settings[k] for k in ("long_side", "style", "granularity")})
+    images: dict[str, Any] = {}
     # spawn, not fork: a forked OpenCV thread pool can hang; one OpenCV thread per worker process
     spawn = multiprocessing.get_context("spawn")
-    with spawn.Pool(workers, cv2.setNumThreads, (1,)) if workers > 1 and count > 1 else _Serial() as pool:
-        for i, (data, entry) in enumerate(pool.imap(_encode, jobs, chunksize=4)):
+    parallel = workers > 1 and count > 1
+    with spawn.Pool(workers, cv2.setNumThreads, (1,)) if parallel else contextlib.nullcontext() as pool:
+        encoded = map(encode, seeds) if pool is None else pool.imap(encode, seeds, chunksize=4)
+        for i, (data, entry) in enumerate(encoded):
             name = f"{split}_{i:05d}.jpg"
             atomic_write_bytes(root / "images" / split / name, data)
             images[name] = entry
     (root / "images" / split).mkdir(parents=True, exist_ok=True)
     atomic_write_json(root / "jsons" / f"{split}.json", {"images": images}, indent=None)
-
-
-class _Serial:
-    """In-process stand-in for a ``multiprocessing.Pool`` (``imap`` and the context manager only)."""
-
-    def __enter__(self) -> _Serial:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def imap(self, fn: Any, jobs: Sequence[_Job], chunksize: int) -> Any:
-        return map(fn, jobs)
 
 
 def synthetic_settings(synthetic: Mapping[str, Any]) -> dict[str, Any]:
@@ -527,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ocr.data.synthetic", description="Generate the synthetic receipt dataset."
     )
-    parser.add_argument("--out", required=True, type=Path, help="dataset root to create")
+    parser.add_argument("--out", dest="out_dir", required=True, type=Path, help="dataset root to create")
     parser.add_argument("--num-train", required=True, type=int)
     parser.add_argument("--num-val", required=True, type=int)
     parser.add_argument("--num-test", default=0, type=int)
@@ -540,17 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", default=1, type=int, help="processes; the output does not depend on it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    generate_dataset(
-        args.out,
-        args.num_train,
-        args.num_val,
-        args.num_test,
-        args.seed,
-        args.long_side,
-        args.style,
-        args.granularity,
-        args.workers,
-    )
+    generate_dataset(**vars(args))
     return 0
 
 

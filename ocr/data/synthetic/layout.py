@@ -20,7 +20,7 @@ import numpy.typing as npt
 from PIL import Image, ImageDraw, ImageFont
 
 from ocr.data.synthetic.content import Line, receipt_lines
-from ocr.data.synthetic.marks import draw_barcode, draw_rule
+from ocr.data.synthetic.marks import draw_barcode, draw_rule, stamp_patch
 
 __all__ = [
     "FONT_PACKAGE",
@@ -30,6 +30,7 @@ __all__ = [
     "font_package_version",
     "layout_receipt",
     "merge_groups",
+    "span",
 ]
 
 _HERSHEY = {
@@ -102,6 +103,10 @@ class PageStyle:
     gap_y: float  # vertical gap between lines, in body heights
     words: list[PaperWord] = field(default_factory=list)
     groups: int = 0  # groups placed so far (one per ``place_words`` call)
+
+    def font_for(self, size: float) -> Font:
+        """The header face for text larger than 1.15 body heights, else the body face."""
+        return self.header_font if size > 1.15 else self.font
 
 
 def available_fonts() -> tuple[Font, ...]:
@@ -210,12 +215,8 @@ def layout_receipt(
 def _pitch(line: Line, style: PageStyle) -> float:
     if line.align in ("rule", "barcode"):
         return style.body_h * (1.0 if line.align == "rule" else 3.0) + style.gap_y * style.body_h
-    above, below = font_extent(_font_of(line, style), style.body_h * line.size, line.bold)
+    above, below = font_extent(style.font_for(line.size), style.body_h * line.size, line.bold)
     return above + below + style.gap_y * style.body_h * line.size
-
-
-def _font_of(line: Line, style: PageStyle) -> Font:
-    return style.header_font if line.size > 1.15 else style.font
 
 
 def _fit_lines(rng: np.random.Generator, style: PageStyle, space: float, text_w: float) -> list[Line]:
@@ -255,20 +256,20 @@ def _draw_line(
     if line.align == "barcode":
         draw_barcode(rng, alpha, int(y), int(style.body_h * 2.5), x0, x1)
         return y + pitch
-    font, h = _font_of(line, style), style.body_h * line.size
+    font, h = style.font_for(line.size), style.body_h * line.size
     baseline = int(round(y + font_extent(font, h, line.bold)[0]))
     gap = style.gap_x * h
     left = [w for w in (_word(rng, t, font, h, line) for t in line.left) if w is not None]
     right = [w for w in (_word(rng, t, font, h, line) for t in line.right) if w is not None]
     if right:
         right = _fit(right, x1 - x0, gap, keep_end=True)
-        start = x1 - _span(right, gap)
+        start = x1 - span(right, gap)
         place_words(alpha, right, start, baseline, gap, style)
         left = _fit(left, start - gap - x0, gap, line.keep_end)
         place_words(alpha, left, x0, baseline, gap, style)
         return y + pitch
     left = _fit(left, x1 - x0, gap, line.keep_end)
-    slack = x1 - x0 - _span(left, gap)
+    slack = x1 - x0 - span(left, gap)
     start = x0 + (slack / 2 if line.align == "center" else float(rng.uniform(0, min(slack, h))))
     place_words(alpha, left, start, baseline, gap, style)
     return y + pitch
@@ -288,12 +289,12 @@ def _word(rng: np.random.Generator, text: str, font: Font, h: float, line: Line)
     return text, ink, False
 
 
-def _span(words: list[InkWord], gap: float) -> float:
+def span(words: list[InkWord], gap: float) -> float:
     return sum(ink.box[2] - ink.box[0] for _, ink, _ in words) + gap * max(0, len(words) - 1)
 
 
 def _fit(words: list[InkWord], room: float, gap: float, keep_end: bool) -> list[InkWord]:
-    while words and _span(words, gap) > room:
+    while words and span(words, gap) > room:
         words = words[1:] if keep_end else words[:-1]
     return words
 
@@ -308,11 +309,7 @@ def place_words(
         x += bx1 - bx0 + gap
         if ox + bx0 < 0 or oy + by0 < 0 or ox + bx1 > width or oy + by1 > height:
             continue  # a word must lie wholly on the paper to be annotated
-        ph, pw = ink.alpha.shape
-        ys = slice(max(oy, 0), min(oy + ph, height))
-        xs = slice(max(ox, 0), min(ox + pw, width))
-        patch = ink.alpha[ys.start - oy : ys.stop - oy, xs.start - ox : xs.stop - ox]
-        np.maximum(alpha[ys, xs], patch, out=alpha[ys, xs])
+        stamp_patch(alpha, ink.alpha, ox, oy)
         pts = np.array([[bx0, by0], [bx1, by0], [bx1, by1], [bx0, by1]], np.float32) + (ox, oy)
         style.words.append(PaperWord(pts, "###" if ignore else text, ignore, style.groups))
     style.groups += 1

@@ -8,7 +8,15 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-__all__ = ["draw_barcode", "draw_handwriting", "draw_logo", "draw_qr", "draw_rule", "draw_stamp"]
+__all__ = [
+    "draw_barcode",
+    "draw_handwriting",
+    "draw_logo",
+    "draw_qr",
+    "draw_rule",
+    "draw_stamp",
+    "stamp_patch",
+]
 
 
 def draw_rule(rng: np.random.Generator, alpha: np.ndarray, y: int, x0: int, x1: int) -> None:
@@ -45,7 +53,7 @@ def draw_qr(rng: np.random.Generator, alpha: np.ndarray, x: int, y: int, size: i
         grid[r + 1 : r + 6, c + 1 : c + 6] = 0.0
         grid[r + 2 : r + 5, c + 2 : c + 5] = 1.0
     code = cv2.resize(grid, (size, size), interpolation=cv2.INTER_NEAREST)
-    _stamp_patch(alpha, code, x, y)
+    stamp_patch(alpha, code, x, y)
 
 
 def draw_logo(rng: np.random.Generator, alpha: np.ndarray, cx: int, cy: int, size: int) -> None:
@@ -67,7 +75,7 @@ def draw_logo(rng: np.random.Generator, alpha: np.ndarray, cx: int, cy: int, siz
         cv2.fillPoly(patch, [pts.astype(np.int32)], 1.0, cv2.LINE_AA)
     inner = int(r * rng.uniform(0.25, 0.5))
     cv2.circle(patch, (r, r), inner, 0.0, -1, cv2.LINE_AA)
-    _stamp_patch(alpha, patch, cx - r, cy - r)
+    stamp_patch(alpha, patch, cx - r, cy - r)
 
 
 def draw_stamp(rng: np.random.Generator, alpha: np.ndarray, cx: int, cy: int, size: int) -> None:
@@ -91,7 +99,7 @@ def draw_stamp(rng: np.random.Generator, alpha: np.ndarray, cx: int, cy: int, si
     turned = cv2.warpAffine(patch, rot, (size, size))
     # uneven inking: a coarse random field stretched over the stamp
     inking = cv2.resize(rng.uniform(0.3, 1.0, (4, 4)).astype(np.float32), (size, size))
-    _stamp_patch(alpha, turned * inking, cx - r, cy - r)
+    stamp_patch(alpha, turned * inking, cx - r, cy - r)
 
 
 def draw_handwriting(
@@ -118,7 +126,7 @@ def draw_handwriting(
     cv2.polylines(alpha, [pts], False, 1.0, thickness, cv2.LINE_AA)
 
 
-def _stamp_patch(alpha: np.ndarray, patch: np.ndarray, x: int, y: int) -> None:
+def stamp_patch(alpha: np.ndarray, patch: np.ndarray, x: int, y: int) -> None:
     """Max-composite ``patch`` onto ``alpha`` with its top-left at (x, y), clipped to the map."""
     h, w = alpha.shape
     ph, pw = patch.shape

@@ -7,13 +7,12 @@ over the finished page in a second ink.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from ocr.data.synthetic.content import pick
 from ocr.data.synthetic.layout import (
     Font,
     InkWord,
@@ -23,6 +22,7 @@ from ocr.data.synthetic.layout import (
     font_extent,
     place_words,
     render_ink,
+    span,
 )
 from ocr.data.synthetic.marks import draw_barcode, draw_handwriting, draw_logo, draw_qr, draw_rule, draw_stamp
 
@@ -47,19 +47,8 @@ _ITEM = tuple(
     "Basket".split()
 )
 _ITEM_EXTRA = (
-    "1L",
-    "500g",
-    "1KG",
-    "PACK",
-    "(L)",
-    "(M)",
-    "x12",
-    "10PCS",
-    "Low-Fat",
-    "35.5x25.5CM",
-    "120ML",
-    "#3",
-)
+    "1L", "500g", "1KG", "PACK", "(L)", "(M)", "x12", "10PCS", "Low-Fat", "35.5x25.5CM", "120ML", "#3",
+)  # fmt: skip
 _LABEL = ("Invoice No", "Bill No", "Receipt #", "Doc No", "Trans", "Order No", "Inv#", "CS No")
 _PERSON = ("Cashier", "Operator", "Server", "Staff", "Counter", "Salesperson")
 _NAMES = ("ANNA", "John", "SITI", "Mei Ling", "RAJ", "Lee", "TOM", "amy", "ALI", "Kim 02", "NURUL", "CN")
@@ -73,8 +62,6 @@ _WIDE = (
     "СПАСИБО ЗА ПОКУПКУ", "Итого к оплате", "Ευχαριστούμε πολύ", "ΣΥΝΟΛΟ ΠΟΣΟΥ", "Кассир: Иванова",
     "Πληρωμή με κάρτα", "Добро пожаловать!", "ΑΠΟΔΕΙΞΗ ΛΙΑΝΙΚΗΣ",
 )  # fmt: skip
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -106,10 +93,6 @@ class DensePage:
     words: list[PaperWord] = field(default_factory=list)
 
 
-def _pick(rng: np.random.Generator, options: Sequence[T]) -> T:
-    return options[int(rng.integers(len(options)))]
-
-
 def _money(rng: np.random.Generator, low: float, high: float) -> str:
     value = float(rng.uniform(low, high))
     return f"{value:,.2f}" if value >= 1000 and rng.random() < 0.5 else f"{value:.2f}"
@@ -134,26 +117,20 @@ def _centre(text: str) -> Cell:
 def _header(rng: np.random.Generator, centred: bool) -> list[Row]:
     place = _centre if centred else _left
     rows = [Row(mark="logo")] if rng.random() < 0.3 else []
-    rows.append(Row((place(_pick(rng, _SHOP)),), size=float(rng.uniform(1.2, 2.0)), bold=rng.random() < 0.7))
+    rows.append(Row((place(pick(rng, _SHOP)),), size=float(rng.uniform(1.2, 2.0)), bold=rng.random() < 0.7))
     if rng.random() < 0.7:
-        rows.append(Row((place(f"{_pick(rng, _SHOP).upper()} {_pick(rng, _SUFFIX)}"),)))
+        rows.append(Row((place(f"{pick(rng, _SHOP).upper()} {pick(rng, _SUFFIX)}"),)))
     if rng.random() < 0.6:
-        rows.append(Row((place(f"(CO.REG : {rng.integers(10**5, 10**7)}-{_pick(rng, 'XVKPW')})"),)))
+        rows.append(Row((place(f"(CO.REG : {rng.integers(10**5, 10**7)}-{pick(rng, 'XVKPW')})"),)))
     for _ in range(int(rng.integers(1, 5))):
-        rows.append(
-            Row(
-                (
-                    place(
-                        f"{rng.integers(1, 300)}{_pick(rng, ('', '-A', ',', '-1-2'))} {_pick(rng, _STREET)} "
-                        f"{_pick(rng, _PLACE)} {rng.integers(1, 30)}{_pick(rng, (',', '', '.', '/5'))}"
-                    ),
-                )
-            )
+        street = (
+            f"{rng.integers(1, 300)}{pick(rng, ('', '-A', ',', '-1-2'))} {pick(rng, _STREET)} "
+            f"{pick(rng, _PLACE)} {rng.integers(1, 30)}{pick(rng, (',', '', '.', '/5'))}"
         )
+        rows.append(Row((place(street),)))
     if rng.random() < 0.8:
-        rows.append(
-            Row((place(f"{rng.integers(40000, 81999)} {_pick(rng, _PLACE)}, {_pick(rng, _PLACE)}."),))
-        )
+        town = f"{rng.integers(40000, 81999)} {pick(rng, _PLACE)}, {pick(rng, _PLACE)}."
+        rows.append(Row((place(town),)))
     phone = f"TEL:0{rng.integers(3, 9)}-{rng.integers(1000, 9999)} {rng.integers(1000, 9999)}"
     if rng.random() < 0.5:
         rows.append(Row((place(phone),)))
@@ -163,20 +140,19 @@ def _header(rng: np.random.Generator, centred: bool) -> list[Row]:
     if rng.random() < 0.6:
         rows.append(Row((place(f"GST ID No : {rng.integers(10**11, 10**12):012d}"),)))
     if rng.random() < 0.4:
-        rows.append(
-            Row((place(_pick(rng, ("TAX INVOICE", "Cash Sales", "RECEIPT", "Official Receipt"))),), bold=True)
-        )
+        title = pick(rng, ("TAX INVOICE", "Cash Sales", "RECEIPT", "Official Receipt"))
+        rows.append(Row((place(title),), bold=True))
     return rows
 
 
 def _meta(rng: np.random.Generator) -> list[Row]:
-    date = f"{rng.integers(1, 29):02d}{_pick(rng, '/-.')}{rng.integers(1, 13):02d}"
+    date = f"{rng.integers(1, 29):02d}{pick(rng, '/-.')}{rng.integers(1, 13):02d}"
     date += f"{date[2]}{rng.integers(2015, 2027)}"
     time = f"{rng.integers(0, 24):02d}:{rng.integers(0, 60):02d}:{rng.integers(0, 60):02d}"
-    number = f"{_pick(rng, ('CS', 'INV', 'T', ''))}{rng.integers(10**4, 10**9)}"
+    number = f"{pick(rng, ('CS', 'INV', 'T', ''))}{rng.integers(10**4, 10**9)}"
     rows = [
-        Row((_left(f"{_pick(rng, _LABEL)}: {number}"), _right(f"Date: {date}"))),
-        Row((_left(f"{_pick(rng, _PERSON)}: {_pick(rng, _NAMES)}"), _right(f"{time}"))),
+        Row((_left(f"{pick(rng, _LABEL)}: {number}"), _right(f"Date: {date}"))),
+        Row((_left(f"{pick(rng, _PERSON)}: {pick(rng, _NAMES)}"), _right(f"{time}"))),
     ]
     if rng.random() < 0.4:
         rows.append(Row((_left(f"Table: {rng.integers(1, 40)}"), _right(f"Pax: {rng.integers(1, 9)}"))))
@@ -189,25 +165,17 @@ def _items(rng: np.random.Generator, count: int, layout: int) -> list[Row]:
     rows: list[Row] = []
     code_suffix = rng.random() < 0.4
     for _ in range(count):
-        name = f"{_pick(rng, _ITEM)}"
+        name = f"{pick(rng, _ITEM)}"
         if rng.random() < 0.6:
-            name += f" {_pick(rng, _ITEM_EXTRA)}"
+            name += f" {pick(rng, _ITEM_EXTRA)}"
         if rng.random() < 0.4:
             name = name.upper()
         qty = int(rng.integers(1, 6)) if rng.random() < 0.5 else 1
         unit = float(rng.uniform(0.5, 90.0))
-        amount = f"{qty * unit:.2f}" + (f" {_pick(rng, ('SR', 'ZR', 'T', 'S'))}" if code_suffix else "")
+        amount = f"{qty * unit:.2f}" + (f" {pick(rng, ('SR', 'ZR', 'T', 'S'))}" if code_suffix else "")
         if layout == 0:  # name, qty, price and amount on one row
-            rows.append(
-                Row(
-                    (
-                        _left(name),
-                        Cell((str(qty),), 0.58, "r"),
-                        Cell((f"{unit:.2f}",), 0.78, "r"),
-                        _right(amount),
-                    )
-                )
-            )
+            price = Cell((f"{unit:.2f}",), 0.78, "r")
+            rows.append(Row((_left(name), Cell((str(qty),), 0.58, "r"), price, _right(amount))))
         elif layout == 1:  # name row, then code, qty x price and amount
             rows.append(Row((_left(name),)))
             code = Cell((f"{rng.integers(10**7, 10**13)}",), 0.0, "l")
@@ -221,24 +189,17 @@ def _totals(rng: np.random.Generator, currency: str) -> list[Row]:
     def money_row(label: str, low: float, high: float, bold: bool = False) -> Row:
         return Row((_left(label), _right(f"{currency}{_money(rng, low, high)}".strip())), bold=bold)
 
-    rows = [money_row(_pick(rng, ("Sub Total", "SUBTOTAL", "Total Excl. GST", "Sub-Total")), 5, 900)]
+    rows = [money_row(pick(rng, ("Sub Total", "SUBTOTAL", "Total Excl. GST", "Sub-Total")), 5, 900)]
     if rng.random() < 0.6:
-        rows.append(money_row(_pick(rng, ("GST 6%", "SST @ 6%", "Service Tax 10%", "Tax")), 0.1, 60))
+        rows.append(money_row(pick(rng, ("GST 6%", "SST @ 6%", "Service Tax 10%", "Tax")), 0.1, 60))
     if rng.random() < 0.5:
-        rows.append(money_row(_pick(rng, ("Rounding Adj", "ROUNDING ADJUSTMENT", "Discount")), -0.04, 0.04))
-    rows.append(
-        Row(
-            (
-                _left(_pick(rng, ("TOTAL", "Total Amount", "TOTAL INCL. GST", "NETT TOTAL"))),
-                _right(_money(rng, 5, 950)),
-            ),
-            size=float(rng.uniform(1.0, 1.5)),
-            bold=rng.random() < 0.6,
-        )
-    )
-    rows.append(money_row(_pick(rng, _PAY), 5, 1000))
+        rows.append(money_row(pick(rng, ("Rounding Adj", "ROUNDING ADJUSTMENT", "Discount")), -0.04, 0.04))
+    label = _left(pick(rng, ("TOTAL", "Total Amount", "TOTAL INCL. GST", "NETT TOTAL")))
+    total = (label, _right(_money(rng, 5, 950)))
+    rows.append(Row(total, size=float(rng.uniform(1.0, 1.5)), bold=rng.random() < 0.6))
+    rows.append(money_row(pick(rng, _PAY), 5, 1000))
     if rng.random() < 0.7:
-        rows.append(money_row(_pick(rng, ("Change", "CHANGE DUE", "Balance")), 0, 50))
+        rows.append(money_row(pick(rng, ("Change", "CHANGE DUE", "Balance")), 0, 50))
     if rng.random() < 0.4:
         rows += [
             Row((_left("GST Summary"), Cell(("Amount(RM)",), 0.72, "r"), _right("Tax(RM)"))),
@@ -251,45 +212,29 @@ def _totals(rng: np.random.Generator, currency: str) -> list[Row]:
 
 
 def _footer(rng: np.random.Generator, wide: bool) -> list[Row]:
-    rows = [Row((_centre(_pick(rng, _FOOTER)),)) for _ in range(int(rng.integers(1, 4)))]
+    rows = [Row((_centre(pick(rng, _FOOTER)),)) for _ in range(int(rng.integers(1, 4)))]
     if wide:
-        rows.insert(int(rng.integers(len(rows) + 1)), Row((_centre(_pick(rng, _WIDE)),), wide=True))
+        rows.insert(int(rng.integers(len(rows) + 1)), Row((_centre(pick(rng, _WIDE)),), wide=True))
     if rng.random() < 0.5:
-        rows.append(
-            Row(
-                (
-                    _left(
-                        f"{rng.integers(10**5, 10**6)} {rng.integers(0, 24):02d}:{rng.integers(0, 60):02d}"
-                    ),
-                    _right(f"T{rng.integers(1, 9)} R{rng.integers(10**8, 10**9)}"),
-                )
-            )
-        )
-    code = _pick(rng, ("barcode", "qr", "")) if rng.random() < 0.6 else ""
+        stamp = f"{rng.integers(10**5, 10**6)} {rng.integers(0, 24):02d}:{rng.integers(0, 60):02d}"
+        rows.append(Row((_left(stamp), _right(f"T{rng.integers(1, 9)} R{rng.integers(10**8, 10**9)}"))))
+    code = pick(rng, ("barcode", "qr", "")) if rng.random() < 0.6 else ""
     return [*rows, Row(mark=code)] if code else rows
 
 
 def receipt_rows(rng: np.random.Generator, count: int) -> list[Row]:
     """About ``count`` rows of one receipt: header, meta, item table, totals, footer (items fill the rest)."""
     centred = rng.random() < 0.8
-    currency = _pick(rng, ("RM", "RM ", "$", "")) if rng.random() < 0.5 else ""
+    currency = pick(rng, ("RM", "RM ", "$", "")) if rng.random() < 0.5 else ""
     rule = Row(mark="rule")
     head = [*_header(rng, centred), rule, *_meta(rng), rule]
     table_head: list[Row] = []
     layout = int(rng.integers(3))
     if rng.random() < 0.6:
         labels = ("Qty", "Price", "Amount") if rng.random() < 0.5 else ("QTY", "U.P", "Total (RM)")
-        table_head = [
-            Row(
-                (
-                    _left(_pick(rng, ("Description", "ITEM", "Desc/Item", "Product"))),
-                    Cell((labels[0],), 0.58, "r"),
-                    Cell(_text(labels[1]), 0.78, "r"),
-                    _right(labels[2]),
-                )
-            ),
-            rule,
-        ]
+        name = _left(pick(rng, ("Description", "ITEM", "Desc/Item", "Product")))
+        columns = (Cell((labels[0],), 0.58, "r"), Cell(_text(labels[1]), 0.78, "r"), _right(labels[2]))
+        table_head = [Row((name, *columns)), rule]
     tail = [rule, *_totals(rng, currency), rule, *_footer(rng, rng.random() < 0.35)]
     room = count - len(head) - len(table_head) - len(tail)
     per_item = 2 if layout == 1 else 1
@@ -318,7 +263,7 @@ def layout_dense(
     page = DensePage(np.zeros((height, width), np.float32), np.zeros((height, width), np.float32))
     y = margin_top
     for row, pitch in zip(rows, pitches, strict=True):
-        font = _pick(rng, wide) if row.wide and not style.font.wide else _font(row, style)
+        font = pick(rng, wide) if row.wide and not style.font.wide else style.font_for(row.size)
         _draw_row(rng, page.ink, row, style, font, y, margin_x, width - margin_x, squeeze)
         y += pitch
     _draw_pen(rng, page.pen, body_h)
@@ -326,16 +271,12 @@ def layout_dense(
     return page
 
 
-def _font(row: Row, style: PageStyle) -> Font:
-    return style.header_font if row.size > 1.15 else style.font
-
-
 def _pitch(row: Row, style: PageStyle, wide: Font) -> float:
     h = style.body_h
     mark = {"rule": 1.0, "barcode": 4.0, "qr": 7.0, "logo": 5.0}
     if row.mark:
         return h * (mark[row.mark] + style.gap_y)
-    font = wide if row.wide and not style.font.wide else _font(row, style)
+    font = wide if row.wide and not style.font.wide else style.font_for(row.size)
     above, below = font_extent(font, h * row.size, row.bold)
     return above + below + style.gap_y * h * row.size
 
@@ -358,7 +299,7 @@ def _draw_row(
         draw_barcode(rng, ink, int(y), int(h * 3.2), x0, x1)
     elif row.mark == "qr":
         side = int(h * 6.5)
-        draw_qr(rng, ink, int(x0 + (x1 - x0 - side) * _pick(rng, (0.0, 0.5, 1.0))), int(y), side)
+        draw_qr(rng, ink, int(x0 + (x1 - x0 - side) * pick(rng, (0.0, 0.5, 1.0))), int(y), side)
     elif row.mark == "logo":
         draw_logo(rng, ink, (x0 + x1) // 2, int(y + h * 2.3), int(h * 4.5))
     else:
@@ -376,20 +317,16 @@ def _draw_row(
                 limit = start - _CELL_GAP * h
 
 
-def _span(words: list[InkWord], gap: float) -> float:
-    return sum(ink.box[2] - ink.box[0] for _, ink, _ in words) + gap * max(0, len(words) - 1)
-
-
 def _fit_cell(
     words: list[InkWord], cell: Cell, x0: int, x1: int, limit: float, gap: float
 ) -> tuple[float, list[InkWord]]:
     """Start x and the words of ``cell`` that fit between ``x0`` and ``limit`` (trailing words dropped)."""
     anchor = x0 + cell.anchor * (x1 - x0)
     while words:
-        span = _span(words, gap)
-        start = {"l": anchor, "r": anchor - span, "c": anchor - span / 2}[cell.align]
-        start = min(start, limit - span) if cell.align != "l" else start
-        if start >= x0 and start + span <= limit:
+        extent = span(words, gap)
+        start = {"l": anchor, "r": anchor - extent, "c": anchor - extent / 2}[cell.align]
+        start = min(start, limit - extent) if cell.align != "l" else start
+        if start >= x0 and start + extent <= limit:
             return start, words
         words = words[:-1]
     return 0.0, words
