@@ -54,9 +54,8 @@ def command_line_keys(overrides: Sequence[str]) -> set[str]:
 
 
 def stored_setting_keys(cfg: DictConfig, *, targets: bool = False) -> list[str]:
-    """The keys of ``cfg`` that a checkpoint supplies: ``data.eval_transform.*`` (when ``cfg`` has a data
-    config), ``data.targets.*`` when ``targets`` (test: its loss then has the validation loss's
-    definition), and every ``postprocess.*`` value."""
+    """The keys of ``cfg`` a checkpoint supplies; ``targets``: also ``data.targets.*`` (test: its loss is
+    then the validation loss)."""
     keys = [f"postprocess.{k}" for k in cfg.postprocess if not str(k).startswith("_")]
     if targets:
         keys = [f"data.targets.{k}" for k in cfg.data.targets] + keys
@@ -68,10 +67,8 @@ def stored_setting_keys(cfg: DictConfig, *, targets: bool = False) -> list[str]:
 def apply_stored_settings(
     cfg: DictConfig, stored: Mapping[str, Any], keys: Sequence[str], source: str
 ) -> list[Choice]:
-    """Set each of ``keys`` in ``cfg`` (in place) to its value in ``stored`` (the checkpoint's run config or
-    the export's sidecar) unless ``cfg.command_line`` set it; log where each came from, warn for each
-    ``data.*`` value the command line changed, and return one :class:`Choice` per key. A stored value that
-    fails the config check raises its UsageError naming ``source`` (what ``stored`` is, for the log)."""
+    """Set each of ``keys`` in ``cfg`` to its value in ``stored`` unless the command line set it; log where
+    each came from (``source``: what ``stored`` is) and return one :class:`Choice` per key."""
     # A config composed by other means than a Hydra run or compose_config has no command line to read.
     overrides = OmegaConf.select(cfg, "command_line", default=[], throw_on_resolution_failure=False)
     given = command_line_keys([str(o) for o in overrides or []])

@@ -31,11 +31,9 @@ def network_weights(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def load_init_weights(net: nn.Module, init_from: str | Path) -> None:
-    """Load the network weights of ``init_from`` into ``net``: a project checkpoint (``.ckpt``) or a state
-    dict (``.pth``/``.pt``/``.safetensors``, with or without the ``net.`` prefix). Missing and unexpected
-    tensors are logged; a tensor of another shape stops the run (ValueError naming both shapes), except in
-    the decoder and head of another decoder family (:func:`_drop_other_family_tensors`). FileNotFoundError
-    names ``model.init_from``; ValueError also for another suffix or a file sharing no tensor name."""
+    """Load the network weights of ``init_from`` (a ``.ckpt`` or a state dict) into ``net``; missing and
+    unexpected tensors are logged, another shape is a ValueError (except in another decoder family's
+    decoder and head)."""
     path = Path(init_from).expanduser()
     if not path.is_file():
         what = "a directory" if path.is_dir() else "no such file"
@@ -94,8 +92,7 @@ def _drop_other_family_tensors(
     weights: dict[str, Tensor], own: Mapping[str, Tensor]
 ) -> tuple[dict[str, Tensor], list[str]]:
     """``weights`` without the decoder/head tensors whose shape differs from ``own``'s when the file's decoder
-    is another family (another set of ``decoder.*`` names, e.g. r18-FPN into PAN), and those names, sorted.
-    The same set is the same decoder at other settings, where every mismatch stops the run."""
+    is another family (another set of ``decoder.*`` names, e.g. FPN into PAN), and those names, sorted."""
     decoder_names = {key for key in weights if key.startswith("decoder.")}
     if decoder_names == {key for key in own if key.startswith("decoder.")}:
         return weights, []

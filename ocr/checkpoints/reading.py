@@ -29,10 +29,8 @@ _NUMPY_DTYPES = ("bool", "uint8", "uint32", "int32", "int64", "float32", "float6
 
 @functools.cache
 def allow_checkpoint_types() -> None:
-    """Let ``torch.load(weights_only=True)`` (ours, and Lightning's on resume and test) build what this
-    project's checkpoints and crash bundles hold besides tensors and plain containers: numpy arrays
-    (Lightning's numpy RNG state in ``rng_states``, a batch's polygons and geometry matrices) and the batch
-    records of ``ocr.types``. The run config is saved as plain containers, not as OmegaConf objects."""
+    """Let ``torch.load(weights_only=True)`` (ours and Lightning's) build the numpy arrays (RNG state,
+    polygons) and ``ocr.types`` records that checkpoints and crash bundles hold besides tensors."""
     import numpy as np
     import torch
     from numpy._core.multiarray import _reconstruct
@@ -89,7 +87,10 @@ def load_checkpoint_file(path: str | Path, key: str = "ckpt", *, mmap: bool = Fa
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError:
-        unsafe = _unsafe_globals(path)
+        try:  # the pickled globals a weights-only load refuses, read from the opcodes without running any
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except Exception:  # a zip without a readable data.pkl: _unloadable says what it is
+            unsafe = []
         if not unsafe:
             raise CheckpointError(f"{key}={path}: {_unloadable(path)}") from None
         raise CheckpointError(
@@ -100,17 +101,6 @@ def load_checkpoint_file(path: str | Path, key: str = "ckpt", *, mmap: bool = Fa
         what = _unloadable(path)
         said = "" if what.startswith("a truncated") else f"; torch.load said: {str(exc).splitlines()[0]}"
         raise CheckpointError(f"{key}={path}: {what}{said}") from None
-
-
-def _unsafe_globals(path: Path) -> list[str]:
-    """The pickled classes and functions in the checkpoint at ``path`` that a weights-only load refuses,
-    read from its pickle's opcodes without running any (none for an archive too broken to read)."""
-    import torch
-
-    try:
-        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except Exception:  # a zip without a readable data.pkl: _unloadable says what it is
-        return []
 
 
 def _unloadable(path: Path) -> str:

@@ -126,20 +126,6 @@ def _checkpoint_step(path: Path) -> int:
     return int(load_checkpoint_file(path, "checkpoint", mmap=True)["global_step"])
 
 
-def _readable_hpc_checkpoints(run_dir: Path) -> list[Path]:
-    """Lightning's SLURM pre-emption checkpoints in ``run_dir``. Lightning writes one in the system's temp
-    folder and moves it there, a copy across file systems: one the job's end cut short is skipped."""
-    readable = []
-    for path in sorted(run_dir.glob("hpc_ckpt_*.ckpt")):
-        try:
-            _checkpoint_step(path)
-        except (RuntimeError, OSError, EOFError, ValueError, KeyError, pickle.UnpicklingError) as exc:
-            log.warning("Resume: skipping %s, which cannot be read (%s: %s)", path, type(exc).__name__, exc)
-            continue
-        readable.append(path)
-    return readable
-
-
 def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
     """``ckpt_path`` when given, else the checkpoint of highest step (``last.ckpt`` on a tie) in
     ``<run_dir>/checkpoints`` or a SLURM pre-emption's ``<run_dir>/hpc_ckpt_<n>.ckpt``; with its step."""
@@ -150,7 +136,15 @@ def find_checkpoint(run_dir: Path, ckpt_path: str | None) -> tuple[Path, int]:
         return path, _checkpoint_step(path)
     folder = run_dir / "checkpoints"
     candidates = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
-    candidates += _readable_hpc_checkpoints(run_dir)  # SLURM auto-requeue (docs/distributed.md)
+    # SLURM auto-requeue (docs/distributed.md): Lightning writes its checkpoint in the system's temp folder
+    # and moves it here, a copy across file systems: one the job's end cut short is skipped.
+    for path in sorted(run_dir.glob("hpc_ckpt_*.ckpt")):
+        try:
+            _checkpoint_step(path)
+        except (RuntimeError, OSError, EOFError, ValueError, KeyError, pickle.UnpicklingError) as exc:
+            log.warning("Resume: skipping %s, which cannot be read (%s: %s)", path, type(exc).__name__, exc)
+            continue
+        candidates.append(path)
     if not candidates:
         raise FileNotFoundError(
             f"resume={run_dir}: no checkpoint (*.ckpt) in {folder}; a run killed before or during its "
@@ -189,7 +183,9 @@ def _apply_overrides(run_cfg: DictConfig, composed: DictConfig, overrides: Seque
                 "config groups (data=..., hardware=...) and deletions are refused"
             )
         adding = override.is_add() or override.is_force_add()
-        if not adding and not _has_key(run_cfg, key):
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(run_cfg, parent_key) if parent_key else run_cfg
+        if not adding and not (isinstance(parent, DictConfig) and leaf in parent):
             raise ResumeRefusedError(
                 f"resume: '{override.input_line}': the run's config has no key {key} (it was written by an "
                 "older version, or the key is misspelled)"
@@ -278,7 +274,10 @@ def _refuse_nothing_to_train(
         reached = f"the run is at step {step} and trainer.max_steps={max_steps}"
         more = f"trainer.max_steps={max(2 * step, step + 1)}"
     else:
-        epochs = _completed_epochs(checkpoint)
+        try:  # Lightning's loop state: epochs the fit loop had completed
+            epochs = int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"])
+        except (KeyError, TypeError, ValueError):
+            epochs = None
         if not isinstance(max_epochs, int) or max_epochs < 0 or epochs is None or epochs < max_epochs:
             return
         reached = f"the run has completed {epochs} epoch(s) and trainer.max_epochs={max_epochs}"
@@ -288,20 +287,6 @@ def _refuse_nothing_to_train(
         f"longer run, e.g. resume={run_dir} {more}, or score it without resuming: uv run runners/test.py "
         f"ckpt={checkpoint_path}"
     )
-
-
-def _completed_epochs(checkpoint: dict[str, Any]) -> int | None:
-    """Epochs the checkpoint's fit loop had completed (Lightning's loop state), None when not recorded."""
-    try:
-        return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _has_key(cfg: DictConfig, key: str) -> bool:
-    parent_key, _, leaf = key.rpartition(".")
-    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
-    return isinstance(parent, DictConfig) and leaf in parent
 
 
 def resume_run(composed: DictConfig, overrides: Sequence[str], folder_id: str | None) -> Resume:

@@ -62,12 +62,9 @@ def estimate_checkpoint_bytes(module: L.LightningModule) -> int:
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """Keeps ``best_hmean0.9312_epoch07.ckpt`` (by ``monitor``, ``save_top_k`` of them) and ``last.ckpt`` in
-    ``dirpath``; the names hold no ``=``, so a printed path works unquoted in a Hydra override.
-    ``last.ckpt`` is rewritten at every validation, at the end of training, and between validations every
-    ``every_n_steps`` steps or ``every_n_minutes`` minutes (checked every ``TIME_CHECK_EVERY_N_STEPS``). Each
-    checkpoint is written to ``<name>.tmp`` and renamed, with ``<name>.json`` beside it (step, config,
-    metrics, git commit, data fingerprint); leftover temporary files are removed when fitting starts."""
+    """Keeps ``best_hmean0.9312_epoch07.ckpt`` (no ``=``: a printed path works unquoted in a Hydra override)
+    and ``last.ckpt``, rewritten at every validation, at the end and every ``every_n_steps`` steps or
+    ``every_n_minutes`` minutes; each written to ``<name>.tmp`` and renamed, with ``<name>.json`` beside."""
 
     def __init__(
         self,
@@ -138,9 +135,8 @@ class RunCheckpoint(ModelCheckpoint):
                 self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """No save at epoch ends: with trainer.max_steps set, Lightning resumes an epoch-end checkpoint of a
-        validated epoch one epoch short of max_epochs, and a small data set's epoch is shorter than a save.
-        ``on_validation_end`` saves; without validation, the between-validation saves cover the run."""
+        """No save at epoch ends: Lightning resumes an epoch-end checkpoint of a validated epoch one epoch
+        short of max_epochs; ``on_validation_end`` and the between-validation saves cover the run."""
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._saving_off(trainer):
@@ -164,9 +160,8 @@ class RunCheckpoint(ModelCheckpoint):
             _mark_validation_pending(checkpoint)
 
     def save_on_interrupt(self, trainer: L.Trainer) -> str | None:
-        """Write ``last.ckpt`` at the current step for a run a signal stopped between steps or during a
-        validation (which a resume from it runs again); its path, or None when saving is off (no training
-        ran yet, or checkpointing is off for this fit)."""
+        """Write ``last.ckpt`` for a run a signal stopped between steps or during a validation (which its
+        resume runs again); its path, or None when saving is off."""
         if self._saving_off(trainer):
             return None
         if trainer.validating or self._last_global_step_saved != trainer.global_step:
@@ -271,10 +266,8 @@ class RunCheckpoint(ModelCheckpoint):
 
 
 def _mark_validation_pending(checkpoint: dict[str, Any]) -> None:
-    """Record the validation loop's progress as a save inside its first step would (one batch started,
-    none finished): Lightning then runs that validation again, from its first batch, when it resumes the
-    checkpoint. Saved as it stands, the checkpoint would resume past the validation (its training step
-    was done), or with the batches it had finished (it continues a cut validation where it stopped)."""
+    """Record the validation loop's progress as a save inside its first batch would, so a resume runs that
+    validation again from its start (as it stands, it would skip it or continue it where it was cut)."""
     try:
         progress = checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]
         total, current = progress["total"], progress["current"]

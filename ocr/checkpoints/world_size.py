@@ -31,8 +31,7 @@ def planned_world_size(cfg: DictConfig) -> int:
 
 
 def check_world_size(saved: int | None, cfg: DictConfig, checkpoint: Path, allow_change: bool) -> None:
-    """Refuse a resume on another world size than ``checkpoint``'s, unless ``allow_change``
-    (ResumeRefusedError naming both, the effective batches and the fix)."""
+    """Refuse a resume on another world size than ``checkpoint``'s (naming both), unless ``allow_change``."""
     if saved is None:
         log.warning(
             "Resume: %s records no world size; a change of nodes or devices cannot be checked", checkpoint
@@ -44,8 +43,7 @@ def check_world_size(saved: int | None, cfg: DictConfig, checkpoint: Path, allow
     per_process = int(cfg.data.batch_size) * int(cfg.trainer.accumulate_grad_batches)
     message = (
         f"resume: {checkpoint} was written by a run of {saved} processes, this one has {now} "
-        f"(trainer.num_nodes={cfg.trainer.num_nodes}, "
-        f"trainer.devices={cfg.trainer.devices}, "
+        f"(trainer.num_nodes={cfg.trainer.num_nodes}, trainer.devices={cfg.trainer.devices}, "
         f"launcher: {launch_info().launcher}). That changes the effective batch ({per_process} x {saved} = "
         f"{per_process * saved} -> {per_process} x {now} = {per_process * now} images per optimizer step; "
         "data.batch_size x trainer.accumulate_grad_batches per process), the steps in an epoch and the "

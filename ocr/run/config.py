@@ -136,9 +136,8 @@ RULES: tuple[Callable[[_Reader], list[str]], ...] = (
 
 
 def compose_config(name: str, overrides: Sequence[str] = (), output_dir: Path | None = None) -> DictConfig:
-    """Compose ``configs/<name>.yaml`` with ``overrides`` outside a Hydra run, as the runners see it (defaults
-    lists applied, hardware resolvers registered, ``command_line`` = ``overrides`` where the config has
-    it); ``paths.output_dir`` is ``output_dir`` when given, else the Hydra run directory."""
+    """Compose ``configs/<name>.yaml`` with ``overrides`` outside a Hydra run, as the runners see it;
+    ``paths.output_dir`` is ``output_dir`` when given."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 

@@ -110,14 +110,6 @@ def _memory_report(batch: Any) -> tuple[dict[str, Any], str]:
     return figures, summary
 
 
-def _config_text(run_dir: Path, pl_module: L.LightningModule) -> str | None:
-    saved = run_dir / "config.yaml"
-    if saved.exists():
-        return saved.read_text()
-    config = getattr(pl_module, "run_config", None)
-    return OmegaConf.to_yaml(OmegaConf.create(config)) if config else None
-
-
 def failed_cpu_batch(trainer: L.Trainer, exception: BaseException) -> Any:
     """The batch a crash bundle saves: the one a ``NonFiniteLossError`` carries (its first bad step), else
     the last batch the datamodule moved to the device, as it was on the CPU (None: no such batch)."""
@@ -137,9 +129,8 @@ def write_crash_bundle(
     batch: Any,
     batch_idx: int | None,
 ) -> Path:
-    """Write the rank's crash folder for ``exception`` and return it; ``environment`` is a report taken
-    before the fault (None: collect one now, without CUDA after a CUDA error), ``batch`` the CPU batch for
-    ``batch.pt`` (None: none) and ``batch_idx`` its index in the epoch."""
+    """Write the rank's crash folder for ``exception`` and return it; ``environment``: a report taken before
+    the fault (None: collect one now), ``batch``: the CPU batch for ``batch.pt``, at ``batch_idx``."""
     crash = crash_dir(run_dir, trainer.global_rank, trainer.node_rank)
     cuda_fault = is_cuda_fault(exception)
     oom = isinstance(exception, torch.cuda.OutOfMemoryError)
@@ -163,9 +154,11 @@ def write_crash_bundle(
     atomic_write_text(crash / "traceback.txt", trace)
     if batch is not None:
         atomic_write_bytes(crash / "batch.pt", _torch_save_bytes(batch))
-    config = _config_text(run_dir, pl_module)
-    if config is not None:
-        atomic_write_text(crash / "config.yaml", config)
+    saved, config = run_dir / "config.yaml", getattr(pl_module, "run_config", None)
+    if saved.exists():
+        atomic_write_text(crash / "config.yaml", saved.read_text())
+    elif config:
+        atomic_write_text(crash / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
     env = dict(environment) if environment is not None else collect_environment(query_cuda=not cuda_fault)
     atomic_write_json(crash / "environment.json", env)
     atomic_write_bytes(crash / "rng.pt", _torch_save_bytes(_rng_states(query_cuda=not cuda_fault)))
@@ -183,19 +176,14 @@ def save_divergence_weights(
     crash: Path, pl_module: L.LightningModule, exception: BaseException
 ) -> str | None:
     """After a divergence (a non-finite loss or logits), write the network's weights as they are now to
-    ``crash/weights.pt`` (CPU, ``DBNet.state_dict()`` keys) and return the file name; else None. Replay
-    needs them: fresh weights, or the last (finite) checkpoint, run the saved batch cleanly."""
+    ``crash/weights.pt`` and return its name, else None (replay needs them: earlier weights run clean)."""
+    divergence = isinstance(exception, NonFiniteLossError) or (
+        isinstance(exception, LossInputError)
+        and any(device_message(n) in str(exception) for n in LOGIT_NAMES)
+    )
     net = getattr(pl_module, "net", None)
-    if not _is_divergence(exception) or not isinstance(net, torch.nn.Module):
+    if not divergence or not isinstance(net, torch.nn.Module):
         return None
     weights = {key: value.detach().cpu().clone() for key, value in net.state_dict().items()}
     atomic_write_bytes(crash / WEIGHTS_FILE, _torch_save_bytes(weights))
     return WEIGHTS_FILE
-
-
-def _is_divergence(exception: BaseException) -> bool:
-    if isinstance(exception, NonFiniteLossError):
-        return True
-    return isinstance(exception, LossInputError) and any(
-        device_message(name) in str(exception) for name in LOGIT_NAMES
-    )

@@ -1,12 +1,8 @@
-"""The entry decorator every runner uses, and the small helpers of the thin runners.
-
-``@entry("predict")`` gives a runner's task the run shell: check the config once, claim the run folder
-once (every refusal before the first write), write Hydra's record, run the task and, when it raises,
-record how the run ended (CUDA fault: exit 84; lost peer: 87; a signal: 128 + its number and
-``.INTERRUPTED``; else ``.FAILURE``). ``task.main()`` is the process: a :class:`~ocr.utils.errors.UsageError`
-ends it with its message alone and exit status 1 (``HYDRA_FULL_ERROR=1``: Hydra's report). A refused start
-writes nothing into the run folder: Hydra's ``.hydra/`` is written here once claimed, its log file is
-detached until then, and the folder Hydra created is removed when it stayed empty.
+"""``@entry("predict")`` gives a runner's task the run shell: check the config, claim the run folder (every
+refusal before the first write, so a refused start writes nothing there: Hydra's log file is detached until
+then, its ``.hydra/`` written here after, its empty folder removed), run the task and record how it ended
+(CUDA fault: exit 84; lost peer: 87; a signal: 128 + its number; else ``.FAILURE``). A usage error ends the
+process with its message alone and exit status 1. Also the small helpers of the thin runners.
 """
 
 from __future__ import annotations
@@ -86,8 +82,11 @@ class RunEntry(Generic[T]):
             with _log_files_detached(self.process):  # a refused start writes no log file
                 claim = claim_run(cfg, training=self.training, check=check_config)
         except BaseException:
-            if self.process:
-                _remove_hydras_empty_folder(run_dir)
+            # The folder Hydra created for this process, if it stayed empty.
+            if self.process and (folder := run_dir.resolve()) == _hydra_run_dir():
+                with contextlib.suppress(OSError):
+                    if folder.stat().st_ctime >= STARTED - 1 and not any(folder.iterdir()):
+                        folder.rmdir()
             raise
         self.claimed = True
         try:
@@ -112,17 +111,28 @@ class RunEntry(Generic[T]):
     def run_as_process(self, cfg: DictConfig) -> float | None:
         """This entry as the process's run: a usage error ends it with its message and exit status 1;
         returns the value of ``optimized_metric`` for Hydra sweeps."""
+        from hydra.types import RunMode
+
         self.process = True
         try:
             result = self(cfg)
         except Exception as exc:
-            usage = find_usage_error(exc)
-            if usage is None or _multirun():
+            usage, hydra_cfg = find_usage_error(exc), _hydra()
+            if usage is None or (hydra_cfg is not None and hydra_cfg.mode == RunMode.MULTIRUN):
                 raise
             # The task logged "Run failed: <type>: <message>" when it wrote .FAILURE.
             logged = usage is exc and failure_written(Path(cfg.paths.output_dir))
             exit_with_message(exc, usage, logged=logged, to_log_files=self.claimed)
-        return _metric_value(result, cfg.get("optimized_metric"))
+        # None, with a warning naming the available metrics, when the run stopped before its first validation.
+        name = cfg.get("optimized_metric")
+        if not name or not isinstance(result, Mapping):
+            return None
+        if name not in result:
+            log.warning(
+                "optimized_metric=%r was not produced by this run; available: %s", name, sorted(result)
+            )
+            return None
+        return float(result[name])
 
     def main(self) -> None:
         """The process: Hydra's command line for ``configs/<config_name>.yaml``, then the run."""
@@ -139,7 +149,6 @@ def entry(
     """Give a runner's task the run shell for ``configs/<config_name>.yaml``. A ``training`` task is
     called with the config to run and its :class:`TrainingRun`, any other with the config; a
     ``lightning`` one has Lightning's log lines routed once (:func:`route_lightning_logs`)."""
-
     return lambda task: RunEntry(task, config_name, training, lightning)
 
 
@@ -189,7 +198,9 @@ class TrainingRun:
         directory = self.directory
         atomic_write_json(directory / "metrics.json", {"metrics": metrics, "kept_checkpoint": kept or None})
         print(format_metrics(metrics, "Final metrics"))
-        print(f"{keep.capitalize()} checkpoint: {kept or '(none: no validation ran, or checkpointing is off)'}")
+        print(
+            f"{keep.capitalize()} checkpoint: {kept or '(none: no validation ran, or checkpointing is off)'}"
+        )
         for note in notes:
             if note:  # said at the end too: e.g. the time budget's warning is minutes up the log
                 print(note)
@@ -229,18 +240,6 @@ def _log_files_detached(detach: bool) -> Iterator[None]:
     finally:
         for handler in files:
             logging.getLogger().addHandler(handler)
-
-
-def _remove_hydras_empty_folder(run_dir: Path) -> None:
-    """After a refused start: the run folder Hydra created for this process, if it stayed empty."""
-    folder = run_dir.resolve()
-    if folder != _hydra_run_dir():
-        return
-    try:
-        if folder.stat().st_ctime >= STARTED - 1 and not any(folder.iterdir()):
-            folder.rmdir()
-    except OSError:
-        pass
 
 
 def _write_hydra_record(run_dir: Path, cfg: DictConfig) -> None:
@@ -297,24 +296,6 @@ def exit_with_message(
     if not logged:
         log.error("%s", usage)
     raise SystemExit(1) from None
-
-
-def _multirun() -> bool:
-    from hydra.types import RunMode
-
-    hydra_cfg = _hydra()
-    return hydra_cfg is not None and hydra_cfg.mode == RunMode.MULTIRUN
-
-
-def _metric_value(result: Any, name: str | None) -> float | None:
-    """The value of ``name`` in a training run's metrics, for Hydra sweeps (None, with a warning naming
-    the available metrics, when the run never produced it: it stopped before the first validation)."""
-    if not name or not isinstance(result, Mapping):
-        return None
-    if name not in result:
-        log.warning("optimized_metric=%r was not produced by this run; available: %s", name, sorted(result))
-        return None
-    return float(result[name])
 
 
 def route_lightning_logs() -> None:

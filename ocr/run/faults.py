@@ -10,6 +10,7 @@ handlers' file descriptors). Error types are recognised by name: no torch import
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -330,15 +331,11 @@ def end_process(code: int, closing: Sequence[Closing]) -> NoReturn:
     for line in closing:
         log.handle(error_record(*line))
     for handler in logging.getLogger().handlers:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             handler.flush()
-        except (OSError, ValueError):
-            pass
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
     _hard_exit(code)
 
 
@@ -373,10 +370,8 @@ def _write_raw(records: Sequence[logging.LogRecord]) -> None:
     for record in records:
         lines = [(fd, handler.format(record)) for handler, fd in targets] or [(2, record.getMessage())]
         for fd, text in lines:
-            try:
+            with contextlib.suppress(OSError):
                 os.write(fd, (text + "\n").encode(errors="replace"))
-            except OSError:
-                pass
 
 
 def _hard_exit(code: int) -> NoReturn:

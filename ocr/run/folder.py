@@ -47,6 +47,7 @@ __all__ = [
     "failure_written",
     "interrupted_exit_code",
     "is_launching_process",
+    "process_start",
     "read_run_id",
     "record_failure",
     "writable_dir",
@@ -90,7 +91,7 @@ class LockOwner:
             pid=os.getpid(),
             host=socket.gethostname(),
             started=_now(),
-            process_start=_process_start(os.getpid()),
+            process_start=process_start(os.getpid()),
             slurm_job=os.environ.get("SLURM_JOB_ID"),
             slurm_restart=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
             command=" ".join(sys.argv),
@@ -122,12 +123,12 @@ class LockOwner:
             return f"process {self.pid} is not running"
         except PermissionError:  # another user's live process
             return None
-        if self.process_start is not None and _process_start(self.pid) != self.process_start:
+        if self.process_start is not None and process_start(self.pid) != self.process_start:
             return f"pid {self.pid} now belongs to another process"
         return None
 
 
-def _process_start(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
     """The start time of process ``pid`` in clock ticks since boot (Linux ``/proc``), None elsewhere."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
@@ -322,9 +323,8 @@ def clear_sentinels(run_dir: str | Path) -> None:
 
 
 def writable_dir(path: str | os.PathLike[str], key: str, *, create: bool) -> Path:
-    """Check that files can be written in the folder ``path`` (created when ``create``; else nothing is
-    left behind: a missing folder's nearest existing parent must take a new folder); OutputDirError names
-    ``key``, the folder and why."""
+    """Check that files can be written in the folder ``path`` (created when ``create``; else nothing is left
+    behind); OutputDirError names ``key``, the folder and why."""
     path = Path(path)
     existing = path
     try:
@@ -413,9 +413,8 @@ def _refuse_occupied(run_dir: Path) -> None:
 
 
 def claim_run(cfg: DictConfig, *, training: bool, check: Callable[[DictConfig], None]) -> RunClaim:
-    """Claim the run folder ``cfg.paths.output_dir``: every refusal first (RunRefusedError; a resume
-    without a checkpoint: FileNotFoundError), then ``check`` on the config to run, and only then the first
-    write (the lock; a training run's ``run.json``)."""
+    """Claim the run folder ``cfg.paths.output_dir``: every refusal first (RunRefusedError or
+    FileNotFoundError), then ``check`` on the config, and only then the first write (lock, ``run.json``)."""
     run_dir = Path(cfg.paths.output_dir).resolve()
     lock = RunLock(run_dir) if is_launching_process() else None
     resume = None

@@ -1,25 +1,15 @@
 """The guard: one callback that watches a run and owns what happens, in which order, when it raises.
 
-Listed first among the callbacks (``configs/callbacks/triage.yaml``), its ``on_exception`` runs before
-every other hook, in this order: another DDP rank's CUDA fault stops this rank too (``ocr.run.peers``); a
-CUDA fault arms the exit (``ocr.run.faults``), writes ``fault.json``, tells the other ranks and writes
-``.FAILURE``; the crash bundle (``ocr.run.crash``) unless stopped by a signal or refused its input; a
-non-finite loss seen before another error; a stop by a signal: ``last.ckpt`` and
-``.INTERRUPTED``; the run status and the wandb tag. After a CUDA fault Lightning's teardown would touch the
-dead context, so the guard takes the strategy's ``teardown``: the crash bundle, the other ranks'
-acknowledgements, then the exit. Around a fit it also runs the preflight checks, the non-finite check and
-the signal handlers, and writes ``.SUCCESS``; test and predict get :meth:`Guard.for_inference`.
-
-Non-finite check: each step folds ``isfinite(loss)`` into a device-side first-bad-step flag (no host sync);
-the host reads it every ``check_every_n_steps`` steps, at epoch end and before every checkpoint save (so
-``last.ckpt`` never holds weights from after the first NaN), over all DDP ranks (one collective). On CUDA
-the loss's value checks feed the same flag rather than fire a device-side assert, which would kill the
-context. A hit writes ``nonfinite.json`` into the rank's crash folder and raises NonFiniteLossError.
-
-Signals: Lightning's SIGTERM handling is the one path (``trainer.received_sigterm``, broadcast under DDP;
-``SIGTERMException`` at the next step boundary). The first Ctrl-C calls that handler, so it never leaves a
-half-updated state; a second Ctrl-C or SIGTERM, or the stall watchdog's interrupt (a failure), raises
-``KeyboardInterrupt`` at once, without a checkpoint. SLURM's ``SIGUSR1`` requeue is left alone.
+Listed first (``configs/callbacks/triage.yaml``), its ``on_exception`` runs before every other hook: a
+peer's CUDA fault stops this rank too; a CUDA fault arms the exit, writes ``fault.json``, tells the other
+ranks and writes ``.FAILURE``; then the crash bundle, a non-finite loss seen earlier, a signal's
+``last.ckpt`` and ``.INTERRUPTED``, the run status. After a CUDA fault Lightning's teardown would touch the
+dead context, so the guard takes the strategy's ``teardown``. The non-finite check folds ``isfinite(loss)``
+into a device-side flag (no host sync), read every ``check_every_n_steps`` steps, at epoch end and before
+each save (``last.ckpt`` never holds weights from after the first NaN); on CUDA the loss checks feed that
+flag rather than a device-side assert, which would kill the context. Signals take Lightning's SIGTERM path
+(the first Ctrl-C too, so no half-updated state); a second one, or the stall watchdog, raises
+``KeyboardInterrupt`` at once, without a checkpoint.
 """
 
 from __future__ import annotations
@@ -106,9 +96,8 @@ class Interrupts:
         self._trainer: L.Trainer | None = None
 
     def install(self, trainer: L.Trainer) -> None:
-        """At train start, after Lightning registered its handlers (it restores SIGINT's original at its
-        teardown, also after an exception). Main thread only; a SIGINT ignored on purpose (a script's
-        background job) stays ignored."""
+        """At train start, after Lightning registered its handlers; main thread only; a SIGINT ignored on
+        purpose (a script's background job) stays ignored."""
         self._trainer = trainer
         main = threading.current_thread() is threading.main_thread()
         if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
@@ -192,9 +181,8 @@ NO_BAD_STEP = torch.iinfo(torch.long).max  # stands for "all finite" in the cros
 
 
 class NonFiniteCheck:
-    """Raises :class:`NonFiniteLossError` when a training loss (or, with ``check_grads``, the gradient
-    norm; not under fp16, whose scaler skips inf steps) is NaN/Inf; reads the device flag every
-    ``check_every_n_steps`` steps (1: exact, but a sync every step); ``crash`` gets ``nonfinite.json``."""
+    """Raises :class:`NonFiniteLossError` when the loss (or, ``check_grads``, the gradient norm; not under
+    fp16, whose scaler skips inf steps) is NaN/Inf; ``check_every_n_steps``: 1: exact, a sync each step."""
 
     def __init__(self, *, check_every_n_steps: int, check_grads: bool, crash: Path) -> None:
         self.check_every_n_steps = check_every_n_steps
@@ -323,8 +311,7 @@ def check_checkpoint_space(checkpoint_dir: Path, checkpoint_bytes: int) -> Check
 
 class Guard(Callback):
     """Watches the run (preflight, non-finite loss, signals, CUDA faults) and records how it ended in
-    ``run_dir``; ``check_every_n_steps`` and ``check_grads`` are :class:`NonFiniteCheck`'s;
-    ``fail_on_preflight`` refuses to train on a failed preflight check (too little disk always does)."""
+    ``run_dir``; ``fail_on_preflight`` refuses to train on a failed preflight check (low disk: always)."""
 
     def __init__(
         self, *, run_dir: str, check_every_n_steps: PositiveInt, check_grads: bool, fail_on_preflight: bool
@@ -369,8 +356,7 @@ class Guard(Callback):
         self.interrupts.restore()
 
     def _run_preflight(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The fast doctor checks (``python -m ocr.doctor`` runs them too) and the space for a checkpoint of
-        this model, logged and saved as ``preflight.json``."""
+        """The fast doctor checks and the space for a checkpoint, logged and saved as ``preflight.json``."""
         checkpoint_dir = Path(getattr(trainer.checkpoint_callback, "dirpath", None) or self.run_dir)
         disk = check_checkpoint_space(checkpoint_dir, estimate_checkpoint_bytes(pl_module))
         checks = [r for r in fast_checks(self.run_dir) if r.name != "disk"] + [disk]

@@ -10,6 +10,7 @@ rank faulted and end with ``EXIT_PEER_FAULT``. A rank that is gone or hangs fail
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -76,8 +77,7 @@ def announce_fault(store: Any, record: dict[str, Any], key: str = STORE_KEY) -> 
 
 
 def peer_fault(store: Any, rank: int, key: str = STORE_KEY) -> dict[str, Any] | None:
-    """Another rank's record under ``key`` (a CUDA fault by default), or None (none yet, or the store is
-    gone)."""
+    """Another rank's record under ``key`` (a CUDA fault by default), or None (none yet, or no store)."""
     try:
         if not store.check([key]):
             return None
@@ -108,10 +108,8 @@ def stop_for_peer(store: Any, record: dict[str, Any], rank: int) -> NoReturn:
         f"collectives it waits for can no longer complete. The faulting rank's report: "
         f"{record.get('failure')}, {record.get('crash')}"
     )
-    try:
+    with contextlib.suppress(*STORE_ERRORS):
         store.add(ACK_KEY, 1)
-    except STORE_ERRORS:
-        pass
     end_process(EXIT_PEER_FAULT, [(message, None)])
 
 
@@ -198,8 +196,7 @@ def _lost(error: BaseException) -> str | None:
 
 
 def find_lost_peer(exception: BaseException) -> tuple[BaseException, str] | None:
-    """The first (innermost) error of ``exception``'s chain that says a peer is gone (``"gone"``) or did
-    not answer in time (``"timeout"``), with which; None when there is none."""
+    """The innermost error of ``exception``'s chain that says a peer is ``"gone"`` or hit a ``"timeout"``."""
     found = [(error, how) for error in exception_chain(exception) if (how := _lost(error)) is not None]
     return found[-1] if found else None
 
@@ -213,7 +210,13 @@ def lost_peer_reported(run_dir: Path) -> bool:
         return False
 
 
-def _message(error: BaseException, how: str, run_dir: Path) -> str:
+def exit_on_lost_peer(exception: BaseException, run_dir: Path) -> None:
+    """For the entry decorator: end the process here when ``exception`` says a peer is lost, writing
+    ``.FAILURE`` unless another rank reported its own failure first (the transport's traceback: log file)."""
+    found = find_lost_peer(exception)
+    if found is None:
+        return
+    error, how = found
     info = launch_info()
     who = f"rank {info.rank if info.rank is not None else '?'} of {info.world_size}"
     where = f" (node {info.node_rank})" if info.node_rank is not None else ""
@@ -224,22 +227,12 @@ def _message(error: BaseException, how: str, run_dir: Path) -> str:
         else "another process of this run did not answer within the process group's timeout "
         "(trainer.strategy.timeout): it hangs, or its node is unreachable"
     )
-    return (
+    message = (
         f"LOST CONTACT WITH THE OTHER RANKS: {who}{where}: {cause}; {type(error).__name__}: {first}. "
-        f"Its own log says why: train.log or train-node<n>-rank<k>.log in {run_dir}, or its launcher's "
+        f"Its own log says why: train.log or train-node<n>-rank<k>.log in {Path(run_dir)}, or its launcher's "
         f"output on its node. This rank stops too, with exit code {EXIT_PEER_LOST}. Continue the run "
-        f"with: runners/train.py resume={run_dir} (docs/distributed.md)"
+        f"with: runners/train.py resume={Path(run_dir)} (docs/distributed.md)"
     )
-
-
-def exit_on_lost_peer(exception: BaseException, run_dir: Path) -> None:
-    """For the entry decorator: end the process here when ``exception`` says a peer is lost, writing
-    ``.FAILURE`` unless another rank reported its own failure first (the transport's traceback: log file)."""
-    found = find_lost_peer(exception)
-    if found is None:
-        return
-    error, how = found
-    message = _message(error, how, Path(run_dir))
     log_file_only(error_record("The error that showed the lost peer:", exception))
     # Another rank's report since this run started is the cause; keep it (unless it is a lost peer too).
     if not failure_written(run_dir) or written_by_this_process(run_dir) or lost_peer_reported(run_dir):

@@ -50,10 +50,8 @@ def _make_interruptible() -> None:
 
 
 class StallWatchdog(Callback):
-    """Dumps all thread stacks when no train/val/test batch completes within ``timeout_s`` (again every
-    ``timeout_s`` with ``repeat``). ``exit_on_stall`` then interrupts the main thread (KeyboardInterrupt:
-    the usual ``.FAILURE`` and crash bundle) and exits 124 if it is still stuck ``timeout_s`` later.
-    ``dirpath`` None: ``trainer.default_root_dir`` once known, ``outputs/`` before."""
+    """Dumps all thread stacks when no batch completes within ``timeout_s`` (again with ``repeat``);
+    ``exit_on_stall`` then interrupts the main thread, and exits 124 if still stuck ``timeout_s`` later."""
 
     def __init__(
         self, *, timeout_s: PositiveFloat, repeat: bool, exit_on_stall: bool, dirpath: str | None

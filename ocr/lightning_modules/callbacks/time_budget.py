@@ -23,6 +23,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from ocr.lightning_modules.callbacks.progress import images_in
+from ocr.run.folder import process_start
 from ocr.utils.config_types import NonNegativeInt, PositiveFloat, PositiveInt
 from ocr.utils.text import plural
 
@@ -36,12 +37,10 @@ _IMPORTED_AT = time.time()
 def process_started() -> float:
     """Wall-clock start of this process (Linux ``/proc``; elsewhere the import time of this module)."""
     try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
         with open("/proc/uptime", encoding="ascii") as f:
             uptime = float(f.read().split()[0])
-        return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+        return time.time() - uptime + int(process_start(os.getpid()) or "") / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
         return _IMPORTED_AT
 
 
