@@ -1,21 +1,13 @@
-"""Accuracy of the README recipe's fine-tune over seeds: step 2 run as written from one pretrained network,
-the checkpoint it keeps scored on test and a photographed proxy in both CLEval modes, beside the other
-candidates a run leaves and the peer.
+"""Accuracy of the README recipe's fine-tune over seeds: step 2 as written from one pretrained network;
+each checkpoint it leaves scored on test and a photographed proxy in both CLEval modes; the peer beside.
 
     uv run python scripts/benchmark_accuracy.py --init-from <pretrain run>/checkpoints/<best>.ckpt \
-        [--data-root ../shared/datasets/sroie-compact] [--seeds 0 1 2] [--steps N] [--variant NAME] \
-        [--override model=dbnetpp_resnet18 ...] [--eval-override postprocess.thresh=0.25] \
-        [--label-subset 50] [--extra-train-root <pseudo-labelled dataset> ...] [--proxy-root <dataset>] \
-        [--splits test] [--candidates kept raw best_val] [--peer-python <peer venv>/bin/python] \
-        [--jobs 1] [--python python3] [--hardware cpu|h100_80gb|...] [--out outputs/benchmark_accuracy]
+        --proxy-root data/generated/sroie-compact-photo-s0 --peer-python <peer venv>/bin/python
 
 Per seed (its own processes): ``runners/train.py experiment=receipts_finetune data.root=<root>
-model.init_from=<init> seed=<seed>`` (the README's step 2; ``--steps`` and ``--override`` change it), then
-``runners/predict.py`` and ``runners/evaluate.py`` in both modes for each candidate on each set:
-``kept`` (``last.ckpt``, the checkpoint the recipe keeps: the weight average when the run keeps one),
-``raw`` (the same step's trained weights, when they differ) and ``best_val`` (the best validation's).
-``--peer-python``: the peer (scripts/peer_rapidocr.py in its own environment) on the same sets, once.
-``--label-subset N``: the first N train images' labels (the others under ``unlabelled/``). A seed with a
+model.init_from=<init> seed=<seed>`` (``--steps``, ``--override`` make a variant), then
+``runners/predict.py`` and ``runners/evaluate.py`` for each candidate: ``kept`` (``last.ckpt``, what the
+recipe keeps: the weight average), ``raw`` (that step's trained weights) and ``best_val``. A seed with a
 ``figures.json`` is not run again. Writes ``<out>/<variant>/results.*``.
 """
 
