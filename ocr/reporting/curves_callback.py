@@ -14,7 +14,7 @@ from torch import Tensor
 from ocr.machine.sync import sync_allowed
 from ocr.reporting.curves import write_curves
 from ocr.run.faults import is_cuda_fault
-from ocr.run.guard import is_interruption
+from ocr.run.interrupts import is_interruption
 
 __all__ = ["TrainingCurves"]
 

@@ -4,42 +4,34 @@ Listed first (``configs/callbacks/triage.yaml``), its ``on_exception`` runs befo
 peer's CUDA fault stops this rank too; a CUDA fault arms the exit, writes ``fault.json``, tells the other
 ranks and writes ``.FAILURE``; then the crash bundle, a non-finite loss seen earlier, a signal's
 ``last.ckpt`` and ``.INTERRUPTED``, the run status. After a CUDA fault Lightning's teardown would touch the
-dead context, so the guard takes the strategy's ``teardown``. The non-finite check folds ``isfinite(loss)``
-into a device-side flag (no host sync), read every ``check_every_n_steps`` steps, at epoch end and before
-each save (``last.ckpt`` never holds weights from after the first NaN); on CUDA the loss checks feed that
-flag rather than a device-side assert, which would kill the context. Signals take Lightning's SIGTERM path
-(the first Ctrl-C too, so no half-updated state); a second one, or the stall watchdog, raises
-``KeyboardInterrupt`` at once, without a checkpoint.
+dead context, so the guard takes the strategy's ``teardown``. The non-finite check
+(``ocr.run.nonfinite``) and the signal handlers (``ocr.run.interrupts``) are its parts.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import signal
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
 from typing import Any, NoReturn
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 from torch.optim import Optimizer
 
-from ocr.checkpoints.saving import RunCheckpoint, estimate_checkpoint_bytes
+from ocr.checkpoints.saving import estimate_checkpoint_bytes
 from ocr.machine.checks import CheckResult, fast_checks, format_table, rate_missing_gpu, worst_status
 from ocr.machine.environment import collect_environment, driver_version, free_bytes
-from ocr.machine.sync import sync_allowed
 from ocr.models.loss.checks import LossInputError
 from ocr.run.crash import crash_dir, failed_cpu_batch, write_crash_bundle
-from ocr.run.faults import CudaFault, FaultExit, FaultSite, find_cuda_fault, headline, is_cuda_fault
-from ocr.run.folder import clear_sentinels, failure_written, record_failure, write_interrupted, write_success
+from ocr.run.faults import CudaFault, FaultExit, FaultSite, find_cuda_fault, headline
+from ocr.run.folder import clear_sentinels, failure_written, record_failure, write_success
+from ocr.run.interrupts import Interrupts, is_interruption
+from ocr.run.nonfinite import NonFiniteCheck
 from ocr.run.peers import (
     ACK_WAIT_S,
     announce_fault,
@@ -49,244 +41,13 @@ from ocr.run.peers import (
     stop_for_peer,
     wait_for_acks,
 )
-from ocr.run.watchdog import StallWatchdog
-from ocr.utils.commands import resume_command
 from ocr.utils.config_types import PositiveInt
 from ocr.utils.errors import NonFiniteLossError, UsageError, find_usage_error
 from ocr.utils.io import atomic_write_json, format_mib
 
-__all__ = [
-    "EXIT_CODES",
-    "Guard",
-    "Interrupts",
-    "NonFiniteCheck",
-    "PreflightError",
-    "check_checkpoint_space",
-    "is_interruption",
-]
+__all__ = ["Guard", "PreflightError", "check_checkpoint_space"]
 
 log = logging.getLogger(__name__)
-
-SIGNAL_CONNECTOR_LOGGER = "lightning.pytorch.trainer.connectors.signal_connector"
-# As a shell reports a process a signal ended: 128 + the signal number.
-EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
-
-
-def is_interruption(exception: BaseException, trainer: L.Trainer) -> bool:
-    """True for a stop by a signal (Ctrl-C or SIGTERM), which is not a failure; the interrupt of the
-    trainer's stall watchdog (``exit_on_stall``) is one."""
-    return isinstance(exception, KeyboardInterrupt | SIGTERMException) and not _stalled(trainer)
-
-
-def _stalled(trainer: L.Trainer) -> bool:
-    callbacks = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connector
-    return any(isinstance(c, StallWatchdog) and c.interrupted_for_stall for c in callbacks)
-
-
-class Interrupts:
-    """The signal handlers of a fit; on a stop by a signal, saves ``last.ckpt`` (through the run's
-    ``RunCheckpoint``) and writes and logs ``.INTERRUPTED`` with the resume command."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
-        self.ctrl_c = False
-        self.second_signal: str | None = None  # the signal that stopped the run at once
-        self._previous_handler: Any = None  # SIGINT's handler before fit, restored after it
-        self._previous_sigterm: Any = None  # Lightning's SIGTERM handler, called by ours the first time
-        self._trainer: L.Trainer | None = None
-
-    def install(self, trainer: L.Trainer) -> None:
-        """At train start, after Lightning registered its handlers; main thread only; a SIGINT ignored on
-        purpose (a script's background job) stays ignored."""
-        self._trainer = trainer
-        main = threading.current_thread() is threading.main_thread()
-        if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
-        if main and callable(signal.getsignal(signal.SIGTERM)):
-            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def restore(self) -> None:
-        """The handlers of before the fit."""
-        self._trainer = None
-        if self._previous_handler is not None:
-            signal.signal(signal.SIGINT, self._previous_handler)
-            self._previous_handler = None
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
-
-    def _stopping(self) -> bool:
-        return self.ctrl_c or (self._trainer is not None and self._trainer.received_sigterm)
-
-    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        sigterm_handler = self._previous_sigterm or signal.getsignal(signal.SIGTERM)  # Lightning's
-        stalled = self._trainer is not None and _stalled(self._trainer)
-        if self._stopping() or stalled or not callable(sigterm_handler):
-            self.second_signal = "Ctrl-C"
-            raise KeyboardInterrupt
-        self.ctrl_c = True
-        log.warning(
-            "Ctrl-C: stopping after the current step and saving last.ckpt (Ctrl-C again stops at once, "
-            "without saving)"
-        )
-        # Lightning's handler logs "Received SIGTERM", which is not what the user sent.
-        connector_log = logging.getLogger(SIGNAL_CONNECTOR_LOGGER)
-        disabled, connector_log.disabled = connector_log.disabled, True
-        try:
-            sigterm_handler(signal.SIGTERM, frame)
-        finally:
-            connector_log.disabled = disabled
-
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        """A first SIGTERM is Lightning's graceful stop; a second one stops at once (as Ctrl-C does)."""
-        if self._stopping():
-            self.second_signal = "SIGTERM"
-            log.warning("SIGTERM again: stopping at once, without saving")
-            raise KeyboardInterrupt
-        log.warning(
-            "SIGTERM: stopping after the current step and saving last.ckpt (SIGTERM or Ctrl-C again stops "
-            "at once, without saving)"
-        )
-        self._previous_sigterm(signum, frame)
-
-    def record(self, trainer: L.Trainer, exception: BaseException) -> None:
-        """For a stop by a signal: ``last.ckpt`` when the state is whole, ``.INTERRUPTED`` on rank 0."""
-        if self.second_signal == "SIGTERM":
-            cause = "SIGTERM"
-        else:
-            cause = "Ctrl-C" if self.ctrl_c or isinstance(exception, KeyboardInterrupt) else "SIGTERM"
-        saved = None
-        checkpoint = trainer.checkpoint_callback
-        # Only a stop Lightning raised between steps leaves a whole state to save.
-        if isinstance(exception, SIGTERMException) and isinstance(checkpoint, RunCheckpoint):
-            saved = checkpoint.save_on_interrupt(trainer)
-        if not trainer.is_global_zero:
-            return
-        during = " during a validation" if trainer.validating or trainer.sanity_checking else ""
-        summary = f"interrupted by {cause} at step {trainer.global_step}{during}; "
-        if saved:
-            summary += f"{saved} holds that step. Resume: {resume_command(self.run_dir)}"
-        elif isinstance(checkpoint, RunCheckpoint) and any(Path(str(checkpoint.dirpath)).glob("*.ckpt")):
-            summary += f"no checkpoint written now. Resume from the latest: {resume_command(self.run_dir)}"
-        else:
-            summary += (
-                "no checkpoint yet, nothing to resume: delete the folder to start again there, or start "
-                "again in another"
-            )
-        write_interrupted(self.run_dir, summary, EXIT_CODES["SIGINT" if cause == "Ctrl-C" else "SIGTERM"])
-        log.warning("Run %s", summary)
-
-
-NO_BAD_STEP = torch.iinfo(torch.long).max  # stands for "all finite" in the cross-rank minimum
-
-
-class NonFiniteCheck:
-    """Raises :class:`NonFiniteLossError` when the loss (or, ``check_grads``, the gradient norm; not under
-    fp16, whose scaler skips inf steps) is NaN/Inf; ``check_every_n_steps``: 1: exact, a sync each step."""
-
-    def __init__(self, *, check_every_n_steps: int, check_grads: bool, crash: Path) -> None:
-        self.check_every_n_steps = check_every_n_steps
-        self.check_grads = check_grads
-        self._step: Tensor | None = None  # device-side global step of the batch in flight
-        self._first_bad: dict[str, Tensor] = {}  # what -> device scalar, -1 while all finite
-        self._host_step = 0
-        self.crash = crash
-        self._trainer: L.Trainer | None = None
-
-    def batch_started(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._trainer = trainer
-        self._host_step = trainer.global_step
-        if self._step is None:
-            # One host->device copy at the first step; afterwards the counter advances on the device.
-            self._step = torch.tensor(trainer.global_step, device=pl_module.device, dtype=torch.long)
-
-    def _record(self, what: str, finite: Tensor) -> None:
-        assert self._step is not None
-        first = self._first_bad.get(what)
-        if first is None:
-            first = torch.full_like(self._step, -1)
-        self._first_bad[what] = torch.where(~finite & (first < 0), self._step, first)
-
-    def before_backward(self, loss: Tensor) -> None:
-        if self._step is not None:
-            self._record("loss", torch.isfinite(loss.detach()).all())
-
-    def before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._step is None:
-            return
-        if self.check_grads and not str(trainer.precision).startswith("16"):
-            grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
-            if grads:
-                total = torch.nn.utils.get_total_norm(grads, error_if_nonfinite=False)
-                self._record("gradient norm", torch.isfinite(total))
-        # Advance once per optimizer step (not per batch), so steps match trainer.global_step under
-        # gradient accumulation.
-        self._step += 1
-
-    def batch_ended(self) -> None:
-        if (self._host_step + 1) % self.check_every_n_steps == 0:
-            self.check()
-
-    def fit_ended(self) -> None:
-        self._step = None
-        self._first_bad = {}
-
-    def check(self) -> None:
-        """Read the device flags (one sync); a NaN/Inf since the last check, on any rank, writes
-        ``nonfinite.json`` and raises NonFiniteLossError."""
-        with sync_allowed():  # the documented sync every check_every_n_steps
-            bad = self._first_bad_steps(across_ranks=True)
-        if bad:
-            step, what = bad[0]
-            self._write_record(bad, self._host_step)
-            raise NonFiniteLossError(step=step, what=what, checked_at=self._host_step)
-
-    def _first_bad_steps(self, across_ranks: bool) -> list[tuple[int, str]]:
-        """``(first bad step, tensor name)`` pairs, earliest first (one sync); ``across_ranks`` takes the
-        minimum over DDP ranks: every rank must call it at the same step."""
-        if not self._first_bad:
-            return []
-        names = sorted(self._first_bad)
-        firsts = torch.stack([self._first_bad[name] for name in names])
-        trainer = self._trainer
-        if across_ranks and trainer is not None and trainer.world_size > 1:
-            firsts = torch.where(firsts < 0, torch.full_like(firsts, NO_BAD_STEP), firsts)
-            # torch's stub types ReduceOp.MIN as RedOpType, which Strategy.reduce's annotation leaves out.
-            minimum = torch.distributed.ReduceOp.MIN
-            firsts = trainer.strategy.reduce(firsts, reduce_op=minimum)  # type: ignore[arg-type]
-            firsts = torch.where(firsts == NO_BAD_STEP, torch.full_like(firsts, -1), firsts)
-        pairs = zip(firsts.tolist(), names, strict=True)
-        bad = [(int(step), name) for step, name in pairs if step >= 0]
-        return sorted(bad, key=lambda pair: (pair[0], pair[1] != "loss"))  # the loss before its gradients
-
-    def _write_record(self, bad: list[tuple[int, str]], checked_at: int | None) -> Path:
-        path = self.crash / "nonfinite.json"
-        record = {
-            "first_bad": [{"step": step, "what": what} for step, what in bad],
-            "detected_at_step": checked_at,
-            "rank": self._trainer.global_rank if self._trainer is not None else 0,
-            "node": self._trainer.node_rank if self._trainer is not None else 0,
-        }
-        return atomic_write_json(path, record)
-
-    def on_exception(self, exception: BaseException) -> None:
-        # Another error (e.g. an injected fault a step later) may hide an earlier NaN: record it beside
-        # the crash bundle. Never touch the device after a CUDA fault, and no collective here: the other
-        # ranks may not be at this point.
-        if isinstance(exception, NonFiniteLossError) or is_cuda_fault(exception):
-            return
-        try:
-            bad = self._first_bad_steps(across_ranks=False)
-        except RuntimeError:
-            return
-        if bad:
-            path = self._write_record(bad, None)
-            log.error(
-                "Non-finite %s first seen at global step %d, before this exception (%s)",
-                bad[0][1],
-                bad[0][0],
-                path,
-            )
 
 
 class PreflightError(UsageError, RuntimeError):

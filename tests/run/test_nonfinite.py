@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from ocr.debug.inject import FaultInjector
 from ocr.models.loss import DBLoss
 from ocr.run.config import check_config
-from ocr.run.guard import Guard, NonFiniteCheck
+from ocr.run.guard import Guard
+from ocr.run.nonfinite import NonFiniteCheck
 from ocr.types import DBOutput
 from ocr.utils.errors import ConfigValueError, NonFiniteLossError
 from tests.helpers.triage_tiny import TinyModule, fit_tiny
