@@ -81,6 +81,8 @@ class RunCheckpoint(ModelCheckpoint):
             raise ValueError(
                 f"callbacks.checkpoint.every_n_steps: expected >= 1 or null, got {every_n_steps}"
             )
+        if keep not in ("best", "last"):
+            raise ValueError(f"callbacks.checkpoint.keep: expected 'best' or 'last', got {keep!r}")
         if every_n_minutes is not None and every_n_minutes <= 0:
             raise ValueError(
                 f"callbacks.checkpoint.every_n_minutes: expected > 0 or null, got {every_n_minutes}"
