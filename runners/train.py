@@ -41,7 +41,7 @@ def train(cfg: DictConfig, run: TrainingRun) -> dict[str, float]:
         cfg.trainer, callbacks=run.callbacks, logger=run.loggers or False, enable_checkpointing=checkpointing
     )
 
-    allow_checkpoint_types()  # Lightning's weights-only loads of our checkpoints (resume, the kept one for test)
+    allow_checkpoint_types()  # Lightning's weights-only loads of our checkpoints (resume, the kept one)
     ckpt_path = str(run.resume.checkpoint) if run.resume is not None else None
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     metrics = scalar_metrics(trainer)
