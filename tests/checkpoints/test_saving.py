@@ -215,31 +215,27 @@ def test_rejects_non_positive_intervals(key: str, value: float) -> None:
         RunCheckpoint(dirpath="x", monitor="val/hmean", mode="max", save_top_k=1, **options)
 
 
-@pytest.mark.parametrize(("keep", "expected"), [("best", "best.ckpt"), ("last", "last.ckpt")])
-def test_the_kept_checkpoint_is_the_best_or_the_last(keep: str, expected: str) -> None:
-    checkpoint = RunCheckpoint(
+def _keeping(keep: str) -> RunCheckpoint:
+    return RunCheckpoint(
         dirpath="x",
         monitor="val/hmean",
         mode="max",
         save_top_k=1,
         every_n_steps=None,
         every_n_minutes=None,
-        keep=keep,  # type: ignore[arg-type]  # the config check refuses other values
+        keep=keep,  # type: ignore[arg-type]  # the constructor refuses other values
     )
+
+
+@pytest.mark.parametrize(("keep", "expected"), [("best", "best.ckpt"), ("last", "last.ckpt")])
+def test_the_kept_checkpoint_is_the_best_or_the_last(keep: str, expected: str) -> None:
+    checkpoint = _keeping(keep)
     checkpoint.best_model_path, checkpoint.last_model_path = "best.ckpt", "last.ckpt"
     assert checkpoint.kept_path == expected
     with pytest.raises(
         ValueError, match="callbacks.checkpoint.keep: expected 'best' or 'last', got 'newest'"
     ):
-        RunCheckpoint(
-            dirpath="x",
-            monitor="val/hmean",
-            mode="max",
-            save_top_k=1,
-            every_n_steps=None,
-            every_n_minutes=None,
-            keep="newest",  # type: ignore[arg-type]
-        )
+        _keeping("newest")
 
 
 def test_the_time_trigger_broadcasts_only_on_check_steps(monkeypatch: pytest.MonkeyPatch) -> None:
