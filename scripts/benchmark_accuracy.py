@@ -8,7 +8,8 @@ Per seed (its own processes): ``runners/train.py experiment=receipts_finetune da
 model.init_from=<init> seed=<seed>`` (``--steps``, ``--override`` make a variant), then
 ``runners/predict.py`` and ``runners/evaluate.py`` for each candidate: ``kept`` (``last.ckpt``, what the
 recipe keeps: the weight average), ``raw`` (that step's trained weights) and ``best_val``. A seed with a
-``figures.json`` is not run again. Writes ``<out>/<variant>/results.*``.
+``figures.json`` is not run again; one with a ``trained.json`` (its finished fine-tune) is only scored
+again. Writes ``<out>/<variant>/results.*``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO.parent / "shared" / "datasets" / "sroie-compact"
 MODES = ("upstream", "competition")
 FIGURES = "figures.json"
+TRAINED = "trained.json"
 PEER = "peer"
 CANDIDATES = ("kept", "raw", "best_val")
 
@@ -261,14 +263,17 @@ def run_seed(protocol: Protocol, train_root: Path, seed: int) -> SeedResult:
     if done.is_file():
         print(f"seed {seed}: figures from {done}", flush=True)
         return SeedResult(**json.loads(done.read_text()))
-    if (seed_dir / "train").exists():  # an interrupted attempt: start the seed afresh
-        shutil.rmtree(seed_dir / "train")
-    result = SeedResult(seed=seed, train_seconds=0.0)
-    command = train_command(protocol, train_root, seed, seed_dir / "train")
-    started = time.perf_counter()
-    _run(command, seed_dir / "train.log")
-    result.train_seconds = time.perf_counter() - started
-    result.commands.append(command)
+    trained = seed_dir / TRAINED
+    if trained.is_file():  # its fine-tune finished: scored again only
+        result = SeedResult(seed=seed, **json.loads(trained.read_text()))
+    else:
+        if (seed_dir / "train").exists():  # an interrupted fine-tune: start it afresh
+            shutil.rmtree(seed_dir / "train")
+        command = train_command(protocol, train_root, seed, seed_dir / "train")
+        started = time.perf_counter()
+        _run(command, seed_dir / "train.log")
+        result = SeedResult(seed, time.perf_counter() - started, commands=[command])
+        atomic_write_json(trained, {"train_seconds": result.train_seconds, "commands": result.commands})
     found = candidates(seed_dir / "train")
     for candidate, ckpt in ((c, found[c]) for c in protocol.candidates if c in found):
         for name, (root, split) in protocol.eval_sets(train_root).items():

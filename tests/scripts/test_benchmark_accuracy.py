@@ -148,3 +148,26 @@ def test_candidates_are_last_its_trained_weights_and_the_best_validation(tmp_pat
     (folder / "last.ckpt").unlink()
     with pytest.raises(FileNotFoundError, match="no last.ckpt"):
         bench.candidates(folder.parent)
+
+
+def test_a_finished_fine_tune_is_scored_again_without_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands: list[list[str]] = []
+
+    def run(command: list[str], log_path: Path, stdin: str | None = None) -> str:
+        commands.append(command)
+        return '{"hmean": 0.9, "precision": 0.9, "recall": 0.9}'
+
+    monkeypatch.setattr(bench, "_run", run)
+    monkeypatch.setattr(bench, "candidates", lambda run_dir: {"kept": run_dir / "checkpoints" / "last.ckpt"})
+    protocol = _protocol(tmp_path, candidates=("kept",))
+    first = bench.run_seed(protocol, tmp_path / "data", 0)
+    trained_file = protocol.out / "seed0" / bench.TRAINED
+    assert commands[0][1] == "runners/train.py" and trained_file.is_file()
+    (protocol.out / "seed0" / bench.FIGURES).unlink()  # e.g. another variant's eval overrides: scored anew
+    commands.clear()
+    again = bench.run_seed(protocol, tmp_path / "data", 0)
+    assert [c[1] for c in commands] == ["runners/predict.py", "runners/evaluate.py", "runners/evaluate.py"]
+    assert again.train_seconds == first.train_seconds and again.scores == first.scores
+    assert again.commands[0] == first.commands[0]  # the fine-tune's command stays on record
