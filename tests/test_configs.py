@@ -179,7 +179,8 @@ def test_receipts_finetune_needs_its_init_weights(compose: Compose) -> None:
     assert (cfg.time_budget_minutes, cfg.trainer.max_steps) == (28, 500)  # 200 steps underfit
     assert cfg.optimizer.lr == compose("train", []).optimizer.lr  # 3e-4 underfit in 200 steps
     assert cfg.data.eval_transform.long_side == 1280 and cfg.metric.mode == "competition"
-    # The base post-processing with extend_ends 0.2 (held on test over seeds); it keeps last.ckpt, an EMA.
+    assert cfg.data.train_transform.photo.p == 0.5 and compose("train", []).data.train_transform.photo.p == 0
+    # The base post-processing with extend_ends 0.2 (picked on val over seeds); it keeps last.ckpt, an EMA.
     post = cfg.postprocess
     assert (post.thresh, post.box_thresh, post.unclip_ratio, post.extend_ends) == (0.3, 0.5, 1.5, 0.2)
     assert cfg.callbacks.checkpoint.keep == "last" and cfg.callbacks.ema.decay == 0.99
