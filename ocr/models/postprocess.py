@@ -121,12 +121,16 @@ def boxes_from_bitmap(
     min_size: float,
     output: OutputMode,
     extend_ends: float = 0.0,
+    small_box_thresh: float = 0.0,
+    small_side: float = 0.0,
 ) -> tuple[list[Polygon], list[float]]:
     """Text regions of one image: (K, 2) float32 polygons in input px and their scores.
 
     ``bitmap`` is the (H, W) ``prob_map > thresh``; the ``max_candidates`` largest contours whose min-area
     rectangle's short side is at least ``min_size`` and whose mean probability is at least ``box_thresh``
-    are unclipped, then kept as polygons or (``output="box"``) as min-area rectangles.
+    are unclipped, then kept as polygons or (``output="box"``) as min-area rectangles. Of those, a region
+    scoring under ``small_box_thresh`` whose short side is under ``small_side`` times the median of the
+    image's is dropped: specks and pen marks, thinner than the text lines around them.
     """
     contours, _ = cv2.findContours(
         bitmap.astype(np.uint8, copy=False), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE
@@ -134,6 +138,7 @@ def boxes_from_bitmap(
     contours = sorted(contours, key=cv2.contourArea, reverse=True)[:max_candidates]
     polygons: list[Polygon] = []
     scores: list[float] = []
+    shorts: list[float] = []
     for contour in contours:
         candidate = _candidate(contour, output)
         if candidate is None or min_area_box(candidate)[1] < min_size:
@@ -144,8 +149,14 @@ def boxes_from_bitmap(
         expanded = unclip_polygon(candidate, unclip_ratio)
         if expanded is None or len(expanded) < 3:
             continue
-        polygons.append(min_area_box(expanded, extend_ends)[0] if output == "box" else expanded)
+        box, short = min_area_box(expanded, extend_ends)
+        polygons.append(box if output == "box" else expanded)
         scores.append(score)
+        shorts.append(short)
+    if small_box_thresh > 0 and shorts:
+        least = small_side * float(np.median(shorts))
+        kept = [i for i, side in enumerate(shorts) if scores[i] >= small_box_thresh or side >= least]
+        polygons, scores = [polygons[i] for i in kept], [scores[i] for i in kept]
     return polygons, scores
 
 
@@ -162,6 +173,8 @@ class DBPostProcessor:
         min_size: NonNegativeFloat,
         output: OutputMode,
         extend_ends: NonNegativeFloat = 0.0,
+        small_box_thresh: Probability = 0.0,  # 0: off
+        small_side: Probability = 0.0,
     ) -> None:
         if output not in OUTPUT_MODES:
             raise ConfigValueError(f"postprocess.output: expected one of {OUTPUT_MODES}, got {output!r}")
@@ -180,6 +193,8 @@ class DBPostProcessor:
             max_candidates=max_candidates,
             min_size=min_size,
             extend_ends=extend_ends,
+            small_box_thresh=small_box_thresh,
+            small_side=small_side,
         )
         self.thresh = thresh
         self.box_thresh = box_thresh
@@ -188,6 +203,8 @@ class DBPostProcessor:
         self.min_size = min_size
         self.output: OutputMode = output
         self.extend_ends = extend_ends
+        self.small_box_thresh = small_box_thresh
+        self.small_side = small_side
 
     def __call__(self, prob_map: Tensor, geometry: list[Geometry]) -> list[tuple[list[Polygon], list[float]]]:
         """(B, 1, H, W) probabilities, any device, and one geometry per image -> per image :meth:`image`
@@ -218,6 +235,8 @@ class DBPostProcessor:
             min_size=self.min_size,
             output=self.output,
             extend_ends=self.extend_ends,
+            small_box_thresh=self.small_box_thresh,
+            small_side=self.small_side,
         )
         upper = np.array([geometry.orig_width, geometry.orig_height], dtype=np.float32)
         return [np.clip(p, 0.0, upper).astype(np.float32) for p in to_original(polygons_px, geometry)], scores

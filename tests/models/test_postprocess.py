@@ -93,6 +93,17 @@ def test_min_size_drops_thin_regions():
     assert len(make_processor(min_size=1)(thin, [SCALED])[0][0]) == 1
 
 
+def test_low_scoring_regions_thinner_than_the_lines_are_dropped():
+    lines = [(10, 10 + 20 * i, 70, 19 + 20 * i, 0.9) for i in range(3)]  # 10 px high
+    specks = [(10, 100, 40, 103, 0.55), (60, 100, 90, 103, 0.7)]  # 4 px high: the second scores high
+    low_line = (80, 10, 120, 19, 0.55)  # as thick as the lines: kept although it scores low
+    prob = prob_with([*lines, *specks, low_line])
+    [(polygons, scores)] = make_processor(small_box_thresh=0.6, small_side=0.6)(prob, [IDENTITY])
+    assert sorted(round(s, 2) for s in scores) == [0.55, 0.7, 0.9, 0.9, 0.9]
+    assert not any(p[:, 1].min() > 90 and s < 0.6 for p, s in zip(polygons, scores, strict=True))
+    assert len(make_processor()(prob, [IDENTITY])[0][0]) == 6  # off by default
+
+
 def test_max_candidates_keeps_the_largest():
     rects = [(4 + 24 * i, 10, 4 + 24 * i + 10 + 2 * i, 30, 0.9) for i in range(5)]
     [(polygons, _)] = make_processor(max_candidates=2, unclip_ratio=0.0)(prob_with(rects), [IDENTITY])
@@ -142,6 +153,8 @@ def test_invalid_arguments():
         ("max_candidates", 0, ">= 1"),
         ("min_size", -1, ">= 0.0"),
         ("extend_ends", -0.2, ">= 0.0"),
+        ("small_box_thresh", 1.2, "a value in [0.0, 1.0]"),
+        ("small_side", -0.5, "a value in [0.0, 1.0]"),
     ],
 )
 def test_every_value_out_of_its_range_is_named(key, value, expected):
