@@ -121,6 +121,7 @@ def boxes_from_bitmap(
     min_size: float,
     output: OutputMode,
     extend_ends: float = 0.0,
+    relative_box_thresh: float = 0.0,
     small_box_thresh: float = 0.0,
     small_side: float = 0.0,
 ) -> tuple[list[Polygon], list[float]]:
@@ -129,8 +130,10 @@ def boxes_from_bitmap(
     ``bitmap`` is the (H, W) ``prob_map > thresh``; the ``max_candidates`` largest contours whose min-area
     rectangle's short side is at least ``min_size`` and whose mean probability is at least ``box_thresh``
     are unclipped, then kept as polygons or (``output="box"``) as min-area rectangles. Of those, a region
-    scoring under ``small_box_thresh`` whose short side is under ``small_side`` times the median of the
-    image's is dropped: specks and pen marks, thinner than the text lines around them.
+    scoring under ``relative_box_thresh`` times the image's median score is dropped: a floor that follows
+    the image (high on a clean scan, lower on a photo). Then a region scoring under ``small_box_thresh``
+    whose short side is under ``small_side`` times the median of the image's is dropped: specks and pen
+    marks, thinner than the text lines around them.
     """
     contours, _ = cv2.findContours(
         bitmap.astype(np.uint8, copy=False), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE
@@ -153,6 +156,11 @@ def boxes_from_bitmap(
         polygons.append(box if output == "box" else expanded)
         scores.append(score)
         shorts.append(short)
+    if relative_box_thresh > 0 and scores:
+        floor = relative_box_thresh * float(np.median(scores))
+        kept = [i for i, score in enumerate(scores) if score >= floor]
+        polygons, scores = [polygons[i] for i in kept], [scores[i] for i in kept]
+        shorts = [shorts[i] for i in kept]
     if small_box_thresh > 0 and shorts:
         least = small_side * float(np.median(shorts))
         kept = [i for i, side in enumerate(shorts) if scores[i] >= small_box_thresh or side >= least]
@@ -173,6 +181,7 @@ class DBPostProcessor:
         min_size: NonNegativeFloat,
         output: OutputMode,
         extend_ends: NonNegativeFloat = 0.0,
+        relative_box_thresh: Probability = 0.0,  # 0: off
         small_box_thresh: Probability = 0.0,  # 0: off
         small_side: Probability = 0.0,
     ) -> None:
@@ -193,6 +202,7 @@ class DBPostProcessor:
             max_candidates=max_candidates,
             min_size=min_size,
             extend_ends=extend_ends,
+            relative_box_thresh=relative_box_thresh,
             small_box_thresh=small_box_thresh,
             small_side=small_side,
         )
@@ -203,6 +213,7 @@ class DBPostProcessor:
         self.min_size = min_size
         self.output: OutputMode = output
         self.extend_ends = extend_ends
+        self.relative_box_thresh = relative_box_thresh
         self.small_box_thresh = small_box_thresh
         self.small_side = small_side
 
@@ -235,6 +246,7 @@ class DBPostProcessor:
             min_size=self.min_size,
             output=self.output,
             extend_ends=self.extend_ends,
+            relative_box_thresh=self.relative_box_thresh,
             small_box_thresh=self.small_box_thresh,
             small_side=self.small_side,
         )

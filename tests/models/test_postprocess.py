@@ -104,6 +104,19 @@ def test_low_scoring_regions_thinner_than_the_lines_are_dropped():
     assert len(make_processor()(prob, [IDENTITY])[0][0]) == 6  # off by default
 
 
+def test_regions_scoring_far_under_the_images_median_are_dropped():
+    lines = [(10, 10 + 20 * i, 70, 19 + 20 * i, 0.9) for i in range(4)]  # median score 0.9
+    stray = (80, 10, 120, 19, 0.6)  # over box_thresh, under 0.75 x 0.9
+    near = (80, 50, 120, 59, 0.7)  # over 0.675: kept
+    prob = prob_with([*lines, stray, near])
+    [(_, scores)] = make_processor(relative_box_thresh=0.75)(prob, [IDENTITY])
+    assert sorted(round(s, 2) for s in scores) == [0.7, 0.9, 0.9, 0.9, 0.9]
+    assert len(make_processor()(prob, [IDENTITY])[0][0]) == 6  # off by default
+    # The floor follows the image: the same stray beside lines scoring 0.7 (a photo) is kept.
+    dim = prob_with([(10, 10 + 20 * i, 70, 19 + 20 * i, 0.7) for i in range(4)] + [stray])
+    assert len(make_processor(relative_box_thresh=0.75)(dim, [IDENTITY])[0][0]) == 5
+
+
 def test_max_candidates_keeps_the_largest():
     rects = [(4 + 24 * i, 10, 4 + 24 * i + 10 + 2 * i, 30, 0.9) for i in range(5)]
     [(polygons, _)] = make_processor(max_candidates=2, unclip_ratio=0.0)(prob_with(rects), [IDENTITY])
@@ -153,6 +166,7 @@ def test_invalid_arguments():
         ("max_candidates", 0, ">= 1"),
         ("min_size", -1, ">= 0.0"),
         ("extend_ends", -0.2, ">= 0.0"),
+        ("relative_box_thresh", 1.5, "a value in [0.0, 1.0]"),
         ("small_box_thresh", 1.2, "a value in [0.0, 1.0]"),
         ("small_side", -0.5, "a value in [0.0, 1.0]"),
     ],
