@@ -176,13 +176,16 @@ def test_receipts_finetune_needs_its_init_weights(compose: Compose) -> None:
     assert isinstance(build_net_and_loss(cfg, weights_free=True)[0], DBNet)
     cfg = compose("train", ["experiment=receipts_finetune", "data.root=/receipts", "model.init_from=/p.ckpt"])
     assert cfg.model.init_from == "/p.ckpt" and cfg.data.train_transform.crop_size == 320  # CPU recipe
-    assert (cfg.time_budget_minutes, cfg.trainer.max_steps) == (28, 500)  # 200 steps underfit
+    assert (cfg.time_budget_minutes, cfg.trainer.max_steps) == (28, 1200)  # 200 and 500 steps underfit
+    assert cfg.trainer.check_val_every_n_epoch == 25  # keeps last.ckpt: validations only monitor
     assert cfg.optimizer.lr == compose("train", []).optimizer.lr  # 3e-4 underfit in 200 steps
     assert cfg.data.eval_transform.long_side == 1280 and cfg.metric.mode == "competition"
     assert cfg.data.train_transform.photo.p == 0.5 and compose("train", []).data.train_transform.photo.p == 0
     # The base post-processing with extend_ends 0.2 (picked on val over seeds); it keeps last.ckpt, an EMA.
     post = cfg.postprocess
     assert (post.thresh, post.box_thresh, post.unclip_ratio, post.extend_ends) == (0.3, 0.5, 1.5, 0.2)
+    assert (post.relative_box_thresh, post.small_box_thresh, post.small_side) == (0.75, 0.6, 0.6)
+    assert compose("train", []).postprocess.relative_box_thresh == 0.0
     assert cfg.callbacks.checkpoint.keep == "last" and cfg.callbacks.ema.decay == 0.99
     assert compose("train", []).callbacks.checkpoint.keep == "best"
     with pytest.raises(MissingMandatoryValue, match="data.root"):
