@@ -27,9 +27,8 @@ log = logging.getLogger(__name__)
 
 
 def keep_every_candidate(cfg: DictConfig) -> None:
-    """``postprocess.box_thresh=0`` (and ``relative_box_thresh``, ``small_box_thresh`` 0): the post-processor
-    returns every candidate with its score, so the pseudo thresholds alone decide and the dropped detections
-    can be counted."""
+    """``postprocess.box_thresh=0`` and its other score floors 0: the post-processor returns every candidate
+    with its score, so the pseudo thresholds alone decide and the dropped detections can be counted."""
     if cfg.postprocess.box_thresh != 0:
         log.info(
             "postprocess.box_thresh=0 (was %s): pseudo.ignore_score=%s decides which detections are kept",

@@ -156,16 +156,13 @@ def boxes_from_bitmap(
         polygons.append(box if output == "box" else expanded)
         scores.append(score)
         shorts.append(short)
-    if relative_box_thresh > 0 and scores:
-        floor = relative_box_thresh * float(np.median(scores))
-        kept = [i for i, score in enumerate(scores) if score >= floor]
-        polygons, scores = [polygons[i] for i in kept], [scores[i] for i in kept]
-        shorts = [shorts[i] for i in kept]
-    if small_box_thresh > 0 and shorts:
-        least = small_side * float(np.median(shorts))
-        kept = [i for i, side in enumerate(shorts) if scores[i] >= small_box_thresh or side >= least]
-        polygons, scores = [polygons[i] for i in kept], [scores[i] for i in kept]
-    return polygons, scores
+    score_of, short_of = np.asarray(scores, dtype=np.float64), np.asarray(shorts, dtype=np.float64)
+    keep = np.ones(len(polygons), dtype=bool)
+    if relative_box_thresh > 0 and keep.any():
+        keep &= score_of >= relative_box_thresh * np.median(score_of)
+    if small_box_thresh > 0 and keep.any():  # the median line of the regions the floor kept
+        keep &= (score_of >= small_box_thresh) | (short_of >= small_side * np.median(short_of[keep]))
+    return [p for p, k in zip(polygons, keep, strict=True) if k], score_of[keep].tolist()
 
 
 class DBPostProcessor:
